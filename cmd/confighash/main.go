@@ -1,0 +1,21 @@
+// Command confighash rolls Kubernetes workloads when the ConfigMaps and Secrets they use
+// change. Its subcommands run the admission webhook and the watcher.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "confighash: %v\n", err)
+		os.Exit(1)
+	}
+}

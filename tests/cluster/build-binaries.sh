@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the local control plane's binaries from the Go module proxy and caches them
+# outside the repository, one directory per component and version:
+#
+#   $CONFIGHASH_CACHE/kubernetes-vX.Y.Z/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+#   $CONFIGHASH_CACHE/etcd-vX.Y.Z/etcd
+#   $CONFIGHASH_CACHE/kwok-vX.Y.Z/kwok
+#
+# Each directory is built under a temporary name and renamed into place, under a lock,
+# so concurrent runs never see or leave a half-built cache. Prints one line per component,
+# NAME=DIR, on stdout; build progress goes to stderr.
+set -euo pipefail
+
+KUBE_VERSION="${CONFIGHASH_KUBE_VERSION:-v1.36.3}"
+ETCD_VERSION="${CONFIGHASH_ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${CONFIGHASH_KWOK_VERSION:-v0.7.0}"
+CACHE="${CONFIGHASH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confighash}"
+
+mkdir -p "$CACHE"
+
+# build_once NAME VERSION BUILDER: runs BUILDER DIR only if $CACHE/NAME-VERSION is absent.
+build_once() {
+	local name="$1" version="$2" builder="$3"
+	local final="$CACHE/$name-$version"
+	[[ -d "$final" ]] && return 0
+	exec {lock}>"$final.lock"
+	flock "$lock"
+	if [[ ! -d "$final" ]]; then
+		local tmp
+		tmp="$(mktemp -d "$final.tmp.XXXXXX")"
+		echo "building $name $version into $final (one time, several minutes)" >&2
+		if ! "$builder" "$tmp" "$version"; then
+			rm -rf "$tmp"
+			return 1
+		fi
+		rm -rf "$tmp/src"
+		mv -T "$tmp" "$final"
+	fi
+	flock -u "$lock"
+	exec {lock}>&-
+}
+
+# quiet CMD...: runs CMD, showing its output only if it fails.
+quiet() {
+	local out
+	if ! out="$("$@" 2>&1)"; then
+		echo "$out" >&2
+		return 1
+	fi
+}
+
+# new_module DIR: an empty throwaway module to resolve and build one component in.
+new_module() {
+	mkdir -p "$1/src"
+	(cd "$1/src" && go mod init confighash.local/build >/dev/null 2>&1)
+}
+
+build_kubernetes() {
+	local out="$1" version="$2"
+	local staging="v0.${version#v1.}"
+	new_module "$out"
+	cd "$out/src"
+	# Kubernetes requires its staging modules at v0.0.0 with replaces into ./staging;
+	# replaces do not apply to a dependency, so map each to its published version.
+	local gomod
+	gomod="$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+	local mods
+	mods="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod")"
+	for m in $mods; do
+		go mod edit -replace "$m=$m@$staging"
+	done
+	local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+	local pkgs=()
+	for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	quiet go get "${pkgs[@]/%/@$version}"
+	CGO_ENABLED=0 go build -o "$out" \
+		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/client-go/pkg/version.gitVersion=$version" \
+		"${pkgs[@]}"
+}
+
+build_etcd() {
+	local out="$1" version="$2"
+	new_module "$out"
+	cd "$out/src"
+	quiet go get "go.etcd.io/etcd/server/v3@$version"
+	CGO_ENABLED=0 go build -o "$out/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
+}
+
+build_kwok() {
+	local out="$1" version="$2"
+	new_module "$out"
+	cd "$out/src"
+	quiet go get "sigs.k8s.io/kwok/cmd/kwok@$version"
+	CGO_ENABLED=0 go build -o "$out/kwok" -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok
+}
+
+build_once etcd "$ETCD_VERSION" build_etcd
+build_once kwok "$KWOK_VERSION" build_kwok
+build_once kubernetes "$KUBE_VERSION" build_kubernetes
+echo "etcd=$CACHE/etcd-$ETCD_VERSION"
+echo "kwok=$CACHE/kwok-$KWOK_VERSION"
+echo "kubernetes=$CACHE/kubernetes-$KUBE_VERSION"

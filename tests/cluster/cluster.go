@@ -1,0 +1,543 @@
+// Package cluster runs a real Kubernetes control plane on loopback for tests,
+// benchmarks and local runs: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok, whose fake nodes run pods without containers.
+//
+// Binaries are built once per machine from the Go module proxy by build-binaries.sh and
+// cached outside the repository; versions are chosen with CONFIGHASH_KUBE_VERSION,
+// CONFIGHASH_ETCD_VERSION and CONFIGHASH_KWOK_VERSION.
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash/certs"
+)
+
+// NodeName is the kwok node that runs every pod.
+const NodeName = "kwok-node-0"
+
+// kwokNodeAnnotation marks the nodes kwok manages.
+const kwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// startTimeout bounds the whole start, from the first process to a Ready node.
+const startTimeout = 2 * time.Minute
+
+// Options tune a cluster. The zero value is ready to use.
+type Options struct {
+	// Dir holds certificates, data and logs. Default: a new temporary directory,
+	// removed by Stop.
+	Dir string
+	// Detached lets the processes outlive the caller (make cluster-up).
+	Detached bool
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	// Dir holds the cluster's certificates, data and logs.
+	Dir string
+	// Kubeconfig is the path of an admin kubeconfig (system:masters).
+	Kubeconfig string
+	// Config is the admin client configuration.
+	Config *rest.Config
+	// Client is an admin clientset.
+	Client kubernetes.Interface
+	// KubectlPath is the kubectl binary of the same version as the API server.
+	KubectlPath string
+
+	processes []*process
+	ownsDir   bool
+}
+
+// Start builds the binaries if needed and starts a control plane with one Ready kwok node.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	bins, err := ensureBinaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{Dir: opts.Dir, KubectlPath: filepath.Join(bins["kubernetes"], "kubectl")}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "confighash-cluster-"); err != nil {
+			return nil, fmt.Errorf("create cluster directory: %w", err)
+		}
+		c.ownsDir = true
+	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cluster directory: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+
+	ports, err := freePorts(3)
+	if err != nil {
+		return c, err
+	}
+	etcdPort, etcdPeerPort, apiPort := ports[0], ports[1], ports[2]
+	if err := c.writePKI(apiPort); err != nil {
+		return c, err
+	}
+
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeerPort)
+	if err := c.start(opts, "etcd", filepath.Join(bins["etcd"], "etcd"),
+		"--data-dir="+filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL,
+		"--unsafe-no-fsync", "--log-level=warn",
+	); err != nil {
+		return c, err
+	}
+	if err := waitHTTP(ctx, etcdURL+"/health"); err != nil {
+		return c, c.startError("etcd", err)
+	}
+
+	kube := bins["kubernetes"]
+	if err := c.start(opts, "kube-apiserver", filepath.Join(kube, "kube-apiserver"),
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--cert-dir="+c.Dir,
+		"--tls-cert-file="+c.path("apiserver.crt"), "--tls-private-key-file="+c.path("apiserver.key"),
+		"--client-ca-file="+c.path("ca.crt"),
+		"--service-account-key-file="+c.path("sa.key"),
+		"--service-account-signing-key-file="+c.path("sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		// Endpoints may not hold loopback addresses; the kubernetes Service is not needed.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	); err != nil {
+		return c, err
+	}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return c, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return c, fmt.Errorf("create client: %w", err)
+	}
+	if err := c.waitAPIServer(ctx); err != nil {
+		return c, c.startError("kube-apiserver", err)
+	}
+
+	if err := c.start(opts, "kube-controller-manager", filepath.Join(kube, "kube-controller-manager"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--secure-port=0", "--leader-elect=false",
+		"--service-account-private-key-file="+c.path("sa.key"),
+		"--root-ca-file="+c.path("ca.crt"),
+		"--use-service-account-credentials=false",
+		"--profiling=false",
+	); err != nil {
+		return c, err
+	}
+	if err := c.start(opts, "kube-scheduler", filepath.Join(kube, "kube-scheduler"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
+		"--profiling=false",
+	); err != nil {
+		return c, err
+	}
+	kwokPorts, err := freePorts(1)
+	if err != nil {
+		return c, err
+	}
+	if err := c.start(opts, "kwok", filepath.Join(bins["kwok"], "kwok"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
+		"--server-address="+fmt.Sprintf("127.0.0.1:%d", kwokPorts[0]),
+		"--node-ip=127.0.0.1",
+	); err != nil {
+		return c, err
+	}
+	if err := c.addNode(ctx); err != nil {
+		return c, c.startError("kwok", err)
+	}
+	if err := c.waitServiceAccount(ctx, metav1.NamespaceDefault); err != nil {
+		return c, c.startError("kube-controller-manager", err)
+	}
+	if err := c.writeState(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// path returns the path of a file in the cluster directory.
+func (c *Cluster) path(name string) string { return filepath.Join(c.Dir, name) }
+
+func (c *Cluster) start(opts Options, name, binary string, args ...string) error {
+	p, err := startProcess(c.Dir, name, binary, args, opts.Detached)
+	if err != nil {
+		return err
+	}
+	c.processes = append(c.processes, p)
+	return nil
+}
+
+// startError adds the component's last log lines to err, or notes that it exited.
+func (c *Cluster) startError(name string, err error) error {
+	for _, p := range c.processes {
+		if p.Name == name {
+			state := "running"
+			if p.exited() {
+				state = "exited"
+			}
+			return fmt.Errorf("%s (%s, log %s): %w\n%s", name, state, p.LogPath, err, p.logTail(20))
+		}
+	}
+	return err
+}
+
+// Stop stops every component in reverse start order: etcd goes last, because a
+// kube-apiserver whose etcd is gone hangs in shutdown. It removes a directory it created.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for i := len(c.processes) - 1; i >= 0; i-- {
+		errs = append(errs, c.processes[i].stop())
+	}
+	c.processes = nil
+	if c.ownsDir {
+		errs = append(errs, os.RemoveAll(c.Dir))
+	} else {
+		errs = append(errs, removeIfExists(c.path(stateFile)))
+	}
+	return errors.Join(errs...)
+}
+
+// writePKI writes a CA, the API server's serving certificate, an admin client
+// certificate, the service-account signing key and the admin kubeconfig.
+func (c *Cluster) writePKI(apiPort int) error {
+	const validity = 365 * 24 * time.Hour
+	ca, err := certs.NewAuthority("confighash-local-ca", validity)
+	if err != nil {
+		return err
+	}
+	serving, err := ca.Issue(certs.Leaf{
+		CommonName: "kube-apiserver",
+		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP("10.96.0.1")},
+		Validity:   validity,
+	})
+	if err != nil {
+		return err
+	}
+	admin, err := ca.Issue(certs.Leaf{
+		CommonName: "confighash-admin", Organizations: []string{"system:masters"},
+		Client: true, Validity: validity,
+	})
+	if err != nil {
+		return err
+	}
+	// Any key pair serves as a service-account signing key.
+	sa, err := ca.Issue(certs.Leaf{CommonName: "service-accounts", Client: true, Validity: validity})
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		kp         *certs.KeyPair
+		cert, name string
+	}{{&ca.KeyPair, "ca.crt", "ca.key"}, {serving, "apiserver.crt", "apiserver.key"}, {admin, "admin.crt", "admin.key"}, {sa, "sa.crt", "sa.key"}} {
+		if err := f.kp.WriteFiles(c.Dir, f.cert, f.name); err != nil {
+			return err
+		}
+	}
+
+	c.Kubeconfig = c.path("kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["confighash"] = &clientcmdapi.Cluster{
+		Server:                   fmt.Sprintf("https://127.0.0.1:%d", apiPort),
+		CertificateAuthorityData: ca.CertPEM,
+	}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.CertPEM, ClientKeyData: admin.KeyPEM}
+	cfg.Contexts["confighash"] = &clientcmdapi.Context{Cluster: "confighash", AuthInfo: "admin"}
+	cfg.CurrentContext = "confighash"
+	if err := clientcmd.WriteToFile(*cfg, c.Kubeconfig); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) waitAPIServer(ctx context.Context) error {
+	return c.poll(ctx, "kube-apiserver", func(ctx context.Context) (bool, error) {
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", nil
+	})
+}
+
+// nodeResources is generous so that scheduling never limits a test or benchmark.
+var nodeResources = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("64"),
+	corev1.ResourceMemory: resource.MustParse("256Gi"),
+	corev1.ResourcePods:   resource.MustParse("5000"),
+}
+
+// addNode registers the fake node kwok manages and waits until kwok reports it Ready.
+func (c *Cluster) addNode(ctx context.Context) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        NodeName,
+			Annotations: map[string]string{kwokNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+			Labels: map[string]string{
+				"kubernetes.io/hostname": NodeName, "kubernetes.io/os": "linux",
+				"kubernetes.io/arch": "amd64", "type": "kwok",
+			},
+		},
+		Status: corev1.NodeStatus{
+			Allocatable: nodeResources,
+			Capacity:    nodeResources,
+		},
+	}
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create node: %w", err)
+	}
+	return c.poll(ctx, "kwok", func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// waitServiceAccount waits for the controller-manager to create the namespace's default
+// ServiceAccount, without which the API server rejects pods.
+func (c *Cluster) waitServiceAccount(ctx context.Context, namespace string) error {
+	return c.poll(ctx, "kube-controller-manager", func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+// poll runs cond until it holds, failing fast when the named component has exited.
+func (c *Cluster) poll(ctx context.Context, component string, cond wait.ConditionWithContextFunc) error {
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, p := range c.processes {
+			if p.Name == component && p.exited() {
+				return false, fmt.Errorf("%s exited", component)
+			}
+		}
+		return cond(ctx)
+	})
+}
+
+// CreateNamespace creates a namespace with a generated name from prefix and the given
+// labels, and waits until pods can be created in it.
+func (c *Cluster) CreateNamespace(ctx context.Context, prefix string, labels map[string]string) (string, error) {
+	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("create namespace: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.waitServiceAccount(ctx, ns.Name); err != nil {
+		return "", fmt.Errorf("wait for default service account in %s: %w", ns.Name, err)
+	}
+	return ns.Name, nil
+}
+
+// DeleteNamespace deletes a namespace without waiting for its contents to go.
+func (c *Cluster) DeleteNamespace(ctx context.Context, name string) error {
+	err := c.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// Kubectl runs kubectl against the cluster and returns its combined output.
+func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.KubectlPath, append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return out, nil
+}
+
+// ensureBinaries runs build-binaries.sh, which builds whatever is not cached yet, and
+// returns each component's directory.
+func ensureBinaries(ctx context.Context) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(sourceDir(), "build-binaries.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("build control-plane binaries: %w", err)
+	}
+	dirs := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if name, dir, ok := strings.Cut(sc.Text(), "="); ok {
+			dirs[name] = dir
+		}
+	}
+	for _, name := range []string{"etcd", "kwok", "kubernetes"} {
+		if dirs[name] == "" {
+			return nil, fmt.Errorf("build-binaries.sh did not report a %s directory", name)
+		}
+	}
+	return dirs, nil
+}
+
+// sourceDir is this package's directory, where build-binaries.sh lives.
+func sourceDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(file)
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// waitHTTP polls url until it answers 200.
+func waitHTTP(ctx context.Context, url string) error {
+	client := &http.Client{Timeout: time.Second}
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// stateFile records a detached cluster's processes so `cluster-down` can stop them.
+const stateFile = "state.json"
+
+type state struct {
+	Kubeconfig string     `json:"kubeconfig"`
+	Kubectl    string     `json:"kubectl"`
+	Processes  []*process `json:"processes"`
+}
+
+func (c *Cluster) writeState() error {
+	data, err := json.MarshalIndent(state{Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, Processes: c.processes}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode cluster state: %w", err)
+	}
+	if err := os.WriteFile(c.path(stateFile), data, 0o644); err != nil {
+		return fmt.Errorf("write cluster state: %w", err)
+	}
+	return nil
+}
+
+// Attach returns the cluster whose state is recorded in dir by a detached Start, or an
+// error wrapping os.ErrNotExist if none is.
+func Attach(dir string) (*Cluster, error) {
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, fmt.Errorf("read cluster state: %w", err)
+	}
+	var s state
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("decode cluster state %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, processes: s.Processes}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return nil, fmt.Errorf("create client: %w", err)
+	}
+	return c, nil
+}
+
+// Running reports whether every recorded component still runs.
+func (c *Cluster) Running() bool {
+	for _, p := range c.processes {
+		if p.exited() {
+			return false
+		}
+	}
+	return len(c.processes) > 0
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// WaitRolledOut waits until the Deployment's controller has observed its latest spec
+// and every replica is updated and available, as `kubectl rollout status` does.
+func (c *Cluster) WaitRolledOut(ctx context.Context, namespace, name string) error {
+	var last *appsv1.Deployment
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = d
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		s := d.Status
+		return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want &&
+			s.AvailableReplicas == want && s.Replicas == want, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("deployment %s/%s did not roll out: %w (status %+v)", namespace, name, err, last.Status)
+	}
+	return err
+}
