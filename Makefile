@@ -46,8 +46,9 @@ lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, and a syntax check of the sh
 
 $(STATICCHECK):
 	mkdir -p $(CACHE)/tools
-	GOBIN=$(CACHE)/tools/tmp.$$$$ go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	mv $(CACHE)/tools/tmp.$$$$/staticcheck $@ && rmdir $(CACHE)/tools/tmp.$$$$
+	tmp="$$(mktemp -d $(CACHE)/tools/tmp.XXXXXX)"; \
+	GOBIN="$$tmp" go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	mv "$$tmp/staticcheck" $@; rmdir "$$tmp"
 
 .PHONY: cluster-up
 cluster-up: control-plane ## start a local control plane that stays up; prints the KUBECONFIG

@@ -34,6 +34,7 @@ build_once() {
 			return 1
 		fi
 		rm -rf "$tmp/src"
+		chmod 755 "$tmp"
 		mv -T "$tmp" "$final"
 	fi
 	flock -u "$lock"
@@ -78,21 +79,18 @@ build_kubernetes() {
 		"${pkgs[@]}"
 }
 
-build_etcd() {
-	local out="$1" version="$2"
+# build_main OUT VERSION MODULE PACKAGE BINARY: builds the main package PACKAGE of
+# MODULE@VERSION as OUT/BINARY.
+build_main() {
+	local out="$1" version="$2" module="$3" pkg="$4" binary="$5"
 	new_module "$out"
 	cd "$out/src"
-	quiet go get "go.etcd.io/etcd/server/v3@$version"
-	CGO_ENABLED=0 go build -o "$out/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
+	quiet go get "$module@$version"
+	CGO_ENABLED=0 go build -o "$out/$binary" -ldflags "-s -w" "$pkg"
 }
 
-build_kwok() {
-	local out="$1" version="$2"
-	new_module "$out"
-	cd "$out/src"
-	quiet go get "sigs.k8s.io/kwok/cmd/kwok@$version"
-	CGO_ENABLED=0 go build -o "$out/kwok" -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok
-}
+build_etcd() { build_main "$1" "$2" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 etcd; }
+build_kwok() { build_main "$1" "$2" sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok kwok; }
 
 build_once etcd "$ETCD_VERSION" build_etcd
 build_once kwok "$KWOK_VERSION" build_kwok

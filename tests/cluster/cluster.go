@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -129,7 +130,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--cert-dir="+c.Dir,
 		"--tls-cert-file="+c.path("apiserver.crt"), "--tls-private-key-file="+c.path("apiserver.key"),
 		"--client-ca-file="+c.path("ca.crt"),
-		"--service-account-key-file="+c.path("sa.key"),
+		"--service-account-key-file="+c.path("sa.crt"),
 		"--service-account-signing-key-file="+c.path("sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range=10.96.0.0/16",
@@ -260,7 +261,8 @@ func (c *Cluster) writePKI(apiPort int) error {
 	if err != nil {
 		return err
 	}
-	// Any key pair serves as a service-account signing key.
+	// Any key pair serves as a service-account signing key; the API server reads the
+	// public key from the certificate.
 	sa, err := ca.Issue(certs.Leaf{CommonName: "service-accounts", Client: true, Validity: validity})
 	if err != nil {
 		return err
@@ -401,6 +403,9 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]
 func ensureBinaries(ctx context.Context) (map[string]string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(sourceDir(), "build-binaries.sh"))
 	cmd.Stderr = os.Stderr
+	// Cancelling stops the script's go commands too, not only the script.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("build control-plane binaries: %w", err)

@@ -27,24 +27,36 @@ func Main(m *testing.M, c **Cluster) {
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	cl, owned, err := startForTests()
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		cl      *Cluster
+		owned   bool
+		started = make(chan struct{})
+	)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "%v: stopping the local control plane\n", sig)
+		cancel() // a Start in progress stops what it started
+		<-started
+		if owned && cl != nil {
+			_ = cl.Stop()
+		}
+		os.Exit(1)
+	}()
+
+	var err error
+	cl, owned, err = startForTests(ctx)
+	close(started)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "local control plane: %v\n", err)
 		os.Exit(1)
 	}
 	*c = cl
-	if owned {
-		signals := make(chan os.Signal, 1)
-		signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-		go func() {
-			sig := <-signals
-			fmt.Fprintf(os.Stderr, "%v: stopping the local control plane\n", sig)
-			_ = cl.Stop()
-			os.Exit(1)
-		}()
-	}
 	code := m.Run()
 	if owned {
+		signal.Stop(signals)
 		if err := cl.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stop local control plane: %v\n", err)
 			code = 1
@@ -53,7 +65,7 @@ func Main(m *testing.M, c **Cluster) {
 	os.Exit(code)
 }
 
-func startForTests() (c *Cluster, owned bool, err error) {
+func startForTests(ctx context.Context) (c *Cluster, owned bool, err error) {
 	if dir := os.Getenv(SharedDirEnv); dir != "" {
 		c, err := Attach(dir)
 		if err != nil {
@@ -64,7 +76,7 @@ func startForTests() (c *Cluster, owned bool, err error) {
 		}
 		return c, false, nil
 	}
-	c, err = Start(context.Background(), Options{})
+	c, err = Start(ctx, Options{})
 	return c, true, err
 }
 
