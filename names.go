@@ -1,0 +1,42 @@
+// Package confighash is the domain of confighash, free of I/O: which ConfigMaps and
+// Secrets a workload's pod template uses, which of them count under the workload's
+// annotations, the keyed hash of their contents, and the sources record that decides
+// when a change is due to roll the workload.
+//
+// It takes Kubernetes objects and returns decisions; the webhook and the watcher adapt
+// it to the API server.
+package confighash
+
+// Domain is the prefix of every annotation and label confighash reads or writes.
+const Domain = "confighash.dev"
+
+// Labels and annotations, as documented in docs/annotations.md.
+const (
+	// InjectionLabel on a Namespace enables confighash there, with value InjectionEnabled.
+	InjectionLabel   = Domain + "/injection"
+	InjectionEnabled = "enabled"
+
+	// AnnotationInject opts a workload in, on its metadata or its pod template.
+	AnnotationInject = Domain + "/inject"
+	// AnnotationOnly restricts discovery to "configmaps" or "secrets".
+	AnnotationOnly = Domain + "/only"
+	// AnnotationIncludeConfigMaps and AnnotationIncludeSecrets name objects to hash even
+	// when the pod template does not use them; either opts the workload in by itself.
+	AnnotationIncludeConfigMaps = Domain + "/include-configmaps"
+	AnnotationIncludeSecrets    = Domain + "/include-secrets"
+	// AnnotationExcludeConfigMaps and AnnotationExcludeSecrets name objects never to hash.
+	AnnotationExcludeConfigMaps = Domain + "/exclude-configmaps"
+	AnnotationExcludeSecrets    = Domain + "/exclude-secrets"
+	// AnnotationSearch makes only sources that carry AnnotationMatch count.
+	AnnotationSearch = Domain + "/search"
+
+	// AnnotationMatch on a ConfigMap or Secret makes it count for workloads in search mode.
+	AnnotationMatch = Domain + "/match"
+	// AnnotationIgnore on a ConfigMap or Secret keeps it out of every hash.
+	AnnotationIgnore = Domain + "/ignore"
+
+	// AnnotationHash is written on the pod template: the only thing that makes pods roll.
+	AnnotationHash = Domain + "/hash"
+	// AnnotationSources is written on the workload's metadata: the sources record.
+	AnnotationSources = Domain + "/sources"
+)

@@ -1,0 +1,149 @@
+package confighash
+
+import (
+	"cmp"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// SourceKind is the kind of object a workload can use: a ConfigMap or a Secret.
+type SourceKind string
+
+// The source kinds.
+const (
+	ConfigMap SourceKind = "ConfigMap"
+	Secret    SourceKind = "Secret"
+)
+
+// SourceRef names a ConfigMap or Secret in the workload's namespace.
+type SourceRef struct {
+	Kind SourceKind
+	Name string
+}
+
+func (r SourceRef) String() string { return string(r.Kind) + "/" + r.Name }
+
+func (r SourceRef) compare(o SourceRef) int {
+	return cmp.Or(cmp.Compare(r.Kind, o.Kind), cmp.Compare(r.Name, o.Name))
+}
+
+// Reference is every use a pod template makes of one source, merged.
+type Reference struct {
+	SourceRef
+	// AllKeys is set when some use takes the whole object (envFrom, or a volume without
+	// items); then Keys is empty.
+	AllKeys bool
+	// Keys are the keys the uses name, sorted, when no use takes the whole object.
+	Keys []string
+	// Optional is set when every use is optional: pods can start without the source.
+	Optional bool
+}
+
+// References returns every ConfigMap and Secret the pod template uses, from containers,
+// init containers, volumes and projected volumes, sorted by kind and name.
+// imagePullSecrets and service-account tokens do not count: a change to them does not
+// change what a running pod sees.
+func References(tmpl *corev1.PodTemplateSpec) []Reference {
+	if tmpl == nil {
+		return nil
+	}
+	c := collector{}
+	spec := &tmpl.Spec
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range list {
+			c.container(&list[i])
+		}
+	}
+	for i := range spec.Volumes {
+		c.volume(&spec.Volumes[i].VolumeSource)
+	}
+	return c.result()
+}
+
+// collector merges uses per source.
+type collector map[SourceRef]*Reference
+
+func (c collector) container(ctr *corev1.Container) {
+	for _, from := range ctr.EnvFrom {
+		if r := from.ConfigMapRef; r != nil {
+			c.use(ConfigMap, r.Name, nil, r.Optional)
+		}
+		if r := from.SecretRef; r != nil {
+			c.use(Secret, r.Name, nil, r.Optional)
+		}
+	}
+	for _, env := range ctr.Env {
+		if env.ValueFrom == nil {
+			continue
+		}
+		if r := env.ValueFrom.ConfigMapKeyRef; r != nil {
+			c.use(ConfigMap, r.Name, []string{r.Key}, r.Optional)
+		}
+		if r := env.ValueFrom.SecretKeyRef; r != nil {
+			c.use(Secret, r.Name, []string{r.Key}, r.Optional)
+		}
+	}
+}
+
+func (c collector) volume(v *corev1.VolumeSource) {
+	if s := v.ConfigMap; s != nil {
+		c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional)
+	}
+	if s := v.Secret; s != nil {
+		c.use(Secret, s.SecretName, itemKeys(s.Items), s.Optional)
+	}
+	if p := v.Projected; p != nil {
+		for _, src := range p.Sources {
+			if s := src.ConfigMap; s != nil {
+				c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional)
+			}
+			if s := src.Secret; s != nil {
+				c.use(Secret, s.Name, itemKeys(s.Items), s.Optional)
+			}
+		}
+	}
+}
+
+// itemKeys returns the keys a volume's items select; none means the whole object.
+func itemKeys(items []corev1.KeyToPath) []string {
+	if len(items) == 0 {
+		return nil
+	}
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = it.Key
+	}
+	return keys
+}
+
+// use records one use; keys nil means the whole object.
+func (c collector) use(kind SourceKind, name string, keys []string, optional *bool) {
+	if name == "" {
+		return // invalid, and the API server rejects it; nothing to hash
+	}
+	ref := SourceRef{kind, name}
+	opt := optional != nil && *optional
+	r, ok := c[ref]
+	if !ok {
+		r = &Reference{SourceRef: ref, Optional: true}
+		c[ref] = r
+	}
+	r.Optional = r.Optional && opt
+	if keys == nil {
+		r.AllKeys, r.Keys = true, nil
+	} else if !r.AllKeys {
+		r.Keys = append(r.Keys, keys...)
+	}
+}
+
+func (c collector) result() []Reference {
+	refs := make([]Reference, 0, len(c))
+	for _, r := range c {
+		slices.Sort(r.Keys)
+		r.Keys = slices.Compact(r.Keys)
+		refs = append(refs, *r)
+	}
+	slices.SortFunc(refs, func(a, b Reference) int { return a.compare(b.SourceRef) })
+	return refs
+}

@@ -1,0 +1,135 @@
+package confighash
+
+import (
+	"errors"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+var testTemplate = corev1.PodTemplateSpec{
+	ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"t": "1"}},
+	Spec: withVolume(corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}),
+}
+
+var testMeta = metav1.ObjectMeta{Namespace: "ns", Name: "w", Annotations: map[string]string{AnnotationInject: "true"}}
+
+func TestWorkloadOf(t *testing.T) {
+	rollout := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+		"metadata": map[string]any{"namespace": "ns", "name": "w", "annotations": map[string]any{AnnotationInject: "true"}},
+		"spec": map[string]any{
+			"strategy": map[string]any{"canary": map[string]any{}},
+			"template": map[string]any{
+				"metadata": map[string]any{"annotations": map[string]any{"t": "1"}},
+				"spec":     map[string]any{"volumes": []any{map[string]any{"name": "v", "configMap": map[string]any{"name": "cfg"}}}},
+			},
+		},
+	}}
+	unstructuredDeployment, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&appsv1.Deployment{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: testMeta,
+		Spec: appsv1.DeploymentSpec{Template: testTemplate},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		obj  runtime.Object
+		kind Kind
+	}{
+		{"a Deployment's template is spec.template", &appsv1.Deployment{ObjectMeta: testMeta, Spec: appsv1.DeploymentSpec{Template: testTemplate}}, Deployment},
+		{"a StatefulSet's template is spec.template", &appsv1.StatefulSet{ObjectMeta: testMeta, Spec: appsv1.StatefulSetSpec{Template: testTemplate}}, StatefulSet},
+		{"a DaemonSet's template is spec.template", &appsv1.DaemonSet{ObjectMeta: testMeta, Spec: appsv1.DaemonSetSpec{Template: testTemplate}}, DaemonSet},
+		{"a CronJob's template is spec.jobTemplate.spec.template", &batchv1.CronJob{ObjectMeta: testMeta, Spec: batchv1.CronJobSpec{JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: testTemplate}}}}, CronJob},
+		{"an Argo Rollout is read without Argo's types", rollout, Rollout},
+		{"an unstructured Deployment reads like a typed one", &unstructured.Unstructured{Object: unstructuredDeployment}, Deployment},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := WorkloadOf(tt.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Kind.Kind != tt.kind.Kind || w.Namespace != "ns" || w.Name != "w" || w.Annotations[AnnotationInject] != "true" {
+				t.Fatalf("WorkloadOf() = %s %s/%s %v", w.Kind.Kind, w.Namespace, w.Name, w.Annotations)
+			}
+			if w.Template.Annotations["t"] != "1" {
+				t.Fatalf("template annotations = %v, want t=1", w.Template.Annotations)
+			}
+			refs := References(w.Template)
+			if len(refs) != 1 || refs[0].SourceRef != (SourceRef{ConfigMap, "cfg"}) || !refs[0].AllKeys {
+				t.Fatalf("References() = %+v, want the whole ConfigMap cfg", refs)
+			}
+		})
+	}
+}
+
+func TestWorkloadOfRejectsWhatItCannotRead(t *testing.T) {
+	tests := []struct {
+		name    string
+		obj     runtime.Object
+		wantErr error
+	}{
+		{"a Pod is not a workload kind", &corev1.Pod{}, ErrUnsupportedKind},
+		{"no object", nil, ErrUnsupportedKind},
+		{"an unknown unstructured kind", &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Thing"}}, ErrUnsupportedKind},
+		{"a Rollout of another version", &unstructured.Unstructured{Object: map[string]any{"apiVersion": "argoproj.io/v1beta1", "kind": "Rollout"}}, ErrUnsupportedKind},
+		{"a template that is not an object", &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "spec": map[string]any{"template": "oops"}}}, nil},
+		{"a template with a wrongly typed field", &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "spec": map[string]any{"template": map[string]any{"spec": map[string]any{"volumes": "oops"}}}}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := WorkloadOf(tt.obj)
+			if err == nil {
+				t.Fatal("WorkloadOf() succeeded, want an error")
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("WorkloadOf() error = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRolloutWithoutTemplateHasNoReferences(t *testing.T) {
+	w, err := WorkloadOf(&unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+		"spec": map[string]any{"workloadRef": map[string]any{"name": "d"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs := References(w.Template); len(refs) != 0 {
+		t.Fatalf("References() = %v, want none", refs)
+	}
+}
+
+// FuzzWorkloadFromJSON feeds arbitrary JSON through the unstructured path the webhook
+// uses for Rollouts: it may fail, never panic.
+func FuzzWorkloadFromJSON(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"argoproj.io/v1alpha1","kind":"Rollout","spec":{"template":{"spec":{"containers":[{"name":"c","envFrom":[{"configMapRef":{"name":"a"}}]}]}}}}`))
+	f.Add([]byte(`{"apiVersion":"batch/v1","kind":"CronJob","spec":{"jobTemplate":{"spec":{"template":{"spec":{"volumes":[{"name":"v","secret":{"secretName":"s","items":[{"key":"k","path":"p"}]}}]}}}}}}`))
+	f.Add([]byte(`{"apiVersion":"apps/v1","kind":"Deployment","spec":{"template":[]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(data); err != nil {
+			return
+		}
+		w, err := WorkloadOf(u)
+		if err != nil {
+			return
+		}
+		for _, r := range References(w.Template) {
+			if r.Name == "" || (r.AllKeys && len(r.Keys) > 0) {
+				t.Fatalf("bad reference %+v", r)
+			}
+		}
+	})
+}
