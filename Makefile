@@ -10,6 +10,10 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)
 GO_TEST_TIMEOUT ?= 45m
+# Fuzz targets of the root package; make test runs each briefly, make fuzz longer.
+FUZZ_TARGETS := FuzzParsePolicy FuzzParseRecord FuzzWorkloadFromJSON
+FUZZTIME ?= 2m
+TEST_FUZZTIME ?= 10s
 
 export CONFIGHASH_CACHE := $(CACHE)
 
@@ -26,8 +30,17 @@ control-plane: ## build the local control plane's binaries once per machine (cac
 	tests/cluster/build-binaries.sh >/dev/null
 
 .PHONY: test
-test: control-plane ## unit and end-to-end tests against a real local control plane
+test: control-plane ## unit and end-to-end tests against a real local control plane, and a short fuzz run
 	go test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 2m)
+	for target in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) . ; done
+
+.PHONY: bench
+bench: ## benchmarks, with allocations
+	go test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: test-unit
 test-unit: ## unit tests only, no control plane

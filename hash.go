@@ -1,15 +1,17 @@
 package confighash
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
+	"fmt"
 	"hash"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -18,15 +20,30 @@ import (
 const MinKeySize = 32
 
 // Key is the per-install HMAC key. It keeps hashes from revealing anything about a
-// Secret's value to someone who can read workloads but not Secrets.
-type Key []byte
+// Secret's value to someone who can read workloads but not Secrets. Safe for concurrent
+// use.
+type Key struct {
+	// macs holds keyed HMAC states: keying costs two SHA-256 blocks and several
+	// allocations, more than hashing a small source.
+	macs *sync.Pool
+}
 
-// Validate reports whether the key is long enough.
-func (k Key) Validate() error {
-	if len(k) < MinKeySize {
-		return errors.New("hash key must be at least 32 bytes")
+// NewKey returns a key from at least MinKeySize secret bytes.
+func NewKey(secret []byte) (Key, error) {
+	if len(secret) < MinKeySize {
+		return Key{}, fmt.Errorf("hash key must be at least %d bytes, got %d", MinKeySize, len(secret))
 	}
-	return nil
+	secret = bytes.Clone(secret)
+	return Key{macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}, nil
+}
+
+// sum returns the HMAC of msg into out.
+func (k Key) sum(msg []byte, out *[sha256.Size]byte) {
+	mac := k.macs.Get().(hash.Hash)
+	mac.Reset()
+	_, _ = mac.Write(msg)
+	mac.Sum(out[:0])
+	k.macs.Put(mac)
 }
 
 // Sum is the SHA-256 of one value of a ConfigMap or Secret.
@@ -142,20 +159,26 @@ func SourceDigest(key Key, ref Reference, src Source) Digest {
 		return cmp.Or(cmp.Compare(a.section, b.section), strings.Compare(a.key, b.key))
 	})
 
-	mac := hmac.New(sha256.New, key)
-	_, _ = mac.Write([]byte(sourcePrefix))
-	writeString(mac, string(ref.Kind))
-	writeString(mac, ref.Name)
-	writeUvarint(mac, uint64(len(entries)))
+	size := len(sourcePrefix) + len(ref.Kind) + len(ref.Name) + 3*binary.MaxVarintLen64
 	for _, e := range entries {
-		_, _ = mac.Write([]byte{e.section})
-		writeString(mac, e.key)
+		size += 1 + binary.MaxVarintLen64 + len(e.key) + len(e.sum)
+	}
+	msg := make([]byte, 0, size)
+	msg = append(msg, sourcePrefix...)
+	msg = appendString(msg, string(ref.Kind))
+	msg = appendString(msg, ref.Name)
+	msg = binary.AppendUvarint(msg, uint64(len(entries)))
+	for _, e := range entries {
+		msg = append(msg, e.section)
+		msg = appendString(msg, e.key)
 		if e.section != sectionAbsentKey {
-			_, _ = mac.Write(e.sum[:])
+			msg = append(msg, e.sum[:]...)
 		}
 	}
+	var full [sha256.Size]byte
+	key.sum(msg, &full)
 	var d Digest
-	copy(d[:], mac.Sum(nil))
+	copy(d[:], full[:])
 	return d
 }
 
@@ -169,33 +192,29 @@ func appendSection(entries []entry, section byte, m map[string]Sum) []entry {
 // hashPrefix versions the workload hash written on pod templates.
 const hashPrefix = "v1:"
 
-// workloadHash is the keyed hash over the sorted (kind, name, digest) list.
+// workloadHash is the keyed hash over the sorted (kind, name, digest) list of the
+// entries that count.
 func workloadHash(key Key, entries []RecordEntry) string {
-	mac := hmac.New(sha256.New, key)
-	_, _ = mac.Write([]byte(workloadPrefix))
-	var n uint64
+	var hashed []RecordEntry
 	for _, e := range entries {
 		if e.hashed() {
-			n++
+			hashed = append(hashed, e)
 		}
 	}
-	writeUvarint(mac, n)
-	for _, e := range entries {
-		if e.hashed() {
-			writeString(mac, string(e.Kind))
-			writeString(mac, e.Name)
-			_, _ = mac.Write(e.Digest[:])
-		}
+	msg := make([]byte, 0, 64*(len(hashed)+1))
+	msg = append(msg, workloadPrefix...)
+	msg = binary.AppendUvarint(msg, uint64(len(hashed)))
+	for _, e := range hashed {
+		msg = appendString(msg, string(e.Kind))
+		msg = appendString(msg, e.Name)
+		msg = append(msg, e.Digest[:]...)
 	}
-	return hashPrefix + hex.EncodeToString(mac.Sum(nil))
+	var sum [sha256.Size]byte
+	key.sum(msg, &sum)
+	return hashPrefix + hex.EncodeToString(sum[:])
 }
 
-func writeString(h hash.Hash, s string) {
-	writeUvarint(h, uint64(len(s)))
-	_, _ = h.Write([]byte(s))
-}
-
-func writeUvarint(h hash.Hash, v uint64) {
-	var buf [binary.MaxVarintLen64]byte
-	_, _ = h.Write(buf[:binary.PutUvarint(buf[:], v)])
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
