@@ -39,4 +39,7 @@ const (
 	AnnotationHash = Domain + "/hash"
 	// AnnotationSources is written on the workload's metadata: the sources record.
 	AnnotationSources = Domain + "/sources"
+	// AnnotationTrigger is written by the watcher on the workload's metadata when it
+	// touches the workload: the source change that triggered it (see Trigger).
+	AnnotationTrigger = Domain + "/trigger"
 )
