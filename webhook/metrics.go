@@ -1,0 +1,93 @@
+package webhook
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/confighash/confighash"
+)
+
+// Recorder records the webhook's metrics.
+type Recorder interface {
+	// ObserveAdmission records one admission of a workload kind.
+	ObserveAdmission(kind, operation string, result Result, d time.Duration)
+	// SourceRead records where one source was read from: "cache" or "live".
+	SourceRead(kind confighash.SourceKind, from string)
+	// BadRequest records a request refused before admission, by reason.
+	BadRequest(reason string)
+	// Panic records a recovered panic.
+	Panic()
+}
+
+// NoopRecorder records nothing.
+type NoopRecorder struct{}
+
+var _ Recorder = NoopRecorder{}
+
+func (NoopRecorder) ObserveAdmission(string, string, Result, time.Duration) {}
+func (NoopRecorder) SourceRead(confighash.SourceKind, string)              {}
+func (NoopRecorder) BadRequest(string)                                     {}
+func (NoopRecorder) Panic()                                                {}
+
+// admissionBuckets line up with the API server's own webhook latency buckets, from a
+// millisecond to its ten-second webhook timeout.
+var admissionBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// PrometheusRecorder records to Prometheus. Labels are low-cardinality: never a
+// namespace or a name.
+type PrometheusRecorder struct {
+	duration    *prometheus.HistogramVec
+	mutations   *prometheus.CounterVec
+	reads       *prometheus.CounterVec
+	badRequests *prometheus.CounterVec
+	panics      prometheus.Counter
+}
+
+var _ Recorder = (*PrometheusRecorder)(nil)
+
+// NewPrometheusRecorder registers the webhook's metrics with reg.
+func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, error) {
+	r := &PrometheusRecorder{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "admission_duration_seconds",
+			Help:    "Time to admit one workload, by operation.",
+			Buckets: admissionBuckets,
+		}, []string{"operation"}),
+		mutations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "mutations_total",
+			Help: "Workload admissions by kind and result: patched, unchanged, skipped (not opted in), error (allowed unchanged).",
+		}, []string{"kind", "result"}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "source_reads_total",
+			Help: "ConfigMaps and Secrets read during admission, by kind and where from: cache or live.",
+		}, []string{"kind", "from"}),
+		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "bad_requests_total",
+			Help: "Requests refused before admission, by reason.",
+		}, []string{"reason"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "panics_total",
+			Help: "Panics recovered while handling a request; the request was allowed unchanged.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.badRequests, r.panics} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *PrometheusRecorder) ObserveAdmission(kind, operation string, result Result, d time.Duration) {
+	r.duration.WithLabelValues(operation).Observe(d.Seconds())
+	r.mutations.WithLabelValues(kind, string(result)).Inc()
+}
+
+func (r *PrometheusRecorder) SourceRead(kind confighash.SourceKind, from string) {
+	r.reads.WithLabelValues(string(kind), from).Inc()
+}
+
+func (r *PrometheusRecorder) BadRequest(reason string) { r.badRequests.WithLabelValues(reason).Inc() }
+
+func (r *PrometheusRecorder) Panic() { r.panics.Inc() }
