@@ -26,9 +26,9 @@ type NoopRecorder struct{}
 var _ Recorder = NoopRecorder{}
 
 func (NoopRecorder) ObserveAdmission(string, string, Result, time.Duration) {}
-func (NoopRecorder) SourceRead(confighash.SourceKind, string)              {}
-func (NoopRecorder) BadRequest(string)                                     {}
-func (NoopRecorder) Panic()                                                {}
+func (NoopRecorder) SourceRead(confighash.SourceKind, string)               {}
+func (NoopRecorder) BadRequest(string)                                      {}
+func (NoopRecorder) Panic()                                                 {}
 
 // admissionBuckets line up with the API server's own webhook latency buckets, from a
 // millisecond to its ten-second webhook timeout.
