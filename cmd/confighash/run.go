@@ -17,19 +17,24 @@ Usage:
   confighash <command> [flags]
 
 Commands:
+  webhook   run the mutating admission webhook
   version   print the version
+
+Run confighash <command> --help for its flags.
 `
 
 // errUsage reports a command line that names no known command.
 var errUsage = errors.New("unknown command; run confighash help")
 
 // run executes one subcommand; it is main without the process: testable end to end.
-func run(_ context.Context, args []string, stdout, _ io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	switch args[0] {
+	case "webhook":
+		return runWebhook(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "confighash %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil

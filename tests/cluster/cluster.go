@@ -98,7 +98,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return c, err
 	}
@@ -170,7 +170,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	); err != nil {
 		return c, err
 	}
-	kwokPorts, err := freePorts(1)
+	kwokPorts, err := FreePorts(1)
 	if err != nil {
 		return c, err
 	}
@@ -431,8 +431,8 @@ func sourceDir() string {
 	return filepath.Dir(file)
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct loopback ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
 	defer func() {

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+)
+
+// hashKeyDataKey is the key of the HMAC key in its Secret.
+const hashKeyDataKey = "key"
+
+// loadKey reads the HMAC key from file, or else from the Secret in namespace, creating
+// it with a random key when absent. Replicas starting together race to create it; the
+// losers read the winner's.
+func loadKey(ctx context.Context, client kubernetes.Interface, file, namespace, secret string) (confighash.Key, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return confighash.Key{}, fmt.Errorf("read hash key file: %w", err)
+		}
+		return confighash.NewKey(b)
+	}
+	secrets := client.CoreV1().Secrets(namespace)
+	s, err := secrets.Get(ctx, secret, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		b := make([]byte, confighash.MinKeySize)
+		_, _ = rand.Read(b)
+		s, err = secrets.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "confighash"}},
+			Data:       map[string][]byte{hashKeyDataKey: b},
+			// Changing the key changes every hash and rolls every workload once.
+			Immutable: ptr.To(true),
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			s, err = secrets.Get(ctx, secret, metav1.GetOptions{})
+		}
+	}
+	if err != nil {
+		return confighash.Key{}, fmt.Errorf("read or create hash key secret %s/%s: %w", namespace, secret, err)
+	}
+	key, err := confighash.NewKey(s.Data[hashKeyDataKey])
+	if err != nil {
+		return confighash.Key{}, fmt.Errorf("hash key secret %s/%s: %w", namespace, secret, err)
+	}
+	return key, nil
+}

@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// labeledNamespace creates a namespace where confighash acts.
+func labeledNamespace(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	return namespace(t, c, map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled})
+}
+
+func namespace(t *testing.T, c *cluster.Cluster, labels map[string]string) string {
+	t.Helper()
+	ns, err := c.CreateNamespace(t.Context(), "e2e", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteNamespace(context.Background(), ns) })
+	return ns
+}
+
+func createConfigMap(t *testing.T, c *cluster.Cluster, ns, name string, data map[string]string) *corev1.ConfigMap {
+	t.Helper()
+	cm, err := c.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
+func createSecret(t *testing.T, c *cluster.Cluster, ns, name string, data map[string]string) *corev1.Secret {
+	t.Helper()
+	s, err := c.Client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// everyUseTemplate uses ConfigMaps and Secrets in every way a pod template can.
+func everyUseTemplate(labels map[string]string) corev1.PodTemplateSpec {
+	lor := func(n string) corev1.LocalObjectReference { return corev1.LocalObjectReference{Name: n} }
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "init", Image: "example.com/init:1", Env: []corev1.EnvVar{
+				{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: lor("init-config"), Key: "x"}}},
+			}}},
+			Containers: []corev1.Container{{
+				Name: "app", Image: "example.com/app:1",
+				Env: []corev1.EnvVar{
+					{Name: "GREETING", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: lor("app-config"), Key: "greeting"}}},
+					{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: lor("app-secret"), Key: "password"}}},
+				},
+				EnvFrom: []corev1.EnvFromSource{
+					{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: lor("env-config")}},
+					{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: lor("env-secret"), Optional: ptr.To(true)}},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "files", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: lor("files-config"), Items: []corev1.KeyToPath{{Key: "a.conf", Path: "a.conf"}}}}},
+				{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tls-secret"}}},
+				{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: lor("projected-config")}},
+					{Secret: &corev1.SecretProjection{LocalObjectReference: lor("projected-secret"), Items: []corev1.KeyToPath{{Key: "token", Path: "token"}}}},
+				}}}},
+			},
+		},
+	}
+}
+
+// createEverySource creates every source everyUseTemplate uses, with a used and an
+// unused key each.
+func createEverySource(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	for name, key := range map[string]string{"init-config": "x", "app-config": "greeting", "env-config": "E", "files-config": "a.conf", "projected-config": "p"} {
+		createConfigMap(t, c, ns, name, map[string]string{key: "v1-" + name, "unused": "u"})
+	}
+	for name, key := range map[string]string{"app-secret": "password", "env-secret": "S", "tls-secret": "tls.crt", "projected-secret": "token"} {
+		createSecret(t, c, ns, name, map[string]string{key: "s1-" + name, "unused": "u"})
+	}
+}
+
+// deployment returns a Deployment of replicas pods with tmpl's pod spec, opted in.
+func deployment(name string, replicas int32, tmpl corev1.PodTemplateSpec) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	tmpl.Labels = labels
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{confighash.AnnotationInject: "true"}},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+	}
+}
+
+func statefulSet(name string, tmpl corev1.PodTemplateSpec) *appsv1.StatefulSet {
+	labels := map[string]string{"app": name}
+	tmpl.Labels = labels
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{confighash.AnnotationInject: "true"}},
+		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+	}
+}
+
+func daemonSet(name string, tmpl corev1.PodTemplateSpec) *appsv1.DaemonSet {
+	labels := map[string]string{"app": name}
+	tmpl.Labels = labels
+	// Opted in on the pod template, the other place the annotation may be.
+	tmpl.Annotations = map[string]string{confighash.AnnotationInject: "true"}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+	}
+}
+
+func cronJob(name string, tmpl corev1.PodTemplateSpec) *batchv1.CronJob {
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{confighash.AnnotationInject: "true"}},
+		Spec: batchv1.CronJobSpec{Schedule: "0 0 1 1 *", JobTemplate: batchv1.JobTemplateSpec{
+			Spec: batchv1.JobSpec{Template: tmpl}}},
+	}
+}
+
+var rolloutGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "rollouts"}
+
+// rolloutCRD is enough of Argo Rollouts' CRD to admit Rollouts: their schema is kept
+// open, as confighash reads them without Argo's types.
+const rolloutCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: rollouts.argoproj.io
+spec:
+  group: argoproj.io
+  names: {kind: Rollout, listKind: RolloutList, plural: rollouts, singular: rollout}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+`
+
+func createRollout(t *testing.T, c *cluster.Cluster, ns, name string, tmpl corev1.PodTemplateSpec) *unstructured.Unstructured {
+	t.Helper()
+	if _, err := c.Kubectl(t.Context(), []byte(rolloutCRD), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "crd/rollouts.argoproj.io", "--timeout=30s"); err != nil {
+		t.Fatal(err)
+	}
+	rawTmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+		"metadata": map[string]any{"name": name, "annotations": map[string]any{confighash.AnnotationInject: "true"}},
+		"spec": map[string]any{
+			"replicas": int64(1),
+			"selector": map[string]any{"matchLabels": map[string]any{"app": name}},
+			"strategy": map[string]any{"canary": map[string]any{}},
+			"template": rawTmpl,
+		},
+	}}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fresh CRD may take a moment to be served.
+	var out *unstructured.Unstructured
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err = dyn.Resource(rolloutGVR).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// hashKey reads the HMAC key the webhook created.
+func hashKey(t *testing.T, c *cluster.Cluster) confighash.Key {
+	t.Helper()
+	s, err := c.Client.CoreV1().Secrets(installNamespace).Get(t.Context(), "confighash-hash-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := confighash.NewKey(s.Data["key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// expectedHash computes, apart from the webhook, the hash a new workload with this pod
+// template and metadata annotations must get from the sources as they are now.
+func expectedHash(t *testing.T, c *cluster.Cluster, key confighash.Key, ns string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) string {
+	t.Helper()
+	policy, problems := confighash.ParsePolicy(annotations, tmpl.Annotations)
+	if len(problems) > 0 {
+		t.Fatalf("fixture has bad annotations: %v", problems)
+	}
+	candidates := policy.Candidates(confighash.References(tmpl))
+	sources := map[confighash.SourceRef]confighash.Source{}
+	for _, ref := range candidates {
+		switch ref.Kind {
+		case confighash.ConfigMap:
+			if cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), ref.Name, metav1.GetOptions{}); err == nil {
+				sources[ref.SourceRef] = confighash.SourceOfConfigMap(cm)
+			}
+		case confighash.Secret:
+			if s, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), ref.Name, metav1.GetOptions{}); err == nil {
+				sources[ref.SourceRef] = confighash.SourceOfSecret(s)
+			}
+		}
+	}
+	return confighash.Update(nil, confighash.Observe(key, policy, candidates, sources)).Hash(key)
+}

@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/certs"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+var testCluster *cluster.Cluster
+
+func TestMain(m *testing.M) { cluster.Main(m, &testCluster) }
+
+// installNamespace holds the hash key Secret, as the install namespace does.
+const installNamespace = "confighash-system"
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// confighashBinary builds bin/confighash once per test run.
+func confighashBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "confighash-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "confighash")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/confighash/confighash/cmd/confighash").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+// webhookProcess is a running `confighash webhook`.
+type webhookProcess struct {
+	cmd      *exec.Cmd
+	addr     string // admission server, 127.0.0.1:port
+	ops      string // ops server, http://127.0.0.1:port
+	certDir  string
+	ca       *certs.Authority
+	log      *os.File
+	stopOnce sync.Once
+}
+
+// startWebhook runs the webhook against the test cluster with a fresh self-signed
+// certificate, and registers it for labelled namespaces. Both go at the end of the test.
+func startWebhook(t *testing.T, c *cluster.Cluster) *webhookProcess {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	w := &webhookProcess{certDir: t.TempDir()}
+	ports, err := cluster.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.addr, w.ops = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	if w.ca, err = certs.NewAuthority("confighash-test-ca", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	w.issue(t)
+
+	if w.log, err = os.Create(filepath.Join(t.TempDir(), "webhook.log")); err != nil {
+		t.Fatal(err)
+	}
+	w.cmd = exec.Command(confighashBinary(t), "webhook",
+		"--kubeconfig="+c.Kubeconfig,
+		"--listen-address="+w.addr, "--ops-address="+strings.TrimPrefix(w.ops, "http://"),
+		"--tls-cert-file="+filepath.Join(w.certDir, "tls.crt"), "--tls-key-file="+filepath.Join(w.certDir, "tls.key"),
+		"--tls-poll-interval=200ms",
+		"--namespace="+installNamespace,
+		"--log-level=debug",
+	)
+	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.stop(t)
+		if t.Failed() {
+			data, _ := os.ReadFile(w.log.Name())
+			t.Logf("webhook log:\n%s", tail(string(data), 40))
+		}
+	})
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := http.Get(w.ops + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("webhook not ready: %v", err)
+	}
+	w.register(t, c)
+	return w
+}
+
+// issue writes a new serving certificate for 127.0.0.1, signed by the test CA.
+func (w *webhookProcess) issue(t *testing.T) *certs.KeyPair {
+	t.Helper()
+	kp, err := w.ca.Issue(certs.Leaf{CommonName: "confighash-webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written aside and renamed into place, as kubelet swaps a Secret volume.
+	tmp := t.TempDir()
+	if err := kp.WriteFiles(tmp, "tls.crt", "tls.key"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tls.key", "tls.crt"} {
+		if err := os.Rename(filepath.Join(tmp, f), filepath.Join(w.certDir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kp
+}
+
+const webhookConfigName = "confighash-e2e"
+
+// optInCondition lets the API server call the webhook only for workloads that carry an
+// opt-in annotation on their metadata or pod template.
+const optInCondition = `['` + confighash.AnnotationInject + `', '` + confighash.AnnotationIncludeConfigMaps + `', '` + confighash.AnnotationIncludeSecrets + `'].exists(k,
+  (has(object.metadata.annotations) && k in object.metadata.annotations) ||
+  (has(object.spec) && has(object.spec.template) && has(object.spec.template.metadata) &&
+    has(object.spec.template.metadata.annotations) && k in object.spec.template.metadata.annotations) ||
+  (has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) &&
+    has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.metadata) &&
+    has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations))`
+
+func (w *webhookProcess) register(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	var rules []admissionregistrationv1.RuleWithOperations
+	for _, k := range confighash.Kinds {
+		rules = append(rules, admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{k.Group}, APIVersions: []string{k.Version}, Resources: []string{k.Resource},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		})
+	}
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookConfigName},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "hash.confighash.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr + "/mutate"), CABundle: w.ca.CertPEM},
+			Rules:                   rules,
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled}},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: optInCondition}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			TimeoutSeconds:          ptr.To[int32](5),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	_ = api.Delete(t.Context(), webhookConfigName, metav1.DeleteOptions{})
+	if _, err := api.Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), webhookConfigName, metav1.DeleteOptions{}) })
+	// The API server picks up a new webhook configuration within about a second.
+	time.Sleep(1500 * time.Millisecond)
+}
+
+// stop sends SIGTERM and waits for a graceful exit.
+func (w *webhookProcess) stop(t *testing.T) {
+	w.stopOnce.Do(func() {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- w.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("webhook exited with %v after SIGTERM", err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = w.cmd.Process.Kill()
+			t.Error("webhook did not stop within 30s of SIGTERM")
+		}
+	})
+}
+
+// metric returns the sum of the samples of a metric whose line starts with prefix
+// (a name and optionally a label set start), from the webhook's /metrics.
+func (w *webhookProcess) metric(t *testing.T, prefix string) float64 {
+	t.Helper()
+	resp, err := http.Get(w.ops + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, prefix) {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// servedCertificateSerial returns the serial of the certificate a new TLS handshake
+// with the webhook presents.
+func (w *webhookProcess) servedCertificateSerial(t *testing.T) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", w.addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reading the served certificate only
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+func tail(s string, lines int) string {
+	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+func certSerial(t *testing.T, certPEM []byte) string {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert.SerialNumber.String()
+}

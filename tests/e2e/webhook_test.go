@@ -1,0 +1,342 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+func TestWebhookHashesEveryKindAndPodsCarryIt(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	createEverySource(t, c, ns)
+	key := hashKey(t, c)
+	ctx := t.Context()
+
+	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 2, everyUseTemplate(nil)), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := expectedHash(t, c, key, ns, d.Annotations, &d.Spec.Template)
+	if got := d.Spec.Template.Annotations[confighash.AnnotationHash]; got != want {
+		t.Fatalf("Deployment hash = %q, want %q", got, want)
+	}
+	record, err := confighash.ParseRecord(d.Annotations[confighash.AnnotationSources])
+	if err != nil {
+		t.Fatalf("Deployment sources record: %v", err)
+	}
+	if len(record) != 9 {
+		t.Fatalf("sources record has %d entries, want the 9 sources used: %s", len(record), record)
+	}
+
+	s, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("db", everyUseTemplate(nil)), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("agent", everyUseTemplate(nil)), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("report", everyUseTemplate(nil)), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := createRollout(t, c, ns, "canary", everyUseTemplate(map[string]string{"app": "canary"}))
+	roHash, _, _ := unstructuredString(ro.Object, "spec", "template", "metadata", "annotations", confighash.AnnotationHash)
+
+	// Every kind uses the same sources in the same way, so every hash is the same.
+	for kind, got := range map[string]string{
+		"StatefulSet": s.Spec.Template.Annotations[confighash.AnnotationHash],
+		"DaemonSet":   ds.Spec.Template.Annotations[confighash.AnnotationHash],
+		"CronJob":     cj.Spec.JobTemplate.Spec.Template.Annotations[confighash.AnnotationHash],
+		"Rollout":     roHash,
+	} {
+		if got != want {
+			t.Errorf("%s hash = %q, want %q", kind, got, want)
+		}
+	}
+
+	if err := c.WaitRolledOut(ctx, ns, "web"); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 2 {
+		t.Fatalf("pods = %d, want 2", len(pods.Items))
+	}
+	for _, p := range pods.Items {
+		if got := p.Annotations[confighash.AnnotationHash]; got != want {
+			t.Errorf("pod %s hash = %q, want %q", p.Name, got, want)
+		}
+	}
+}
+
+func unstructuredString(obj map[string]any, path ...string) (string, bool, error) {
+	cur := any(obj)
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false, nil
+		}
+		cur = m[p]
+	}
+	s, ok := cur.(string)
+	return s, ok, nil
+}
+
+func TestWebhookIsNotCalledForWhatDidNotOptIn(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	w := startWebhook(t, c)
+	ctx := t.Context()
+
+	unlabeled := namespace(t, c, nil)
+	createConfigMap(t, c, unlabeled, "cfg", map[string]string{"k": "v"})
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1",
+		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}}}
+	inUnlabeled, err := c.Client.AppsV1().Deployments(unlabeled).Create(ctx, deployment("opted-in", 1, tmpl), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	labeled := labeledNamespace(t, c)
+	createConfigMap(t, c, labeled, "cfg", map[string]string{"k": "v"})
+	plain := deployment("plain", 1, tmpl)
+	plain.Annotations = nil
+	notOptedIn, err := c.Client.AppsV1().Deployments(labeled).Create(ctx, plain, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, d := range []*appsv1.Deployment{inUnlabeled, notOptedIn} {
+		if _, ok := d.Spec.Template.Annotations[confighash.AnnotationHash]; ok {
+			t.Errorf("%s/%s got a hash", d.Namespace, d.Name)
+		}
+		if _, ok := d.Annotations[confighash.AnnotationSources]; ok {
+			t.Errorf("%s/%s got a sources record", d.Namespace, d.Name)
+		}
+	}
+	if n := w.metric(t, "confighash_webhook_mutations_total"); n != 0 {
+		t.Fatalf("the webhook admitted %v workloads; the API server must not call it for these", n)
+	}
+	if n := w.metric(t, "confighash_webhook_bad_requests_total"); n != 0 {
+		t.Fatalf("bad requests = %v", n)
+	}
+}
+
+func TestSpecChangeKeepsTheHashAndDryRunAgrees(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	createEverySource(t, c, ns)
+	ctx := t.Context()
+
+	manifest := func(image string) []byte {
+		d := deployment("web", 1, everyUseTemplate(nil))
+		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+		d.Namespace = ns
+		d.Spec.Template.Spec.Containers[0].Image = image
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	templateHash := func(out []byte) string {
+		var d appsv1.Deployment
+		if err := json.Unmarshal(out, &d); err != nil {
+			t.Fatalf("decode kubectl output: %v\n%s", err, out)
+		}
+		return d.Spec.Template.Annotations[confighash.AnnotationHash]
+	}
+
+	dry, err := c.Kubectl(ctx, manifest("example.com/app:1"), "apply", "--server-side", "--dry-run=server", "-o", "json", "-f", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := c.Kubectl(ctx, manifest("example.com/app:1"), "apply", "--server-side", "-o", "json", "-f", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := templateHash(real)
+	if first == "" || templateHash(dry) != first {
+		t.Fatalf("dry-run hash %q, real apply hash %q: want the same, non-empty", templateHash(dry), first)
+	}
+
+	changed, err := c.Kubectl(ctx, manifest("example.com/app:2"), "apply", "--server-side", "-o", "json", "-f", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := templateHash(changed); got != first {
+		t.Fatalf("after an image change the hash is %q, want it kept: %q", got, first)
+	}
+}
+
+func TestConfigMapInTheSameApplyIsSeen(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	key := hashKey(t, c)
+	ctx := t.Context()
+
+	apply := func(value string) *appsv1.Deployment {
+		manifest := `apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: ` + ns + `}
+data: {mode: "` + value + `"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: ` + ns + `
+  annotations: {` + confighash.AnnotationInject + `: "true"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: app
+        image: example.com/app:1
+        envFrom: [{configMapRef: {name: settings}}]
+`
+		// Server-side apply sends the Deployment even when it is unchanged, so it is
+		// admitted again; a client-side apply would skip it (the watcher's case).
+		if _, err := c.Kubectl(ctx, []byte(manifest), "apply", "--server-side", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+
+	d := apply("blue")
+	if got, want := d.Spec.Template.Annotations[confighash.AnnotationHash], expectedHash(t, c, key, ns, d.Annotations, &d.Spec.Template); got != want {
+		t.Fatalf("hash after the first apply = %q, want %q (the ConfigMap created just before)", got, want)
+	}
+	first := d.Spec.Template.Annotations[confighash.AnnotationHash]
+	d = apply("green")
+	got := d.Spec.Template.Annotations[confighash.AnnotationHash]
+	if got == first {
+		t.Fatal("the hash did not change when the same apply changed the ConfigMap")
+	}
+	if want := expectedHash(t, c, key, ns, d.Annotations, &d.Spec.Template); got != want {
+		t.Fatalf("hash after the second apply = %q, want %q", got, want)
+	}
+}
+
+func TestDeploymentCreatedBeforeItsSecretRollsOnce(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	ctx := t.Context()
+
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
+		Volumes:    []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "issued-tls"}}}},
+	}}
+	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.Annotations[confighash.AnnotationSources], "v1 secret/issued-tls=absent"; got != want {
+		t.Fatalf("sources record = %q, want %q", got, want)
+	}
+
+	// As cert-manager or External Secrets would, some time later.
+	createSecret(t, c, ns, "issued-tls", map[string]string{"tls.crt": "cert", "tls.key": "key"})
+	patch := `{"metadata":{"annotations":{"example.com/touched":"1"}}}`
+	d, err = c.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := d.Annotations[confighash.AnnotationSources]; !strings.HasSuffix(rec, ",baseline") {
+		t.Fatalf("sources record = %q, want the Secret recorded as a baseline", rec)
+	}
+	// The pods could not start without the Secret: its arrival does not roll them.
+	waitReplicaSets(t, c, ns, 1)
+}
+
+// waitReplicaSets waits for the Deployment "web" to settle and checks it has want ReplicaSets.
+func waitReplicaSets(t *testing.T, c *cluster.Cluster, ns string, want int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := c.WaitRolledOut(ctx, ns, "web"); err != nil {
+		t.Fatal(err)
+	}
+	sets, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sets.Items) != want {
+		t.Fatalf("ReplicaSets = %d, want %d", len(sets.Items), want)
+	}
+}
+
+func TestWritesSucceedWhileTheWebhookIsDown(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	w := startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	w.stop(t)
+
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}}
+	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create with the webhook down: %v; failurePolicy Ignore must let it through", err)
+	}
+	if _, ok := d.Spec.Template.Annotations[confighash.AnnotationHash]; ok {
+		t.Fatal("a hash was written with the webhook down")
+	}
+}
+
+func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	w := startWebhook(t, c)
+	before := w.servedCertificateSerial(t)
+	pid := w.cmd.Process.Pid
+
+	renewed := w.issue(t)
+	wantSerial := certSerial(t, renewed.CertPEM)
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return w.servedCertificateSerial(t) == wantSerial, nil
+	}); err != nil {
+		t.Fatalf("served certificate is still %s, want the renewed %s", before, wantSerial)
+	}
+	if w.cmd.Process.Pid != pid || w.cmd.ProcessState != nil {
+		t.Fatal("the webhook restarted")
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return w.metric(t, "confighash_certificate_loads_total") == 2, nil
+	}); err != nil {
+		t.Fatalf("certificate loads = %v, want 2", w.metric(t, "confighash_certificate_loads_total"))
+	}
+
+	// Admission still works through the API server with the new certificate.
+	ns := labeledNamespace(t, c)
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}}
+	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Spec.Template.Annotations[confighash.AnnotationHash]; !ok {
+		t.Fatal("no hash after the certificate renewal")
+	}
+}
