@@ -104,7 +104,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			log.Error().Err(err).Msg("serving certificate files unreadable; keeping the last one")
 		},
 	})
-	handler, err := webhook.NewHandler(webhook.NewMutator(key, webhook.NewLiveReader(client, recorder), recorder), log)
+	sources := webhook.NewSourceCache(client)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), recorder)
+	handler, err := webhook.NewHandler(webhook.NewMutator(key, reader, recorder), log)
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// HTTP/2 brings its own resource-exhaustion issues.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
-	ops := &http.Server{Handler: opsHandler(reg, serving.Ready), ReadHeaderTimeout: 5 * time.Second}
+	ops := &http.Server{Handler: opsHandler(reg, serving.Ready, sources.Synced), ReadHeaderTimeout: 5 * time.Second}
 	admissionLn, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen for admissions: %w", err)
@@ -134,6 +136,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serving.Run(ctx) })
+	g.Go(func() error { return sources.Run(ctx) })
 	g.Go(func() error {
 		log.Info().Str("address", admissionLn.Addr().String()).Msg("admission server running")
 		defer log.Info().Msg("admission server stopped")

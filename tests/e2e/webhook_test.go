@@ -340,3 +340,57 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 		t.Fatal("no hash after the certificate renewal")
 	}
 }
+
+func TestTouchReadsFromTheCacheOnlyWhenItIsFreshEnough(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	w := startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	key := hashKey(t, c)
+	ctx := t.Context()
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "1"})
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1",
+		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}}}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	liveReads := func() float64 { return w.metric(t, `confighash_webhook_source_reads_total{from="live",kind="ConfigMap"}`) }
+	cacheReads := func() float64 { return w.metric(t, `confighash_webhook_source_reads_total{from="cache",kind="ConfigMap"}`) }
+	if liveReads() < 1 || cacheReads() != 0 {
+		t.Fatalf("at creation: %v live reads, %v cache reads; a create names no version, so it reads live", liveReads(), cacheReads())
+	}
+
+	touch := func(trigger string) *appsv1.Deployment {
+		patch := `{"metadata":{"annotations":{"` + confighash.AnnotationTrigger + `":"` + trigger + `"}}}`
+		d, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+
+	cm, err := c.Client.CoreV1().ConfigMaps(ns).Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}, Data: map[string]string{"k": "2"}}, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Give the webhook's informer time to see the update, as the watcher's own
+	// informer saw it before touching.
+	time.Sleep(time.Second)
+	d := touch("ConfigMap/cfg@" + cm.ResourceVersion)
+	if got, want := d.Spec.Template.Annotations[confighash.AnnotationHash], expectedHash(t, c, key, ns, d.Annotations, &d.Spec.Template); got != want {
+		t.Fatalf("hash after the touch = %q, want %q", got, want)
+	}
+	if n := cacheReads(); n != 1 {
+		t.Fatalf("cache reads = %v, want 1: the cache held the triggering version", n)
+	}
+
+	// A trigger newer than anything the cache holds cannot be answered from it. (The
+	// Deployment controller's own updates name no new trigger and read live too.)
+	before := liveReads()
+	d = touch("ConfigMap/cfg@999999999")
+	if n := cacheReads(); n != 1 || liveReads() <= before {
+		t.Fatalf("after a touch the cache cannot prove fresh: %v cache reads (want 1), live reads %v then %v", n, before, liveReads())
+	}
+	if got, want := d.Spec.Template.Annotations[confighash.AnnotationHash], expectedHash(t, c, key, ns, d.Annotations, &d.Spec.Template); got != want {
+		t.Fatalf("hash after the second touch = %q, want %q", got, want)
+	}
+}

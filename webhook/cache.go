@@ -1,0 +1,179 @@
+package webhook
+
+import (
+	"context"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/confighash/confighash"
+)
+
+// HelmReleaseSecretType is the type of the Secrets Helm keeps releases in: large, many,
+// and never used by a pod, so they are filtered out on the server.
+const HelmReleaseSecretType = "helm.sh/release.v1"
+
+// Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
+// resourceVersion, and its digest-only view. Never a value.
+type Digested struct {
+	metav1.ObjectMeta
+	Source confighash.Source
+}
+
+var _ runtime.Object = (*Digested)(nil)
+
+// GetObjectKind implements runtime.Object.
+func (d *Digested) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object. Cached objects are never modified, and
+// Source's maps are built once by the transform, so sharing them is safe.
+func (d *Digested) DeepCopyObject() runtime.Object {
+	c := *d
+	d.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return &c
+}
+
+// Digest is the informers' transform: it replaces a ConfigMap or Secret by its
+// Digested form before it is stored, so values are dropped as they arrive.
+func Digest(obj any) (any, error) {
+	var src confighash.Source
+	var meta metav1.ObjectMeta
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		src, meta = confighash.SourceOfConfigMap(o), o.ObjectMeta
+	case *corev1.Secret:
+		src, meta = confighash.SourceOfSecret(o), o.ObjectMeta
+	default:
+		return obj, nil // tombstones and objects already transformed
+	}
+	return &Digested{
+		ObjectMeta: metav1.ObjectMeta{Name: meta.Name, Namespace: meta.Namespace, ResourceVersion: meta.ResourceVersion},
+		Source:     src,
+	}, nil
+}
+
+// SourceCache keeps every ConfigMap and Secret of the cluster as a Digested.
+type SourceCache struct {
+	informers map[confighash.SourceKind]cache.SharedIndexInformer
+}
+
+// NewSourceCache returns a cache fed by informers on client; Run starts them.
+func NewSourceCache(client kubernetes.Interface) *SourceCache {
+	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = "type!=" + HelmReleaseSecretType }
+	c := &SourceCache{informers: map[confighash.SourceKind]cache.SharedIndexInformer{
+		confighash.ConfigMap: coreinformers.NewConfigMapInformer(client, metav1.NamespaceAll, 0, cache.Indexers{}),
+		confighash.Secret:    coreinformers.NewFilteredSecretInformer(client, metav1.NamespaceAll, 0, cache.Indexers{}, noHelm),
+	}}
+	for _, inf := range c.informers {
+		_ = inf.SetTransform(Digest) // cannot fail before the informer runs
+	}
+	return c
+}
+
+// Run runs the informers until ctx is done.
+func (c *SourceCache) Run(ctx context.Context) error {
+	for _, inf := range c.informers {
+		go inf.RunWithContext(ctx)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Synced reports whether every informer has listed once.
+func (c *SourceCache) Synced() bool {
+	for _, inf := range c.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitSynced waits until the informers have listed once, or ctx is done.
+func (c *SourceCache) WaitSynced(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Synced() })
+}
+
+// get returns the cached object, if any.
+func (c *SourceCache) get(namespace string, ref confighash.SourceRef) (*Digested, bool) {
+	inf, ok := c.informers[ref.Kind]
+	if !ok {
+		return nil, false
+	}
+	obj, exists, err := inf.GetStore().GetByKey(namespace + "/" + ref.Name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	d, ok := obj.(*Digested)
+	return d, ok
+}
+
+// CachedReader answers from the cache when it provably holds what matters and reads
+// live otherwise (DESIGN rule 4). Only a watcher's touch names what matters: the
+// triggering source at its resourceVersion. A create or update by a user or a tool
+// names nothing, so the ConfigMap created just before in the same apply is read live.
+type CachedReader struct {
+	cache   *SourceCache
+	live    *LiveReader
+	metrics Recorder
+}
+
+var _ SourceReader = (*CachedReader)(nil)
+
+// NewCachedReader returns a reader over cache that falls back to live.
+func NewCachedReader(c *SourceCache, live *LiveReader, metrics Recorder) *CachedReader {
+	if metrics == nil {
+		metrics = NoopRecorder{}
+	}
+	return &CachedReader{cache: c, live: live, metrics: metrics}
+}
+
+// Read implements SourceReader.
+func (r *CachedReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, trigger *confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
+	if trigger == nil || !r.cache.Synced() {
+		return r.live.Read(ctx, namespace, refs, nil)
+	}
+	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
+	var misses []confighash.SourceRef
+	for _, ref := range refs {
+		d, ok := r.cache.get(namespace, ref)
+		switch {
+		case ref == trigger.SourceRef && (!ok || !atLeast(d.ResourceVersion, trigger.ResourceVersion)):
+			// The cache may not have seen the change that triggered the touch yet.
+			misses = append(misses, ref)
+		case ok:
+			r.metrics.SourceRead(ref.Kind, "cache")
+			out[ref] = d.Source
+		default:
+			// Unknown to a synced cache: absent. If it was just created, its creation
+			// triggers a touch of its own.
+			r.metrics.SourceRead(ref.Kind, "cache")
+			out[ref] = confighash.AbsentSource(ref)
+		}
+	}
+	if len(misses) > 0 {
+		live, err := r.live.Read(ctx, namespace, misses, nil)
+		if err != nil {
+			return nil, err
+		}
+		for ref, src := range live {
+			out[ref] = src
+		}
+	}
+	return out, nil
+}
+
+// atLeast reports whether resourceVersion have is provably as new as want. Kubernetes
+// resourceVersions are etcd revisions: integers that grow. Anything else proves
+// nothing.
+func atLeast(have, want string) bool {
+	h, err1 := strconv.ParseUint(have, 10, 64)
+	w, err2 := strconv.ParseUint(want, 10, 64)
+	return err1 == nil && err2 == nil && h >= w
+}

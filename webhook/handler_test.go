@@ -1,0 +1,208 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/confighash/confighash"
+)
+
+// stubReader answers from a fixed set of sources: the HTTP guard and the patch shape
+// need no API server.
+type stubReader struct {
+	sources map[confighash.SourceRef]confighash.Source
+	err     error
+	panics  bool
+}
+
+func (s stubReader) Read(_ context.Context, _ string, refs []confighash.SourceRef, _ *confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
+	if s.panics {
+		panic("boom")
+	}
+	return s.sources, s.err
+}
+
+func newTestHandler(t *testing.T, reader SourceReader) (http.Handler, *PrometheusRecorder) {
+	t.Helper()
+	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHandler(NewMutator(key, reader, rec), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, rec
+}
+
+const deploymentJSON = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"ns","annotations":{%s}},
+"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1","envFrom":[{"configMapRef":{"name":"cfg"}}]}]}}}}`
+
+func review(object string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+		"request": map[string]any{
+			"uid": "1", "operation": "CREATE", "namespace": "ns", "name": "web",
+			"kind":     map[string]string{"group": "apps", "version": "v1", "kind": "Deployment"},
+			"resource": map[string]string{"group": "apps", "version": "v1", "resource": "deployments"},
+			"object":   json.RawMessage(object),
+		},
+	})
+	return b
+}
+
+func post(h http.Handler, contentType string, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, req)
+	return rr
+}
+
+func decodeResponse(t *testing.T, rr *httptest.ResponseRecorder) *admissionv1.AdmissionResponse {
+	t.Helper()
+	if rr.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rr.Code, rr.Body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rr.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("not an AdmissionReview response: %v: %s", err, rr.Body)
+	}
+	if !out.Response.Allowed {
+		t.Fatalf("denied: %+v; the webhook must never deny", out.Response)
+	}
+	return out.Response
+}
+
+func TestHandlerRefusesBadRequests(t *testing.T) {
+	tests := []struct {
+		name        string
+		method      string
+		contentType string
+		body        []byte
+		wantStatus  int
+		reason      string
+	}{
+		{"a GET", http.MethodGet, "application/json", nil, http.StatusMethodNotAllowed, "method"},
+		{"a wrong content type", http.MethodPost, "text/plain", review(`{}`), http.StatusUnsupportedMediaType, "content_type"},
+		{"a body over the cap", http.MethodPost, "application/json", bytes.Repeat([]byte(" "), MaxBodyBytes+1), http.StatusRequestEntityTooLarge, "too_large"},
+		{"not JSON", http.MethodPost, "application/json", []byte("{nope"), http.StatusBadRequest, "malformed"},
+		{"a review without a request", http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), http.StatusBadRequest, "malformed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, rec := newTestHandler(t, stubReader{})
+			req := httptest.NewRequest(tt.method, "/mutate", bytes.NewReader(tt.body))
+			req.Header.Set("Content-Type", tt.contentType)
+			rr := httptest.NewRecorder()
+			h.ServeHTTP(rr, req)
+			if rr.Code != tt.wantStatus {
+				t.Fatalf("status = %d, want %d", rr.Code, tt.wantStatus)
+			}
+			if n := testutil.ToFloat64(rec.badRequests.WithLabelValues(tt.reason)); n != 1 {
+				t.Fatalf("bad_requests_total{reason=%q} = %v, want 1", tt.reason, n)
+			}
+		})
+	}
+}
+
+func jsonPatch(t *testing.T, resp *admissionv1.AdmissionResponse) []map[string]any {
+	t.Helper()
+	if len(resp.Patch) == 0 {
+		return nil
+	}
+	raw := resp.Patch
+	if decoded, err := base64.StdEncoding.DecodeString(string(raw)); err == nil {
+		raw = decoded
+	}
+	var ops []map[string]any
+	if err := json.Unmarshal(raw, &ops); err != nil {
+		t.Fatalf("patch %s: %v", raw, err)
+	}
+	return ops
+}
+
+func TestHandlerPatchesOnlyTheTwoAnnotations(t *testing.T) {
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	h, rec := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: {SourceRef: cfg, Present: true}}})
+	resp := decodeResponse(t, post(h, "application/json", review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true"`, 1))))
+	ops := jsonPatch(t, resp)
+	paths := map[string]bool{}
+	for _, op := range ops {
+		paths[op["path"].(string)] = true
+	}
+	want := []string{"/metadata/annotations/confighash.dev~1sources", "/spec/template/metadata/annotations"}
+	if len(ops) != len(want) || !paths[want[0]] || !paths[want[1]] {
+		t.Fatalf("patch = %v, want exactly the operations on %v", ops, want)
+	}
+	if n := testutil.ToFloat64(rec.mutations.WithLabelValues("Deployment", string(ResultPatched))); n != 1 {
+		t.Fatalf("mutations_total{patched} = %v, want 1", n)
+	}
+}
+
+func TestHandlerAllowsUnchangedWhenItCannotHash(t *testing.T) {
+	optedIn := review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true","`+confighash.AnnotationOnly+`":"pods"`, 1))
+	tests := []struct {
+		name        string
+		reader      stubReader
+		body        []byte
+		wantWarning string
+		wantResult  Result
+		wantPanics  float64
+	}{
+		{"a failed read", stubReader{err: errors.New("etcd is down")}, optedIn, "could not read the sources, the hash was not updated: etcd is down", ResultError, 0},
+		{"a panic while reading", stubReader{panics: true}, optedIn, "internal error, allowed unchanged: boom", ResultError, 1},
+		{"an object that is not a workload", stubReader{}, review(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}`), "", ResultSkipped, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, rec := newTestHandler(t, tt.reader)
+			resp := decodeResponse(t, post(h, "application/json", tt.body))
+			if ops := jsonPatch(t, resp); len(ops) != 0 {
+				t.Fatalf("patch = %v, want none", ops)
+			}
+			if tt.wantWarning != "" && !strings.Contains(strings.Join(resp.Warnings, "\n"), warningPrefix+tt.wantWarning) {
+				t.Fatalf("warnings = %q, want one containing %q", resp.Warnings, tt.wantWarning)
+			}
+			if n := testutil.ToFloat64(rec.panics); n != tt.wantPanics {
+				t.Fatalf("panics_total = %v, want %v", n, tt.wantPanics)
+			}
+			var total float64
+			for _, kind := range []string{"Deployment", "unknown"} {
+				total += testutil.ToFloat64(rec.mutations.WithLabelValues(kind, string(tt.wantResult)))
+			}
+			if total != 1 {
+				t.Fatalf("mutations_total{result=%q} = %v, want 1", tt.wantResult, total)
+			}
+		})
+	}
+}
+
+func TestHandlerWarnsAboutBadAnnotationsAndStillHashes(t *testing.T) {
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	h, _ := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: {SourceRef: cfg, Present: true}}})
+	body := review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true","`+confighash.AnnotationExcludeSecrets+`":"other/db"`, 1))
+	resp := decodeResponse(t, post(h, "application/json", body))
+	if !strings.Contains(strings.Join(resp.Warnings, "\n"), `"other/db": references are same-namespace only`) {
+		t.Fatalf("warnings = %q, want the cross-namespace reference named", resp.Warnings)
+	}
+	if len(jsonPatch(t, resp)) == 0 {
+		t.Fatal("no patch: a bad annotation must not stop the hash")
+	}
+}
