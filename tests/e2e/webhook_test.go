@@ -353,8 +353,12 @@ func TestTouchReadsFromTheCacheOnlyWhenItIsFreshEnough(t *testing.T) {
 	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	liveReads := func() float64 { return w.metric(t, `confighash_webhook_source_reads_total{from="live",kind="ConfigMap"}`) }
-	cacheReads := func() float64 { return w.metric(t, `confighash_webhook_source_reads_total{from="cache",kind="ConfigMap"}`) }
+	liveReads := func() float64 {
+		return w.metric(t, `confighash_webhook_source_reads_total{from="live",kind="ConfigMap"}`)
+	}
+	cacheReads := func() float64 {
+		return w.metric(t, `confighash_webhook_source_reads_total{from="cache",kind="ConfigMap"}`)
+	}
 	if liveReads() < 1 || cacheReads() != 0 {
 		t.Fatalf("at creation: %v live reads, %v cache reads; a create names no version, so it reads live", liveReads(), cacheReads())
 	}
