@@ -206,3 +206,22 @@ func TestHandlerWarnsAboutBadAnnotationsAndStillHashes(t *testing.T) {
 		t.Fatal("no patch: a bad annotation must not stop the hash")
 	}
 }
+
+func TestHandlerSendsNoPatchWhenNothingChanged(t *testing.T) {
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	src := confighash.Source{SourceRef: cfg, Present: true, Data: map[string]confighash.Sum{"k": {1}}}
+	h, rec := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: src}})
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	policy := confighash.Policy{Inject: true}
+	record := confighash.Update(nil, confighash.Observe(key, policy, []confighash.Reference{{SourceRef: cfg, AllKeys: true}}, map[confighash.SourceRef]confighash.Source{cfg: src}))
+	obj := strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true","`+confighash.AnnotationSources+`":"`+record.String()+`"`, 1)
+	obj = strings.Replace(obj, `"labels":{"app":"web"}`, `"labels":{"app":"web"},"annotations":{"`+confighash.AnnotationHash+`":"`+record.Hash(key)+`"}`, 1)
+
+	resp := decodeResponse(t, post(h, "application/json", review(obj)))
+	if ops := jsonPatch(t, resp); len(ops) != 0 {
+		t.Fatalf("patch = %v, want none for an object that already carries its hash and record", ops)
+	}
+	if n := testutil.ToFloat64(rec.mutations.WithLabelValues("Deployment", string(ResultUnchanged))); n != 1 {
+		t.Fatalf("mutations_total{unchanged} = %v, want 1", n)
+	}
+}

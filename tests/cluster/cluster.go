@@ -142,11 +142,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	); err != nil {
 		return c, err
 	}
-	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
-		return c, fmt.Errorf("load kubeconfig: %w", err)
-	}
-	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
-		return c, fmt.Errorf("create client: %w", err)
+	if err := c.connect(); err != nil {
+		return c, err
 	}
 	if err := c.waitAPIServer(ctx); err != nil {
 		return c, c.startError("kube-apiserver", err)
@@ -500,13 +497,24 @@ func Attach(dir string) (*Cluster, error) {
 		return nil, fmt.Errorf("decode cluster state %s: %w", filepath.Join(dir, stateFile), err)
 	}
 	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, processes: s.Processes}
-	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
-	}
-	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
-		return nil, fmt.Errorf("create client: %w", err)
+	if err := c.connect(); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// connect creates the admin client. Its client-side rate limit is off: tests and
+// benchmarks measure the API server and confighash, not client-go's throttle.
+func (c *Cluster) connect() error {
+	var err error
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	c.Config.QPS = -1
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	return nil
 }
 
 // Running reports whether every recorded component still runs.

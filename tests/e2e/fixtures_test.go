@@ -85,6 +85,18 @@ func everyUseTemplate(labels map[string]string) corev1.PodTemplateSpec {
 	}
 }
 
+// plainTemplate uses no source.
+func plainTemplate() corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}}
+}
+
+// secretVolumeTemplate mounts one required Secret, whole.
+func secretVolumeTemplate(secret string) corev1.PodTemplateSpec {
+	tmpl := plainTemplate()
+	tmpl.Spec.Volumes = []corev1.Volume{{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}}
+	return tmpl
+}
+
 // createEverySource creates every source everyUseTemplate uses, with a used and an
 // unused key each.
 func createEverySource(t *testing.T, c *cluster.Cluster, ns string) {

@@ -44,7 +44,7 @@ var (
 )
 
 // confighashBinary builds bin/confighash once per test run.
-func confighashBinary(t *testing.T) string {
+func confighashBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "confighash-bin-")
@@ -77,7 +77,7 @@ type webhookProcess struct {
 
 // startWebhook runs the webhook against the test cluster with a fresh self-signed
 // certificate, and registers it for labelled namespaces. Both go at the end of the test.
-func startWebhook(t *testing.T, c *cluster.Cluster) *webhookProcess {
+func startWebhook(t testing.TB, c *cluster.Cluster) *webhookProcess {
 	t.Helper()
 	ctx := t.Context()
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -132,7 +132,7 @@ func startWebhook(t *testing.T, c *cluster.Cluster) *webhookProcess {
 }
 
 // issue writes a new serving certificate for 127.0.0.1, signed by the test CA.
-func (w *webhookProcess) issue(t *testing.T) *certs.KeyPair {
+func (w *webhookProcess) issue(t testing.TB) *certs.KeyPair {
 	t.Helper()
 	kp, err := w.ca.Issue(certs.Leaf{CommonName: "confighash-webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
 	if err != nil {
@@ -163,7 +163,7 @@ const optInCondition = `['` + confighash.AnnotationInject + `', '` + confighash.
     has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.metadata) &&
     has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations))`
 
-func (w *webhookProcess) register(t *testing.T, c *cluster.Cluster) {
+func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range confighash.Kinds {
@@ -199,7 +199,7 @@ func (w *webhookProcess) register(t *testing.T, c *cluster.Cluster) {
 }
 
 // stop sends SIGTERM and waits for a graceful exit.
-func (w *webhookProcess) stop(t *testing.T) {
+func (w *webhookProcess) stop(t testing.TB) {
 	w.stopOnce.Do(func() {
 		_ = w.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
@@ -218,7 +218,7 @@ func (w *webhookProcess) stop(t *testing.T) {
 
 // metric returns the sum of the samples of a metric whose line starts with prefix
 // (a name and optionally a label set start), from the webhook's /metrics.
-func (w *webhookProcess) metric(t *testing.T, prefix string) float64 {
+func (w *webhookProcess) metric(t testing.TB, prefix string) float64 {
 	t.Helper()
 	resp, err := http.Get(w.ops + "/metrics")
 	if err != nil {
@@ -241,7 +241,7 @@ func (w *webhookProcess) metric(t *testing.T, prefix string) float64 {
 
 // servedCertificateSerial returns the serial of the certificate a new TLS handshake
 // with the webhook presents.
-func (w *webhookProcess) servedCertificateSerial(t *testing.T) string {
+func (w *webhookProcess) servedCertificateSerial(t testing.TB) string {
 	t.Helper()
 	conn, err := tls.Dial("tcp", w.addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reading the served certificate only
 	if err != nil {
@@ -259,7 +259,7 @@ func tail(s string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-func certSerial(t *testing.T, certPEM []byte) string {
+func certSerial(t testing.TB, certPEM []byte) string {
 	t.Helper()
 	block, _ := pem.Decode(certPEM)
 	cert, err := x509.ParseCertificate(block.Bytes)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/tests/cluster"
 )
 
@@ -248,10 +249,7 @@ func TestDeploymentCreatedBeforeItsSecretRollsOnce(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 
-	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-		Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
-		Volumes:    []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "issued-tls"}}}},
-	}}
+	tmpl := secretVolumeTemplate("issued-tls")
 	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +295,7 @@ func TestWritesSucceedWhileTheWebhookIsDown(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	w.stop(t)
 
-	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}}
+	tmpl := plainTemplate()
 	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create with the webhook down: %v; failurePolicy Ignore must let it through", err)
@@ -331,7 +329,7 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 
 	// Admission still works through the API server with the new certificate.
 	ns := labeledNamespace(t, c)
-	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}}
+	tmpl := plainTemplate()
 	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -396,5 +394,83 @@ func TestTouchReadsFromTheCacheOnlyWhenItIsFreshEnough(t *testing.T) {
 	}
 	if got, want := d.Spec.Template.Annotations[confighash.AnnotationHash], expectedHash(t, c, key, ns, d.Annotations, &d.Spec.Template); got != want {
 		t.Fatalf("hash after the second touch = %q, want %q", got, want)
+	}
+}
+
+func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	ctx := t.Context()
+
+	tmpl := secretVolumeTemplate("issued-tls")
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createSecret(t, c, ns, "issued-tls", map[string]string{"tls.crt": "cert"})
+	d, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/touched":"1"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := d.Annotations[confighash.AnnotationSources]
+	waitReplicaSets(t, c, ns, 1)
+
+	// A replace with the manifest as a tool renders it: neither our annotation on the
+	// metadata nor the hash on the pod template.
+	current, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaced := deployment("web", 1, tmpl)
+	replaced.ResourceVersion = current.ResourceVersion
+	d, err = c.Client.AppsV1().Deployments(ns).Update(ctx, replaced, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Annotations[confighash.AnnotationSources]; got != record {
+		t.Fatalf("sources record after replace = %q, want it carried over: %q", got, record)
+	}
+	waitReplicaSets(t, c, ns, 1)
+}
+
+func TestPatchCABundleSetsEveryWebhook(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	w := startWebhook(t, c)
+	other, err := certs.NewAuthority("other-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.PatchCABundle(t.Context(), c.Client, webhookConfigName, other.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), webhookConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(cfg.Webhooks[0].ClientConfig.CABundle) != string(other.CertPEM) {
+		t.Fatal("caBundle not replaced")
+	}
+	// The API server no longer trusts the webhook's certificate: it fails open.
+	time.Sleep(1500 * time.Millisecond)
+	ns := labeledNamespace(t, c)
+	tmpl := plainTemplate()
+	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Spec.Template.Annotations[confighash.AnnotationHash]; ok {
+		t.Fatal("hashed through a webhook whose CA the API server does not trust")
+	}
+	// And back: with the right CA, admission works again.
+	if err := certs.PatchCABundle(t.Context(), c.Client, webhookConfigName, w.ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	d, err = c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web-2", 1, tmpl), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Spec.Template.Annotations[confighash.AnnotationHash]; !ok {
+		t.Fatal("no hash after restoring the caBundle")
 	}
 }

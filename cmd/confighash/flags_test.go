@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEnvironmentSetsFlagsTheCommandLineDoesNot(t *testing.T) {
+	t.Setenv("CONFIGHASH_TLS_POLL_INTERVAL", "3s")
+	t.Setenv("CONFIGHASH_NAMESPACE", "from-env")
+	var cfg webhookConfig
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	cfg.flags(fs)
+	if err := parseFlags(fs, []string{"--namespace=from-flag"}, &bytes.Buffer{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.certPoll != 3*time.Second {
+		t.Errorf("tls poll interval = %v, want 3s from the environment", cfg.certPoll)
+	}
+	if cfg.namespace != "from-flag" {
+		t.Errorf("namespace = %q, want the command line's", cfg.namespace)
+	}
+}
+
+func TestBadEnvironmentValueNamesTheVariable(t *testing.T) {
+	t.Setenv("CONFIGHASH_SHUTDOWN_TIMEOUT", "soon")
+	var cfg webhookConfig
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	cfg.flags(fs)
+	err := parseFlags(fs, nil, &bytes.Buffer{}, "")
+	if err == nil || !strings.Contains(err.Error(), "$CONFIGHASH_SHUTDOWN_TIMEOUT") {
+		t.Fatalf("error = %v, want it to name $CONFIGHASH_SHUTDOWN_TIMEOUT", err)
+	}
+}
+
+func TestWebhookHelpListsEveryFlagWithItsVariable(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"webhook", "--help"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--tls-cert-file  [$CONFIGHASH_TLS_CERT_FILE]", "--hash-key-file", "--log-format"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help does not mention %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestServeDrainsInFlightRequestsOnShutdown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(started)
+		time.Sleep(300 * time.Millisecond) // an admission in flight
+		_, _ = w.Write([]byte("done"))
+	})}
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, srv, ln, false, 5*time.Second) }()
+
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String())
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- string(b)
+	}()
+	<-started
+	cancel() // SIGTERM arrives mid-request
+	if body := <-got; body != "done" {
+		t.Fatalf("in-flight request got %q, want it to finish with \"done\"", body)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("serve returned %v, want nil on a graceful shutdown", err)
+	}
+	if _, err := http.Get("http://" + ln.Addr().String()); err == nil {
+		t.Fatal("the server still accepts requests after shutdown")
+	}
+}
+
+func TestReadyzWaitsForEveryCheck(t *testing.T) {
+	ready := false
+	h := opsHandler(newRegistry(), func() bool { return true }, func() bool { return ready })
+	status := func(path string) int {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+		return rr.Code
+	}
+	if got := status("/readyz"); got != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d before the last check passes, want 503", got)
+	}
+	if got := status("/healthz"); got != http.StatusOK {
+		t.Fatalf("/healthz = %d, want 200 while the process runs", got)
+	}
+	ready = true
+	if got := status("/readyz"); got != http.StatusOK {
+		t.Fatalf("/readyz = %d, want 200", got)
+	}
+}
