@@ -85,6 +85,16 @@ func (c *SourceCache) Run(ctx context.Context) error {
 	return nil
 }
 
+// AddEventHandler adds a handler to both informers; add it before Run.
+func (c *SourceCache) AddEventHandler(h cache.ResourceEventHandler) error {
+	for _, inf := range c.informers {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Synced reports whether every informer has listed once.
 func (c *SourceCache) Synced() bool {
 	for _, inf := range c.informers {
@@ -100,8 +110,8 @@ func (c *SourceCache) WaitSynced(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Synced() })
 }
 
-// get returns the cached object, if any.
-func (c *SourceCache) get(namespace string, ref confighash.SourceRef) (*Digested, bool) {
+// Lookup returns the cached object, if any.
+func (c *SourceCache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, bool) {
 	inf, ok := c.informers[ref.Kind]
 	if !ok {
 		return nil, false
@@ -135,16 +145,21 @@ func NewCachedReader(c *SourceCache, live *LiveReader, metrics Recorder) *Cached
 }
 
 // Read implements SourceReader.
-func (r *CachedReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, trigger *confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
-	if trigger == nil || !r.cache.Synced() {
+func (r *CachedReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
+	if len(triggers) == 0 || !r.cache.Synced() {
 		return r.live.Read(ctx, namespace, refs, nil)
+	}
+	want := make(map[confighash.SourceRef]string, len(triggers))
+	for _, t := range triggers {
+		want[t.SourceRef] = t.ResourceVersion
 	}
 	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
 	var misses []confighash.SourceRef
 	for _, ref := range refs {
-		d, ok := r.cache.get(namespace, ref)
+		d, ok := r.cache.Lookup(namespace, ref)
+		rv, triggered := want[ref]
 		switch {
-		case ref == trigger.SourceRef && (!ok || !atLeast(d.ResourceVersion, trigger.ResourceVersion)):
+		case triggered && (!ok || !atLeast(d.ResourceVersion, rv)):
 			// The cache may not have seen the change that triggered the touch yet.
 			misses = append(misses, ref)
 		case ok:

@@ -27,7 +27,7 @@ type stubReader struct {
 	panics  bool
 }
 
-func (s stubReader) Read(_ context.Context, _ string, refs []confighash.SourceRef, _ *confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
+func (s stubReader) Read(_ context.Context, _ string, refs []confighash.SourceRef, _ []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
 	if s.panics {
 		panic("boom")
 	}

@@ -22,7 +22,7 @@ import (
 // SourceReader reads the current state of the named sources of one namespace, as
 // digest-only views. A source that does not exist is returned with Present unset.
 type SourceReader interface {
-	Read(ctx context.Context, namespace string, refs []confighash.SourceRef, trigger *confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error)
+	Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error)
 }
 
 // Result is the outcome of one admission, for metrics.
@@ -104,8 +104,7 @@ func (m *Mutator) Mutate(ctx context.Context, ar *kwhmodel.AdmissionReview, obj 
 	for i, c := range candidates {
 		refs[i] = c.SourceRef
 	}
-	trigger := touchTrigger(w.Annotations, ar.OldObjectRaw)
-	sources, err := m.reader.Read(ctx, w.Namespace, refs, trigger)
+	sources, err := m.reader.Read(ctx, w.Namespace, refs, touchTriggers(w.Annotations, ar.OldObjectRaw))
 	if err != nil {
 		result = ResultError
 		warnings = append(warnings, warningPrefix+"could not read the sources, the hash was not updated: "+err.Error())
@@ -154,18 +153,18 @@ func previousRecord(annotations map[string]string, oldRaw []byte) (confighash.Re
 	return rec, ""
 }
 
-// touchTrigger returns the source whose change made the watcher touch the workload:
+// touchTriggers returns the source changes that made the watcher touch the workload:
 // the trigger annotation when this update set it to a new value.
-func touchTrigger(annotations map[string]string, oldRaw []byte) *confighash.Trigger {
+func touchTriggers(annotations map[string]string, oldRaw []byte) []confighash.Trigger {
 	text, ok := annotations[confighash.AnnotationTrigger]
 	if !ok || oldRaw == nil || oldAnnotations(oldRaw)[confighash.AnnotationTrigger] == text {
 		return nil
 	}
-	t, err := confighash.ParseTrigger(text)
+	triggers, err := confighash.ParseTriggers(text)
 	if err != nil {
 		return nil
 	}
-	return &t
+	return triggers
 }
 
 // oldAnnotations returns the metadata annotations of the old object's JSON, or nil.

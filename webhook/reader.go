@@ -30,7 +30,7 @@ func NewLiveReader(client kubernetes.Interface, metrics Recorder) *LiveReader {
 }
 
 // Read implements SourceReader. The trigger is not needed: a live read is current.
-func (r *LiveReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, _ *confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
+func (r *LiveReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, _ []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
 	sources := make([]confighash.Source, len(refs))
 	errs := make([]error, len(refs))
 	var wg sync.WaitGroup

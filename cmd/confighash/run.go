@@ -18,6 +18,7 @@ Usage:
 
 Commands:
   webhook   run the mutating admission webhook
+  watcher   run the watcher that touches workloads when their sources change
   version   print the version
 
 Run confighash <command> --help for its flags.
@@ -35,6 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "webhook":
 		return runWebhook(ctx, args[1:], stdout, stderr)
+	case "watcher":
+		return runWatcher(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "confighash %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil

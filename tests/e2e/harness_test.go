@@ -64,69 +64,86 @@ func confighashBinary(t testing.TB) string {
 	return binary
 }
 
-// webhookProcess is a running `confighash webhook`.
-type webhookProcess struct {
+// component is a running confighash process.
+type component struct {
 	cmd      *exec.Cmd
-	addr     string // admission server, 127.0.0.1:port
 	ops      string // ops server, http://127.0.0.1:port
-	certDir  string
-	ca       *certs.Authority
-	log      *os.File
+	logPath  string
 	stopOnce sync.Once
 }
 
-// startWebhook runs the webhook against the test cluster with a fresh self-signed
-// certificate, and registers it for labelled namespaces. Both go at the end of the test.
-func startWebhook(t testing.TB, c *cluster.Cluster) *webhookProcess {
+// startComponent runs `confighash args...` against the test cluster with an ops port
+// of its own, waits until it is ready, and stops it at the end of the test.
+func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component {
 	t.Helper()
 	ctx := t.Context()
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	w := &webhookProcess{certDir: t.TempDir()}
-	ports, err := cluster.FreePorts(2)
+	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.addr, w.ops = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	if w.ca, err = certs.NewAuthority("confighash-test-ca", time.Hour); err != nil {
+	p := &component{ops: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), logPath: filepath.Join(t.TempDir(), args[0]+".log")}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
 		t.Fatal(err)
 	}
-	w.issue(t)
-
-	if w.log, err = os.Create(filepath.Join(t.TempDir(), "webhook.log")); err != nil {
-		t.Fatal(err)
-	}
-	w.cmd = exec.Command(confighashBinary(t), "webhook",
-		"--kubeconfig="+c.Kubeconfig,
-		"--listen-address="+w.addr, "--ops-address="+strings.TrimPrefix(w.ops, "http://"),
-		"--tls-cert-file="+filepath.Join(w.certDir, "tls.crt"), "--tls-key-file="+filepath.Join(w.certDir, "tls.key"),
-		"--tls-poll-interval=200ms",
-		"--namespace="+installNamespace,
-		"--log-level=debug",
-	)
-	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := w.cmd.Start(); err != nil {
+	defer logFile.Close()
+	args = append(args, "--kubeconfig="+c.Kubeconfig, "--namespace="+installNamespace,
+		fmt.Sprintf("--ops-address=127.0.0.1:%d", ports[0]), "--log-level=debug")
+	p.cmd = exec.Command(confighashBinary(t), args...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		w.stop(t)
+		p.stop(t)
 		if t.Failed() {
-			data, _ := os.ReadFile(w.log.Name())
-			t.Logf("webhook log:\n%s", tail(string(data), 40))
+			data, _ := os.ReadFile(p.logPath)
+			t.Logf("%s log:\n%s", args[0], tail(string(data), 40))
 		}
 	})
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := http.Get(w.ops + "/readyz")
+		resp, err := http.Get(p.ops + "/readyz")
 		if err != nil {
 			return false, nil
 		}
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	}); err != nil {
-		t.Fatalf("webhook not ready: %v", err)
+		t.Fatalf("%s not ready: %v", args[0], err)
 	}
+	return p
+}
+
+// webhookProcess is a running `confighash webhook`, registered with the API server.
+type webhookProcess struct {
+	*component
+	addr    string // admission server, 127.0.0.1:port
+	certDir string
+	ca      *certs.Authority
+}
+
+// startWebhook runs the webhook against the test cluster with a fresh self-signed
+// certificate, and registers it for labelled namespaces. Both go at the end of the test.
+func startWebhook(t testing.TB, c *cluster.Cluster) *webhookProcess {
+	t.Helper()
+	w := &webhookProcess{certDir: t.TempDir()}
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	if w.ca, err = certs.NewAuthority("confighash-test-ca", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	w.issue(t)
+	w.component = startComponent(t, c, "webhook",
+		"--listen-address="+w.addr,
+		"--tls-cert-file="+filepath.Join(w.certDir, "tls.crt"), "--tls-key-file="+filepath.Join(w.certDir, "tls.key"),
+		"--tls-poll-interval=200ms")
 	w.register(t, c)
 	return w
 }
@@ -199,28 +216,36 @@ func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 }
 
 // stop sends SIGTERM and waits for a graceful exit.
-func (w *webhookProcess) stop(t testing.TB) {
-	w.stopOnce.Do(func() {
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+func (p *component) stop(t testing.TB) {
+	p.stopOnce.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
-		go func() { done <- w.cmd.Wait() }()
+		go func() { done <- p.cmd.Wait() }()
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("webhook exited with %v after SIGTERM", err)
+				t.Errorf("%s exited with %v after SIGTERM", p.cmd.Args[1], err)
 			}
 		case <-time.After(30 * time.Second):
-			_ = w.cmd.Process.Kill()
-			t.Error("webhook did not stop within 30s of SIGTERM")
+			_ = p.cmd.Process.Kill()
+			t.Errorf("%s did not stop within 30s of SIGTERM", p.cmd.Args[1])
 		}
 	})
 }
 
+// kill stops the process at once, as a crash or a node loss would.
+func (p *component) kill() {
+	p.stopOnce.Do(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	})
+}
+
 // metric returns the sum of the samples of a metric whose line starts with prefix
-// (a name and optionally a label set start), from the webhook's /metrics.
-func (w *webhookProcess) metric(t testing.TB, prefix string) float64 {
+// (a name and optionally a label set start), from the component's /metrics.
+func (p *component) metric(t testing.TB, prefix string) float64 {
 	t.Helper()
-	resp, err := http.Get(w.ops + "/metrics")
+	resp, err := http.Get(p.ops + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,429 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// testDebounce keeps tests short; the default is 1s.
+const testDebounce = "300ms"
+
+// startWatcher runs `confighash watcher` with a short debounce and fast leader election.
+func startWatcher(t testing.TB, c *cluster.Cluster, extra ...string) *component {
+	t.Helper()
+	args := append([]string{"watcher", "--debounce=" + testDebounce, "--touch-rate=1000", "--heal-after=2",
+		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms"}, extra...)
+	w := startComponent(t, c, args...)
+	// Ready means synced; leading follows within a retry period.
+	waitFor(t, 10*time.Second, "the watcher to lead", func() bool { return w.metric(t, "confighash_watcher_leader") == 1 })
+	return w
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// replicaSets returns the number of ReplicaSets of Deployment name.
+func replicaSets(t testing.TB, c *cluster.Cluster, ns, name string) int {
+	t.Helper()
+	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// quietPeriod is how long a test watches for a rollout that must not happen: well past
+// the debounce and a touch.
+const quietPeriod = 2 * time.Second
+
+// expectReplicaSets waits until Deployment name has want ReplicaSets and has rolled
+// out, then checks that no other rollout follows within the quiet period.
+func expectReplicaSets(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want), func() bool { return replicaSets(t, c, ns, name) >= want })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := c.WaitRolledOut(ctx, ns, name); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(quietPeriod)
+	if got := replicaSets(t, c, ns, name); got != want {
+		t.Fatalf("%s has %d ReplicaSets, want %d", name, got, want)
+	}
+}
+
+func templateHash(t testing.TB, c *cluster.Cluster, ns, name string) string {
+	t.Helper()
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template.Annotations[confighash.AnnotationHash]
+}
+
+func updateConfigMap(t testing.TB, c *cluster.Cluster, ns, name string, change func(*corev1.ConfigMap)) {
+	t.Helper()
+	cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(cm)
+	if _, err := c.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func updateSecret(t testing.TB, c *cluster.Cluster, ns, name string, change func(*corev1.Secret)) {
+	t.Helper()
+	s, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(s)
+	if _, err := c.Client.CoreV1().Secrets(ns).Update(t.Context(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setKey changes one key of a ConfigMap or Secret.
+func setKey(t testing.TB, c *cluster.Cluster, ns string, ref confighash.SourceRef, key, value string) {
+	t.Helper()
+	if ref.Kind == confighash.ConfigMap {
+		updateConfigMap(t, c, ns, ref.Name, func(cm *corev1.ConfigMap) { cm.Data[key] = value })
+		return
+	}
+	updateSecret(t, c, ns, ref.Name, func(s *corev1.Secret) { s.Data[key] = []byte(value) })
+}
+
+func createDeployment(t testing.TB, c *cluster.Cluster, ns string, d *appsv1.Deployment) {
+	t.Helper()
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEachUsedSourceChangeRollsOnce(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createEverySource(t, c, ns)
+	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	expectReplicaSets(t, c, ns, "web", 1)
+
+	// Every reference path, ConfigMaps and Secrets: the used key of each source.
+	used := []struct {
+		ref confighash.SourceRef
+		key string
+	}{
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "init-config"}, "x"},
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "greeting"},
+		{confighash.SourceRef{Kind: confighash.Secret, Name: "app-secret"}, "password"},
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "env-config"}, "E"},
+		{confighash.SourceRef{Kind: confighash.Secret, Name: "env-secret"}, "S"},
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "files-config"}, "a.conf"},
+		{confighash.SourceRef{Kind: confighash.Secret, Name: "tls-secret"}, "tls.crt"},
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "projected-config"}, "p"},
+		{confighash.SourceRef{Kind: confighash.Secret, Name: "projected-secret"}, "token"},
+	}
+	seen := map[string]bool{templateHash(t, c, ns, "web"): true}
+	for i, u := range used {
+		setKey(t, c, ns, u.ref, u.key, "v2")
+		expectReplicaSets(t, c, ns, "web", i+2)
+		h := templateHash(t, c, ns, "web")
+		if seen[h] {
+			t.Fatalf("after changing %s the hash %s is not new", u.ref, h)
+		}
+		seen[h] = true
+	}
+}
+
+func TestThreeChangesRollThreeTimesWithThreeHashes(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	expectReplicaSets(t, c, ns, "web", 1)
+	hashes := map[string]bool{templateHash(t, c, ns, "web"): true}
+	for i := 1; i <= 3; i++ {
+		setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", fmt.Sprint(i))
+		expectReplicaSets(t, c, ns, "web", i+1)
+		hashes[templateHash(t, c, ns, "web")] = true
+	}
+	if len(hashes) != 4 {
+		t.Fatalf("%d distinct hashes over the initial one and 3 changes, want 4", len(hashes))
+	}
+}
+
+// envFromTemplate uses the whole ConfigMap through envFrom.
+func envFromTemplate(configMap string) corev1.PodTemplateSpec {
+	tmpl := plainTemplate()
+	tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}}}}
+	return tmpl
+}
+
+func TestChangesToWhatIsNotUsedRollNothing(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createEverySource(t, c, ns)
+	createConfigMap(t, c, ns, "nobody-uses-this", map[string]string{"k": "v"})
+	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	expectReplicaSets(t, c, ns, "web", 1)
+
+	// app-config is used through one key, greeting: its other keys do not count.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "unused", "changed")
+	updateConfigMap(t, c, ns, "env-config", func(cm *corev1.ConfigMap) { cm.Labels = map[string]string{"team": "a"} })
+	updateSecret(t, c, ns, "tls-secret", func(s *corev1.Secret) { s.Annotations = map[string]string{"note": "metadata only"} })
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "nobody-uses-this"}, "k", "changed")
+	expectReplicaSets(t, c, ns, "web", 1)
+	if n := w.metric(t, "confighash_watcher_touches_total"); n != 0 {
+		t.Fatalf("touches = %v, want none", n)
+	}
+}
+
+func TestConfigMapAndSecretChangedTogetherRollOnce(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c, "--debounce=1s")
+	ns := labeledNamespace(t, c)
+	createEverySource(t, c, ns)
+	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	expectReplicaSets(t, c, ns, "web", 1)
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "greeting", "hello")
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "app-secret"}, "password", "hunter2")
+	expectReplicaSets(t, c, ns, "web", 2)
+}
+
+func TestDeletedSecretRollsOnlyWhenRecreatedWithOtherData(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
+	createDeployment(t, c, ns, deployment("web", 1, secretVolumeTemplate("db")))
+	expectReplicaSets(t, c, ns, "web", 1)
+
+	if err := c.Client.CoreV1().Secrets(ns).Delete(t.Context(), "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectReplicaSets(t, c, ns, "web", 1)
+	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
+	expectReplicaSets(t, c, ns, "web", 1)
+	if err := c.Client.CoreV1().Secrets(ns).Delete(t.Context(), "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createSecret(t, c, ns, "db", map[string]string{"password": "two"})
+	expectReplicaSets(t, c, ns, "web", 2)
+}
+
+func TestPolicyAnnotations(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createEverySource(t, c, ns)
+	createConfigMap(t, c, ns, "extra", map[string]string{"k": "v"})
+	createConfigMap(t, c, ns, "matched", map[string]string{"k": "v"})
+	updateConfigMap(t, c, ns, "matched", func(cm *corev1.ConfigMap) {
+		cm.Annotations = map[string]string{confighash.AnnotationMatch: "true"}
+	})
+
+	with := func(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) {
+		d := deployment(name, 0, tmpl)
+		for k, v := range annotations {
+			d.Annotations[k] = v
+		}
+		createDeployment(t, c, ns, d)
+	}
+	with("only-secrets", map[string]string{confighash.AnnotationOnly: "secrets"}, everyUseTemplate(nil))
+	with("include", map[string]string{confighash.AnnotationIncludeConfigMaps: "extra"}, plainTemplate())
+	with("exclude", map[string]string{confighash.AnnotationExcludeConfigMaps: "app-config"}, everyUseTemplate(nil))
+	searchTmpl := everyUseTemplate(nil)
+	searchTmpl.Spec.Containers[0].EnvFrom = append(searchTmpl.Spec.Containers[0].EnvFrom,
+		corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "matched"}}})
+	with("search", map[string]string{confighash.AnnotationSearch: "true"}, searchTmpl)
+	for _, name := range []string{"only-secrets", "include", "exclude", "search"} {
+		expectReplicaSets(t, c, ns, name, 1)
+	}
+
+	// A ConfigMap change: only-secrets ignores it, exclude excludes it, search
+	// ignores it (no match); nobody includes app-config.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "greeting", "v2")
+	// Included although the pod template does not use it.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "extra"}, "k", "v2")
+	// Matched: counts in search mode.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "matched"}, "k", "v2")
+	for name, want := range map[string]int{"only-secrets": 1, "include": 2, "exclude": 1, "search": 2} {
+		expectReplicaSets(t, c, ns, name, want)
+	}
+
+	// A Secret change counts for only-secrets and exclude, not for search.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "app-secret"}, "password", "v2")
+	for name, want := range map[string]int{"only-secrets": 2, "include": 2, "exclude": 2, "search": 2} {
+		expectReplicaSets(t, c, ns, name, want)
+	}
+
+	// ignore on a source takes it out of every hash: once it leaves the record,
+	// its changes roll nothing.
+	updateSecret(t, c, ns, "tls-secret", func(s *corev1.Secret) {
+		s.Annotations = map[string]string{confighash.AnnotationIgnore: "true"}
+	})
+	before := map[string]int{}
+	for _, name := range []string{"only-secrets", "exclude"} {
+		waitFor(t, 30*time.Second, name+" to drop the ignored Secret", func() bool {
+			d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+			return err == nil && !containsSource(d.Annotations[confighash.AnnotationSources], "secret/tls-secret=")
+		})
+		before[name] = replicaSets(t, c, ns, name)
+	}
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "tls-secret"}, "tls.crt", "v2")
+	for name, want := range before {
+		expectReplicaSets(t, c, ns, name, want)
+	}
+}
+
+func containsSource(record, entryPrefix string) bool {
+	for _, f := range strings.Fields(record) {
+		if strings.HasPrefix(f, entryPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestChangeWhileTheWatcherIsDownRollsOnceWhenItReturns(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createConfigMap(t, c, ns, "other", map[string]string{"k": "0"})
+	createDeployment(t, c, ns, deployment("uses-cfg", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, deployment("uses-other", 1, envFromTemplate("other")))
+	expectReplicaSets(t, c, ns, "uses-cfg", 1)
+	expectReplicaSets(t, c, ns, "uses-other", 1)
+
+	w.stop(t)
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	w = startWatcher(t, c)
+	expectReplicaSets(t, c, ns, "uses-cfg", 2)
+	expectReplicaSets(t, c, ns, "uses-other", 1)
+	if n := w.metric(t, "confighash_watcher_drifted_workloads"); n != 1 {
+		t.Fatalf("drifted workloads at start = %v, want 1", n)
+	}
+
+	w.stop(t)
+	w = startWatcher(t, c)
+	expectReplicaSets(t, c, ns, "uses-cfg", 2)
+	expectReplicaSets(t, c, ns, "uses-other", 1)
+	if n := w.metric(t, "confighash_watcher_drifted_workloads"); n != 0 {
+		t.Fatalf("drifted workloads after a restart with nothing changed = %v, want 0", n)
+	}
+}
+
+func TestWatcherHealsWhatTheWebhookMissed(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	webhook := startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	expectReplicaSets(t, c, ns, "web", 1)
+
+	webhook.stop(t)
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expectReplicaSets(t, c, ns, "web", 2)
+	if n := w.metric(t, `confighash_watcher_touches_total{result="healed"}`); n != 1 {
+		t.Fatalf("healed touches = %v, want 1", n)
+	}
+	waitFor(t, 10*time.Second, "a Healed Warning Event", func() bool {
+		events, err := c.Client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=Healed,type=Warning"})
+		return err == nil && len(events.Items) == 1
+	})
+}
+
+func TestOnlyTheLeaderTouchesAndFailoverMissesNothing(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	const n = 40
+	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
+	for i := range n {
+		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
+	}
+	first := startWatcher(t, c, "--touch-rate=20")
+	second := startComponent(t, c, "watcher", "--debounce="+testDebounce, "--touch-rate=20", "--heal-after=2",
+		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms")
+	if second.metric(t, "confighash_watcher_leader") != 0 {
+		t.Fatal("two leaders")
+	}
+
+	// 40 touches at 20 per second: kill the leader in the middle of the fan-out.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "1")
+	waitFor(t, 10*time.Second, "the fan-out to start", func() bool { return first.metric(t, "confighash_watcher_touches_total") >= 5 })
+	first.kill()
+	waitFor(t, 15*time.Second, "the standby to lead", func() bool { return second.metric(t, "confighash_watcher_leader") == 1 })
+	for i := range n {
+		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 2)
+	}
+	time.Sleep(quietPeriod)
+	for i := range n {
+		if got := replicaSets(t, c, ns, fmt.Sprintf("web-%d", i)); got != 2 {
+			t.Fatalf("web-%d has %d ReplicaSets, want 2", i, got)
+		}
+	}
+}
+
+// expectReplicaSetsNoWait waits until Deployment name has want ReplicaSets.
+func expectReplicaSetsNoWait(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
+	t.Helper()
+	waitFor(t, 60*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want), func() bool { return replicaSets(t, c, ns, name) >= want })
+}
+
+func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	const n = 200
+	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
+	for i := range n {
+		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
+	}
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "1")
+	for i := range n {
+		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 2)
+	}
+	time.Sleep(quietPeriod)
+	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 2*n {
+		t.Fatalf("%d ReplicaSets for %d Deployments, want %d", len(list.Items), n, 2*n)
+	}
+	if got := w.metric(t, `confighash_watcher_touches_total{result="converged"}`); got != n {
+		t.Fatalf("converged touches = %v, want exactly one per Deployment: %d", got, n)
+	}
+}

@@ -1,0 +1,87 @@
+package watcher
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/confighash/confighash"
+)
+
+// Recorder records the watcher's metrics.
+type Recorder interface {
+	// SourceChanged records a change of a source's data, existence or counting.
+	SourceChanged(kind confighash.SourceKind)
+	// Touch records a write to a workload by result: converged, not_converged,
+	// healed, error.
+	Touch(result string)
+	// Converged records the time from a change reaching a workload to its convergence.
+	Converged(d time.Duration)
+	// Resynced records how many workloads had drifted at a resync.
+	Resynced(drifted int)
+	// QueueDepth records the number of workloads waiting.
+	QueueDepth(n int)
+}
+
+// NoopRecorder records nothing.
+type NoopRecorder struct{}
+
+var _ Recorder = NoopRecorder{}
+
+func (NoopRecorder) SourceChanged(confighash.SourceKind) {}
+func (NoopRecorder) Touch(string)                        {}
+func (NoopRecorder) Converged(time.Duration)             {}
+func (NoopRecorder) Resynced(int)                        {}
+func (NoopRecorder) QueueDepth(int)                      {}
+
+// PrometheusRecorder records to Prometheus.
+type PrometheusRecorder struct {
+	changes     *prometheus.CounterVec
+	touches     *prometheus.CounterVec
+	convergence prometheus.Histogram
+	drifted     prometheus.Gauge
+	depth       prometheus.Gauge
+}
+
+var _ Recorder = (*PrometheusRecorder)(nil)
+
+// NewPrometheusRecorder registers the watcher's metrics with reg.
+func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, error) {
+	r := &PrometheusRecorder{
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "source_changes_total",
+			Help: "Changes of ConfigMap or Secret data, existence or counting annotations seen, by kind.",
+		}, []string{"kind"}),
+		touches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "touches_total",
+			Help: "Writes to workloads by result: converged (the webhook wrote the hash), not_converged (it did not: retried), healed (the watcher wrote it), error.",
+		}, []string{"result"}),
+		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "convergence_seconds",
+			Help:    "Time from a change reaching a workload to the workload carrying the new hash.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}),
+		drifted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "drifted_workloads",
+			Help: "Workloads found not converged at the last resync (start or leadership change).",
+		}),
+		depth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "queue_depth",
+			Help: "Workloads waiting to be checked or touched.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *PrometheusRecorder) SourceChanged(kind confighash.SourceKind) {
+	r.changes.WithLabelValues(string(kind)).Inc()
+}
+func (r *PrometheusRecorder) Touch(result string)       { r.touches.WithLabelValues(result).Inc() }
+func (r *PrometheusRecorder) Converged(d time.Duration) { r.convergence.Observe(d.Seconds()) }
+func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(drifted)) }
+func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }

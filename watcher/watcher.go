@@ -1,0 +1,519 @@
+// Package watcher sees ConfigMap and Secret data change and touches the workloads that
+// use it, so that the webhook recomputes their hash at re-admission; when the webhook
+// does not converge, it writes the same hash itself.
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/webhook"
+)
+
+// FieldManager owns the watcher's writes.
+const FieldManager = "confighash-watcher"
+
+// Config configures a Watcher.
+type Config struct {
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface // for Argo Rollouts; nil to skip them
+	Key     confighash.Key
+	// Debounce delays a touch after the first change, so that changes made together
+	// roll a workload once.
+	Debounce time.Duration
+	// TouchRate spreads the touches of one change over time: at most this many per
+	// second for the workloads one source change reaches. Unrelated changes are not
+	// held behind a large fan-out.
+	TouchRate float64
+	// Workers touch workloads in parallel.
+	Workers int
+	// HealAfter is how many touches may fail to converge before the watcher writes
+	// the hash itself.
+	HealAfter int
+	Events    record.EventRecorder
+	Metrics   Recorder
+	Log       zerolog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Client == nil {
+		return errors.New("a Kubernetes client is required")
+	}
+	if c.Debounce < 0 || c.TouchRate <= 0 || c.Workers <= 0 || c.HealAfter <= 0 {
+		return errors.New("debounce must be >= 0; touch rate, workers and heal-after must be > 0")
+	}
+	if c.Metrics == nil {
+		c.Metrics = NoopRecorder{}
+	}
+	if c.Events == nil {
+		c.Events = &record.FakeRecorder{}
+	}
+	return nil
+}
+
+// workloadKey names a workload in the queue.
+type workloadKey struct {
+	Kind, Namespace, Name string
+}
+
+func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" + k.Name }
+
+// Watcher touches the workloads whose used sources changed.
+type Watcher struct {
+	cfg        Config
+	sources    *webhook.SourceCache
+	workloads  map[string]cache.SharedIndexInformer
+	namespaces cache.SharedIndexInformer
+	queue      workqueue.TypedRateLimitingInterface[workloadKey]
+
+	mu sync.Mutex
+	// firstSeen is when a change first reached a workload not yet converged: the start
+	// of its convergence latency.
+	firstSeen map[workloadKey]time.Time
+	// warned remembers the resourceVersion a bad-annotation Event was sent for.
+	warned map[workloadKey]string
+}
+
+// New returns a Watcher; Run starts its caches and Lead its work.
+func New(cfg Config) (*Watcher, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic)
+	if err != nil {
+		return nil, err
+	}
+	enabled := func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.Set{confighash.InjectionLabel: confighash.InjectionEnabled}.String()
+	}
+	w := &Watcher{
+		cfg:        cfg,
+		sources:    webhook.NewSourceCache(cfg.Client),
+		workloads:  workloads,
+		namespaces: coreinformers.NewFilteredNamespaceInformer(cfg.Client, 0, cache.Indexers{}, enabled),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
+		firstSeen: map[workloadKey]time.Time{},
+		warned:    map[workloadKey]string{},
+	}
+	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
+		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false) },
+		DeleteFunc: func(obj any) { w.sourceChanged(nil, obj, false) },
+	}); err != nil {
+		return nil, err
+	}
+	for _, inf := range workloads {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
+			UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Run runs the caches until ctx is done. Standbys run them too, so that failover
+// finds them warm.
+func (w *Watcher) Run(ctx context.Context) error {
+	go w.namespaces.RunWithContext(ctx)
+	for _, inf := range w.workloads {
+		go inf.RunWithContext(ctx)
+	}
+	go func() { _ = w.sources.Run(ctx) }()
+	<-ctx.Done()
+	w.queue.ShutDown()
+	return nil
+}
+
+// Synced reports whether every cache has listed once.
+func (w *Watcher) Synced() bool {
+	if !w.sources.Synced() || !w.namespaces.HasSynced() {
+		return false
+	}
+	for _, inf := range w.workloads {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Lead does the leader's work until ctx is done: it checks every workload once, since
+// changes may have happened while no watcher was leading, then touches workloads as
+// changes arrive.
+func (w *Watcher) Lead(ctx context.Context) error {
+	if !cache.WaitForCacheSync(ctx.Done(), w.Synced) {
+		return nil
+	}
+	w.resync()
+	var wg sync.WaitGroup
+	for range w.cfg.Workers {
+		wg.Go(func() {
+			for w.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	w.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// sourceChanged enqueues the workloads that may use a source whose data, existence or
+// counting annotations changed.
+func (w *Watcher) sourceChanged(old, obj any, initial bool) {
+	if initial {
+		return // the leader's resync covers what existed before
+	}
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	d, ok := obj.(*webhook.Digested)
+	if !ok {
+		return
+	}
+	if prev, ok := old.(*webhook.Digested); ok && sameSource(prev.Source, d.Source) {
+		return // metadata only
+	}
+	w.cfg.Metrics.SourceChanged(d.Source.Kind)
+	w.enqueueUsers(d.Namespace, d.Source.SourceRef)
+}
+
+func sameSource(a, b confighash.Source) bool {
+	return a.Present == b.Present && a.Ignore == b.Ignore && a.Match == b.Match &&
+		maps.Equal(a.Data, b.Data) && maps.Equal(a.BinaryData, b.BinaryData)
+}
+
+// enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
+func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
+	if !w.namespaceEnabled(namespace) {
+		return
+	}
+	interval := time.Duration(float64(time.Second) / w.cfg.TouchRate)
+	i := 0
+	for _, inf := range w.workloads {
+		objs, err := inf.GetIndexer().ByIndex(sourceIndex, sourceKey(namespace, ref))
+		if err != nil {
+			continue
+		}
+		for _, obj := range objs {
+			v, ok := obj.(*view)
+			if !ok {
+				continue
+			}
+			w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*interval)
+			i++
+		}
+	}
+}
+
+// workloadChanged enqueues a workload whose opt-in, references or record changed, for
+// a convergence check; status updates and our own touches do not change a view.
+func (w *Watcher) workloadChanged(old, obj any, initial bool) {
+	v, ok := obj.(*view)
+	if !ok || initial {
+		return
+	}
+	if prev, ok := old.(*view); ok && sameView(prev, v) {
+		return
+	}
+	if v.Policy.Enabled() && w.namespaceEnabled(v.Namespace) {
+		w.enqueue(keyOf(v), w.cfg.Debounce)
+	}
+}
+
+func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
+
+func (w *Watcher) enqueue(key workloadKey, after time.Duration) {
+	w.mu.Lock()
+	if _, ok := w.firstSeen[key]; !ok {
+		w.firstSeen[key] = time.Now()
+	}
+	w.mu.Unlock()
+	w.queue.AddAfter(key, after)
+}
+
+func (w *Watcher) namespaceEnabled(ns string) bool {
+	_, exists, err := w.namespaces.GetStore().GetByKey(ns)
+	return err == nil && exists
+}
+
+// resync enqueues every workload that drifted while no watcher led.
+func (w *Watcher) resync() {
+	interval := time.Duration(float64(time.Second) / w.cfg.TouchRate)
+	drifted := 0
+	for _, inf := range w.workloads {
+		for _, obj := range inf.GetStore().List() {
+			v, ok := obj.(*view)
+			if !ok || !v.Policy.Enabled() || !w.namespaceEnabled(v.Namespace) {
+				continue
+			}
+			if _, converged := w.expected(v); !converged {
+				w.enqueue(keyOf(v), time.Duration(drifted)*interval)
+				drifted++
+			}
+		}
+	}
+	w.cfg.Metrics.Resynced(drifted)
+	w.cfg.Log.Info().Int("drifted", drifted).Msg("resync done")
+}
+
+// expected returns the record the workload must have for the sources as cached, and
+// whether it has it, with the matching hash.
+func (w *Watcher) expected(v *view) (confighash.Record, bool) {
+	sources := make(map[confighash.SourceRef]confighash.Source, len(v.Candidates))
+	for _, c := range v.Candidates {
+		if d, ok := w.sources.Lookup(v.Namespace, c.SourceRef); ok {
+			sources[c.SourceRef] = d.Source
+		}
+	}
+	want := confighash.Update(v.Record, confighash.Observe(w.cfg.Key, v.Policy, v.Candidates, sources))
+	return want, v.RecordErr == nil && slices.Equal(want, v.Record) && v.Hash == want.Hash(w.cfg.Key)
+}
+
+func (w *Watcher) processNext(ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	w.cfg.Metrics.QueueDepth(w.queue.Len())
+	if err := w.sync(ctx, key); err != nil {
+		if ctx.Err() != nil {
+			return true
+		}
+		w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Int("attempt", w.queue.NumRequeues(key)+1).Msg("workload not converged; retrying")
+		w.queue.AddRateLimited(key)
+		return true
+	}
+	w.queue.Forget(key)
+	return true
+}
+
+// errNotConverged means the touch was admitted without the webhook's hash: the
+// webhook failed open.
+var errNotConverged = errors.New("the webhook did not write the hash")
+
+// sync converges one workload: nothing when it already is, a touch otherwise, and past
+// HealAfter failed touches, the watcher's own write.
+func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
+	inf, ok := w.workloads[key.Kind]
+	if !ok {
+		return nil
+	}
+	obj, exists, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
+	v, isView := obj.(*view)
+	if err != nil || !exists || !isView || !v.Policy.Enabled() || !w.namespaceEnabled(key.Namespace) {
+		w.done(key)
+		return nil
+	}
+	ref := objectRef(v)
+	if len(v.Problems) > 0 && w.warnOnce(key, v.ResourceVersion) {
+		msgs := make([]string, len(v.Problems))
+		for i, p := range v.Problems {
+			msgs[i] = p.Error()
+		}
+		w.cfg.Events.Event(ref, corev1.EventTypeWarning, "BadAnnotation", "ignored: "+strings.Join(msgs, "; "))
+	}
+	want, converged := w.expected(v)
+	if converged {
+		w.converged(key)
+		return nil
+	}
+	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {
+		return w.heal(ctx, key, v, want)
+	}
+	admitted, err := w.touch(ctx, v, triggers(v, want, w.sources))
+	if err != nil {
+		w.cfg.Metrics.Touch("error")
+		return err
+	}
+	if admitted == nil {
+		w.done(key) // deleted meanwhile
+		return nil
+	}
+	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, want) || admitted.Hash != want.Hash(w.cfg.Key) {
+		w.cfg.Metrics.Touch("not_converged")
+		return errNotConverged
+	}
+	w.cfg.Metrics.Touch("converged")
+	if admitted.Hash != v.Hash {
+		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+changedSources(v.Record, want))
+	}
+	w.converged(key)
+	return nil
+}
+
+// triggers names the sources whose entry the workload has not recorded yet, at the
+// version the cache holds, so the webhook reads at least that version. When only
+// deletions drifted it names every existing source, so the touch still changes the
+// annotation.
+func triggers(v *view, want confighash.Record, sources *webhook.SourceCache) []confighash.Trigger {
+	recorded := make(map[confighash.RecordEntry]bool, len(v.Record))
+	for _, e := range v.Record {
+		recorded[e] = true
+	}
+	var drifted, all []confighash.Trigger
+	for _, e := range want {
+		d, ok := sources.Lookup(v.Namespace, e.SourceRef)
+		if !ok {
+			continue
+		}
+		t := confighash.Trigger{SourceRef: e.SourceRef, ResourceVersion: d.ResourceVersion}
+		all = append(all, t)
+		if !recorded[e] {
+			drifted = append(drifted, t)
+		}
+	}
+	if len(drifted) == 0 {
+		return all
+	}
+	return drifted
+}
+
+// changedSources names the sources whose hashed digest differs between two records.
+func changedSources(before, after confighash.Record) string {
+	old := map[confighash.SourceRef]confighash.RecordEntry{}
+	for _, e := range before {
+		old[e.SourceRef] = e
+	}
+	var names []string
+	for _, e := range after {
+		if o, ok := old[e.SourceRef]; !ok || o.Digest != e.Digest || o.Baseline != e.Baseline {
+			names = append(names, e.SourceRef.String())
+		}
+	}
+	if len(names) == 0 {
+		return "the set of sources changed"
+	}
+	return strings.Join(names, ", ") + " changed"
+}
+
+// touch patches the trigger annotation on the workload's metadata, so the API server
+// admits it again through the webhook, and returns the admitted workload.
+func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger) (*view, error) {
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationTrigger: confighash.FormatTriggers(trig)}}}
+	return w.patch(ctx, v, patch)
+}
+
+// heal writes the hash and the record the webhook would have written, and says so.
+func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, want confighash.Record) error {
+	hash := want.Hash(w.cfg.Key)
+	tmplMeta := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationSources: want.String()}}}
+	// Nest the template part along the kind's template path, below the root.
+	nested := tmplMeta
+	for i := len(v.Kind.TemplatePath) - 1; i >= 1; i-- {
+		nested = map[string]any{v.Kind.TemplatePath[i]: nested}
+	}
+	patch[v.Kind.TemplatePath[0]] = nested
+	if _, err := w.patch(ctx, v, patch); err != nil {
+		w.cfg.Metrics.Touch("error")
+		return err
+	}
+	w.cfg.Metrics.Touch("healed")
+	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed",
+		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+changedSources(v.Record, want))
+	w.converged(key)
+	return nil
+}
+
+func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*view, error) {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.PatchOptions{FieldManager: FieldManager}
+	var obj runtime.Object
+	switch v.Kind.Kind {
+	case confighash.Deployment.Kind:
+		obj, err = w.cfg.Client.AppsV1().Deployments(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.StatefulSet.Kind:
+		obj, err = w.cfg.Client.AppsV1().StatefulSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.DaemonSet.Kind:
+		obj, err = w.cfg.Client.AppsV1().DaemonSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.CronJob.Kind:
+		obj, err = w.cfg.Client.BatchV1().CronJobs(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.Rollout.Kind:
+		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
+		obj, err = w.cfg.Dynamic.Resource(gvr).Namespace(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	default:
+		return nil, fmt.Errorf("unsupported kind %s", v.Kind.Kind)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil // deleted meanwhile: nothing to converge
+	}
+	if err != nil {
+		return nil, fmt.Errorf("patch %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	admitted, err := toView(obj)
+	if err != nil {
+		return nil, err
+	}
+	av, ok := admitted.(*view)
+	if !ok {
+		return nil, fmt.Errorf("patch %s %s/%s: unreadable response", v.Kind.Kind, v.Namespace, v.Name)
+	}
+	return av, nil
+}
+
+func objectRef(v *view) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: v.Kind.Kind, APIVersion: v.Kind.GroupVersion().String(),
+		Namespace: v.Namespace, Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion,
+	}
+}
+
+func (w *Watcher) warnOnce(key workloadKey, rv string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.warned[key] == rv {
+		return false
+	}
+	w.warned[key] = rv
+	return true
+}
+
+// converged records the convergence latency of a workload a change reached.
+func (w *Watcher) converged(key workloadKey) {
+	w.mu.Lock()
+	start, ok := w.firstSeen[key]
+	delete(w.firstSeen, key)
+	w.mu.Unlock()
+	if ok {
+		w.cfg.Metrics.Converged(time.Since(start))
+	}
+}
+
+// done forgets a workload that no longer needs converging.
+func (w *Watcher) done(key workloadKey) {
+	w.mu.Lock()
+	delete(w.firstSeen, key)
+	delete(w.warned, key)
+	w.mu.Unlock()
+}

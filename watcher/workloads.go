@@ -1,0 +1,148 @@
+package watcher
+
+import (
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/confighash/confighash"
+)
+
+// view is what the watcher keeps of a workload: enough to find it from a source and to
+// check it has converged, never its pod template.
+type view struct {
+	metav1.ObjectMeta
+	Kind       confighash.Kind
+	Policy     confighash.Policy
+	Problems   []confighash.Problem
+	Candidates []confighash.Reference
+	Record     confighash.Record
+	RecordErr  error
+	Hash       string
+}
+
+var _ runtime.Object = (*view)(nil)
+
+func (v *view) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object; views are never modified once built.
+func (v *view) DeepCopyObject() runtime.Object {
+	c := *v
+	return &c
+}
+
+// toView is the workload informers' transform.
+func toView(obj any) (any, error) {
+	o, ok := obj.(runtime.Object)
+	if !ok {
+		return obj, nil
+	}
+	if _, isView := o.(*view); isView {
+		return obj, nil
+	}
+	w, err := confighash.WorkloadOf(o)
+	if err != nil {
+		return obj, nil // a tombstone or an object we cannot read: left as is
+	}
+	meta, err := metaOf(o)
+	if err != nil {
+		return obj, nil
+	}
+	v := &view{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(), UID: meta.GetUID()},
+		Kind:       w.Kind,
+		Hash:       w.Template.Annotations[confighash.AnnotationHash],
+	}
+	v.Policy, v.Problems = confighash.ParsePolicy(w.Annotations, w.Template.Annotations)
+	if v.Policy.Enabled() {
+		v.Candidates = v.Policy.Candidates(confighash.References(w.Template))
+	}
+	if text, ok := w.Annotations[confighash.AnnotationSources]; ok {
+		v.Record, v.RecordErr = confighash.ParseRecord(text)
+	}
+	return v, nil
+}
+
+func metaOf(o runtime.Object) (metav1.Object, error) {
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T has no metadata", o)
+	}
+	return m, nil
+}
+
+// sameView reports whether two views would get the same decision.
+func sameView(a, b *view) bool {
+	return a.Hash == b.Hash && slices.Equal(a.Record, b.Record) && (a.RecordErr == nil) == (b.RecordErr == nil) &&
+		a.Policy.Enabled() == b.Policy.Enabled() && a.Policy.Search == b.Policy.Search &&
+		slices.EqualFunc(a.Candidates, b.Candidates, func(x, y confighash.Reference) bool {
+			return x.SourceRef == y.SourceRef && x.AllKeys == y.AllKeys && x.Optional == y.Optional && slices.Equal(x.Keys, y.Keys)
+		})
+}
+
+// sourceIndex indexes workloads by the sources that may count for them:
+// "namespace/Kind/name". It is the reverse index from a source to its workloads.
+const sourceIndex = "source"
+
+func sourceKey(namespace string, ref confighash.SourceRef) string {
+	return namespace + "/" + string(ref.Kind) + "/" + ref.Name
+}
+
+func indexBySource(obj any) ([]string, error) {
+	v, ok := obj.(*view)
+	if !ok {
+		return nil, nil
+	}
+	keys := make([]string, len(v.Candidates))
+	for i, c := range v.Candidates {
+		keys[i] = sourceKey(v.Namespace, c.SourceRef)
+	}
+	return keys, nil
+}
+
+// newWorkloadInformers returns an informer per supported kind, Rollouts only when their
+// CRD is served.
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface) (map[string]cache.SharedIndexInformer, error) {
+	indexers := cache.Indexers{sourceIndex: indexBySource}
+	all := metav1.NamespaceAll
+	informers := map[string]cache.SharedIndexInformer{
+		confighash.Deployment.Kind:  appsinformers.NewDeploymentInformer(client, all, 0, indexers),
+		confighash.StatefulSet.Kind: appsinformers.NewStatefulSetInformer(client, all, 0, indexers),
+		confighash.DaemonSet.Kind:   appsinformers.NewDaemonSetInformer(client, all, 0, indexers),
+		confighash.CronJob.Kind:     batchinformers.NewCronJobInformer(client, all, 0, indexers),
+	}
+	if dyn != nil && rolloutsServed(client) {
+		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
+		informers[confighash.Rollout.Kind] = dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, all, 0, indexers, nil).Informer()
+	}
+	for _, inf := range informers {
+		if err := inf.SetTransform(toView); err != nil {
+			return nil, err
+		}
+	}
+	return informers, nil
+}
+
+// rolloutsServed reports whether the API server serves Argo Rollouts; an error means
+// the group is not served.
+func rolloutsServed(client kubernetes.Interface) bool {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(confighash.Rollout.GroupVersion().String())
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == confighash.Rollout.Resource {
+			return true
+		}
+	}
+	return false
+}
