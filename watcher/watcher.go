@@ -341,6 +341,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		w.cfg.Events.Event(ref, corev1.EventTypeWarning, "BadAnnotation", "ignored: "+strings.Join(msgs, "; "))
 	}
 	want, converged := w.expected(v)
+	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", converged).Str("record", v.Record.String()).Str("want", want.String()).Msg("checked")
 	if converged {
 		w.converged(key)
 		return nil

@@ -372,6 +372,11 @@ func TestOnlyTheLeaderTouchesAndFailoverMissesNothing(t *testing.T) {
 	for i := range n {
 		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
 	}
+	// The Deployment controller must have made each first ReplicaSet before the
+	// change; else it makes just one, from the changed template.
+	for i := range n {
+		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
+	}
 	first := startWatcher(t, c, "--touch-rate=20")
 	second := startComponent(t, c, "watcher", "--debounce="+testDebounce, "--touch-rate=20", "--heal-after=2",
 		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms")
@@ -382,6 +387,9 @@ func TestOnlyTheLeaderTouchesAndFailoverMissesNothing(t *testing.T) {
 	// 40 touches at 20 per second: kill the leader in the middle of the fan-out.
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "1")
 	waitFor(t, 10*time.Second, "the fan-out to start", func() bool { return first.metric(t, "confighash_watcher_touches_total") >= 5 })
+	if n := second.metric(t, "confighash_watcher_touches_total"); n != 0 {
+		t.Fatalf("the standby touched %v workloads", n)
+	}
 	first.kill()
 	waitFor(t, 15*time.Second, "the standby to lead", func() bool { return second.metric(t, "confighash_watcher_leader") == 1 })
 	for i := range n {
@@ -410,6 +418,11 @@ func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
 	for i := range n {
 		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
+	}
+	// The Deployment controller must have made each first ReplicaSet before the
+	// change; else it makes just one, from the changed template.
+	for i := range n {
+		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
 	}
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "1")
 	for i := range n {
