@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -155,6 +156,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--service-account-private-key-file="+c.path("sa.key"),
 		"--root-ca-file="+c.path("ca.crt"),
 		"--use-service-account-credentials=false",
+		// kwok's node heartbeats can lag on a loaded machine; the node lifecycle
+		// controller would then mark every pod not ready. It has nothing to do here.
+		"--controllers=*,-node-lifecycle-controller",
 		"--profiling=false",
 	); err != nil {
 		return c, err
@@ -321,7 +325,7 @@ func (c *Cluster) addNode(ctx context.Context) error {
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create node: %w", err)
 	}
-	return c.poll(ctx, "kwok", func(ctx context.Context) (bool, error) {
+	if err := c.poll(ctx, "kwok", func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -332,7 +336,15 @@ func (c *Cluster) addNode(ctx context.Context) error {
 			}
 		}
 		return false, nil
-	})
+	}); err != nil {
+		return err
+	}
+	// The API server taints a new node not-ready; with the node lifecycle controller
+	// off (see kube-controller-manager's flags), nothing else would lift it.
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, NodeName, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("untaint node: %w", err)
+	}
+	return nil
 }
 
 // waitServiceAccount waits for the controller-manager to create the namespace's default

@@ -20,12 +20,12 @@ import (
 )
 
 // labeledNamespace creates a namespace where confighash acts.
-func labeledNamespace(t *testing.T, c *cluster.Cluster) string {
+func labeledNamespace(t testing.TB, c *cluster.Cluster) string {
 	t.Helper()
 	return namespace(t, c, map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled})
 }
 
-func namespace(t *testing.T, c *cluster.Cluster, labels map[string]string) string {
+func namespace(t testing.TB, c *cluster.Cluster, labels map[string]string) string {
 	t.Helper()
 	ns, err := c.CreateNamespace(t.Context(), "e2e", labels)
 	if err != nil {
@@ -35,7 +35,7 @@ func namespace(t *testing.T, c *cluster.Cluster, labels map[string]string) strin
 	return ns
 }
 
-func createConfigMap(t *testing.T, c *cluster.Cluster, ns, name string, data map[string]string) *corev1.ConfigMap {
+func createConfigMap(t testing.TB, c *cluster.Cluster, ns, name string, data map[string]string) *corev1.ConfigMap {
 	t.Helper()
 	cm, err := c.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{})
 	if err != nil {
@@ -44,7 +44,7 @@ func createConfigMap(t *testing.T, c *cluster.Cluster, ns, name string, data map
 	return cm
 }
 
-func createSecret(t *testing.T, c *cluster.Cluster, ns, name string, data map[string]string) *corev1.Secret {
+func createSecret(t testing.TB, c *cluster.Cluster, ns, name string, data map[string]string) *corev1.Secret {
 	t.Helper()
 	s, err := c.Client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}, metav1.CreateOptions{})
 	if err != nil {
@@ -99,7 +99,7 @@ func secretVolumeTemplate(secret string) corev1.PodTemplateSpec {
 
 // createEverySource creates every source everyUseTemplate uses, with a used and an
 // unused key each.
-func createEverySource(t *testing.T, c *cluster.Cluster, ns string) {
+func createEverySource(t testing.TB, c *cluster.Cluster, ns string) {
 	t.Helper()
 	for name, key := range map[string]string{"init-config": "x", "app-config": "greeting", "env-config": "E", "files-config": "a.conf", "projected-config": "p"} {
 		createConfigMap(t, c, ns, name, map[string]string{key: "v1-" + name, "unused": "u"})
@@ -170,7 +170,7 @@ spec:
         x-kubernetes-preserve-unknown-fields: true
 `
 
-func createRollout(t *testing.T, c *cluster.Cluster, ns, name string, tmpl corev1.PodTemplateSpec) *unstructured.Unstructured {
+func createRollout(t testing.TB, c *cluster.Cluster, ns, name string, tmpl corev1.PodTemplateSpec) *unstructured.Unstructured {
 	t.Helper()
 	if _, err := c.Kubectl(t.Context(), []byte(rolloutCRD), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func createRollout(t *testing.T, c *cluster.Cluster, ns, name string, tmpl corev
 }
 
 // hashKey reads the HMAC key the webhook created.
-func hashKey(t *testing.T, c *cluster.Cluster) confighash.Key {
+func hashKey(t testing.TB, c *cluster.Cluster) confighash.Key {
 	t.Helper()
 	s, err := c.Client.CoreV1().Secrets(installNamespace).Get(t.Context(), "confighash-hash-key", metav1.GetOptions{})
 	if err != nil {
@@ -228,7 +228,7 @@ func hashKey(t *testing.T, c *cluster.Cluster) confighash.Key {
 
 // expectedHash computes, apart from the webhook, the hash a new workload with this pod
 // template and metadata annotations must get from the sources as they are now.
-func expectedHash(t *testing.T, c *cluster.Cluster, key confighash.Key, ns string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) string {
+func expectedHash(t testing.TB, c *cluster.Cluster, key confighash.Key, ns string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) string {
 	t.Helper()
 	policy, problems := confighash.ParsePolicy(annotations, tmpl.Annotations)
 	if len(problems) > 0 {
