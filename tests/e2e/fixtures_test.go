@@ -170,7 +170,8 @@ spec:
         x-kubernetes-preserve-unknown-fields: true
 `
 
-func createRollout(t testing.TB, c *cluster.Cluster, ns, name string, tmpl corev1.PodTemplateSpec) *unstructured.Unstructured {
+// installRolloutCRD installs the Rollout CRD, if it is not yet.
+func installRolloutCRD(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	if _, err := c.Kubectl(t.Context(), []byte(rolloutCRD), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
@@ -178,6 +179,11 @@ func createRollout(t testing.TB, c *cluster.Cluster, ns, name string, tmpl corev
 	if _, err := c.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "crd/rollouts.argoproj.io", "--timeout=30s"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func createRollout(t testing.TB, c *cluster.Cluster, ns, name string, tmpl corev1.PodTemplateSpec) *unstructured.Unstructured {
+	t.Helper()
+	installRolloutCRD(t, c)
 	rawTmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tmpl)
 	if err != nil {
 		t.Fatal(err)

@@ -440,3 +440,51 @@ func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
 		t.Fatalf("converged touches = %v, want exactly one per Deployment: %d", got, n)
 	}
 }
+
+func TestEveryKindRollsOnceOnAChange(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	// The watcher watches Rollouts when their CRD is served at its start.
+	installRolloutCRD(t, c)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	ctx := t.Context()
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	tmpl := envFromTemplate("cfg")
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("db", tmpl), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("agent", tmpl), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("report", tmpl), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createRollout(t, c, ns, "canary", tmpl)
+	revisions := func(app string) int {
+		list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	waitFor(t, 30*time.Second, "the first revisions", func() bool { return revisions("db") == 1 && revisions("agent") == 1 })
+	// The watcher restarted with the workloads in place would find nothing to do.
+	time.Sleep(quietPeriod)
+	if n := w.metric(t, "confighash_watcher_touches_total"); n != 0 {
+		t.Fatalf("touches before any change = %v, want 0", n)
+	}
+
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	waitFor(t, 30*time.Second, "four converged touches", func() bool {
+		return w.metric(t, `confighash_watcher_touches_total{result="converged"}`) == 4
+	})
+	waitFor(t, 30*time.Second, "the second revisions", func() bool { return revisions("db") == 2 && revisions("agent") == 2 })
+	time.Sleep(quietPeriod)
+	if db, agent := revisions("db"), revisions("agent"); db != 2 || agent != 2 {
+		t.Fatalf("revisions: StatefulSet %d, DaemonSet %d; want 2 each", db, agent)
+	}
+	if n := w.metric(t, "confighash_watcher_touches_total"); n != 4 {
+		t.Fatalf("touches = %v, want one per workload: 4 (StatefulSet, DaemonSet, CronJob, Rollout)", n)
+	}
+}
