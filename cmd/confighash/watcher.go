@@ -13,13 +13,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/leaderelection"
@@ -32,30 +30,17 @@ import (
 const watcherSummary = "confighash watcher: touches the workloads whose ConfigMaps and Secrets changed."
 
 type watcherConfig struct {
-	ops                         string
-	kubeconfig                  string
-	qps                         float64
-	burst                       int
-	namespace, keySecret        string
-	hashKeyFile                 string
+	common
 	debounce                    time.Duration
 	touchRate                   float64
 	workers, healAfter          int
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
-	logFormat, logLevel         string
-	shutdownTimeout             time.Duration
 }
 
 func (c *watcherConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.ops, "ops-address", ":8080", "address of the plain-HTTP server for /healthz, /readyz and /metrics")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
-	fs.Float64Var(&c.qps, "kube-api-qps", 0, "client-side limit of queries per second to the API server; 0: none, the API server's priority and fairness applies")
-	fs.IntVar(&c.burst, "kube-api-burst", 100, "burst above --kube-api-qps, when it is set")
-	fs.StringVar(&c.namespace, "namespace", "confighash", "namespace confighash is installed in: the hash key Secret, the leader Lease")
-	fs.StringVar(&c.keySecret, "hash-key-secret", "confighash-hash-key", "Secret holding the HMAC key shared with the webhook; created with a random key when absent")
-	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "file holding the HMAC key (at least 32 bytes), instead of the Secret")
+	c.common.flags(fs, 10*time.Second)
 	fs.DurationVar(&c.debounce, "debounce", time.Second, "wait after a change before touching, so that changes made together roll once")
 	fs.Float64Var(&c.touchRate, "touch-rate", 50, "touches per second at most for the workloads one change reaches; other changes are not held behind them")
 	fs.IntVar(&c.workers, "workers", 4, "workloads touched in parallel")
@@ -66,9 +51,6 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the last renewal before taking over")
 	fs.DurationVar(&c.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&c.retry, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease")
-	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long the ops server may take to finish on SIGTERM")
 }
 
 // errLostLeadership stops the process: its queue is shut down, and a restart rejoins
@@ -79,41 +61,18 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var cfg watcherConfig
 	fs := flag.NewFlagSet("watcher", flag.ContinueOnError)
 	cfg.flags(fs)
-	if err := parseFlags(fs, args, stdout, watcherSummary); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if done, err := parse(fs, args, stdout, watcherSummary); done || err != nil {
 		return err
 	}
-	log, lr, err := newLogger(stderr, cfg.logFormat, cfg.logLevel, "watcher")
+	e, err := cfg.connect(ctx, "watcher", stderr)
 	if err != nil {
 		return err
 	}
-	ctx = logr.NewContext(ctx, lr)
-
-	rc, err := restConfig(cfg.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	rc.UserAgent = "confighash-watcher/" + version
-	rc.QPS, rc.Burst = float32(cfg.qps), cfg.burst
-	if cfg.qps == 0 {
-		rc.QPS = -1
-	}
-	client, err := kubernetes.NewForConfig(rc)
+	ctx, log, client, reg := e.ctx, e.log, e.client, e.reg
+	dyn, err := dynamic.NewForConfig(e.rest)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	key, err := loadKey(ctx, client, cfg.hashKeyFile, cfg.namespace, cfg.keySecret)
-	if err != nil {
-		return err
-	}
-
-	reg := newRegistry()
 	recorder, err := watcher.NewPrometheusRecorder(reg)
 	if err != nil {
 		return err
@@ -126,7 +85,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: watcher.FieldManager})
 
 	w, err := watcher.New(watcher.Config{
-		Client: client, Dynamic: dyn, Key: key,
+		Client: client, Dynamic: dyn, Key: e.key,
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Events: events, Metrics: recorder, Log: log,
 	})

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/confighash/confighash"
+)
+
+// common is the configuration both components share.
+type common struct {
+	ops                  string
+	kubeconfig           string
+	qps                  float64
+	burst                int
+	namespace, keySecret string
+	hashKeyFile          string
+	logFormat, logLevel  string
+	shutdownTimeout      time.Duration
+}
+
+func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
+	fs.StringVar(&c.ops, "ops-address", ":8080", "address of the plain-HTTP server for /healthz, /readyz and /metrics")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
+	fs.Float64Var(&c.qps, "kube-api-qps", 0, "client-side limit of queries per second to the API server; 0: none, the API server's priority and fairness applies (a limit delays every request once reached)")
+	fs.IntVar(&c.burst, "kube-api-burst", 100, "burst above --kube-api-qps, when it is set")
+	fs.StringVar(&c.namespace, "namespace", "confighash", "namespace confighash is installed in: the hash key Secret, the watcher's Lease")
+	fs.StringVar(&c.keySecret, "hash-key-secret", "confighash-hash-key", "Secret holding the HMAC key the webhook and the watcher share; created with a random key when absent")
+	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "file holding the HMAC key (at least 32 bytes), instead of the Secret")
+	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", shutdownTimeout, "how long in-flight requests may take to finish on SIGTERM")
+}
+
+// parse parses the command line; done is set when it only asked for help.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer, summary string) (done bool, err error) {
+	err = parseFlags(fs, args, stdout, summary)
+	if errors.Is(err, flag.ErrHelp) {
+		return true, nil
+	}
+	return false, err
+}
+
+// env is what both components start from.
+type env struct {
+	ctx    context.Context // carries the logr logger, for client-go and cert-manager
+	log    zerolog.Logger
+	rest   *rest.Config
+	client kubernetes.Interface
+	key    confighash.Key
+	reg    *prometheus.Registry
+}
+
+// connect builds the logger, the API client and the metrics registry, and loads the
+// hash key.
+func (c *common) connect(ctx context.Context, component string, stderr io.Writer) (*env, error) {
+	log, lr, err := newLogger(stderr, c.logFormat, c.logLevel, component)
+	if err != nil {
+		return nil, err
+	}
+	e := &env{ctx: logr.NewContext(ctx, lr), log: log, reg: newRegistry()}
+	if c.kubeconfig != "" {
+		e.rest, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	} else {
+		e.rest, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	e.rest.UserAgent = "confighash-" + component + "/" + version
+	e.rest.QPS, e.rest.Burst = float32(c.qps), c.burst
+	if c.qps == 0 {
+		e.rest.QPS = -1 // client-go's "no limit"; 0 would mean its default of 5
+	}
+	if e.client, err = kubernetes.NewForConfig(e.rest); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if e.key, err = loadKey(e.ctx, e.client, c.hashKeyFile, c.namespace, c.keySecret); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
