@@ -27,7 +27,7 @@ build: ## build bin/confighash
 
 .PHONY: control-plane
 control-plane: ## build the local control plane's binaries once per machine (cached in $CONFIGHASH_CACHE)
-	tests/cluster/build-binaries.sh >/dev/null
+	@tests/cluster/build-binaries.sh >/dev/null
 
 .PHONY: test
 test: control-plane ## unit and end-to-end tests against a real local control plane, and a short fuzz run
@@ -72,5 +72,5 @@ cluster-down: ## stop the local control plane
 	go run ./tests/cluster/localcluster down --dir $(CLUSTER_DIR)
 
 .PHONY: run
-run: cluster-up ## start the local control plane (the webhook and watcher demo comes with them)
-	@echo "confighash's webhook and watcher are not built yet; this control plane is where they will run."
+run: build control-plane ## the demo: local control plane, webhook, watcher, a ConfigMap change and its rollout; Ctrl-C stops all
+	go run ./tests/demo --binary bin/confighash

@@ -74,6 +74,7 @@ type Cluster struct {
 
 	processes []*process
 	ownsDir   bool
+	detached  bool
 }
 
 // Start builds the binaries if needed and starts a control plane with one Ready kwok node.
@@ -82,7 +83,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Dir: opts.Dir, KubectlPath: filepath.Join(bins["kubernetes"], "kubectl")}
+	c = &Cluster{Dir: opts.Dir, KubectlPath: filepath.Join(bins["kubernetes"], "kubectl"), detached: opts.Detached}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "confighash-cluster-"); err != nil {
 			return nil, fmt.Errorf("create cluster directory: %w", err)
@@ -110,7 +111,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeerPort)
-	if err := c.start(opts, "etcd", filepath.Join(bins["etcd"], "etcd"),
+	if err := c.start("etcd", filepath.Join(bins["etcd"], "etcd"),
 		"--data-dir="+filepath.Join(c.Dir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
@@ -119,12 +120,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	); err != nil {
 		return c, err
 	}
-	if err := waitHTTP(ctx, etcdURL+"/health"); err != nil {
+	if err := WaitHTTP(ctx, etcdURL+"/health"); err != nil {
 		return c, c.startError("etcd", err)
 	}
 
 	kube := bins["kubernetes"]
-	if err := c.start(opts, "kube-apiserver", filepath.Join(kube, "kube-apiserver"),
+	if err := c.start("kube-apiserver", filepath.Join(kube, "kube-apiserver"),
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(apiPort),
@@ -150,7 +151,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, c.startError("kube-apiserver", err)
 	}
 
-	if err := c.start(opts, "kube-controller-manager", filepath.Join(kube, "kube-controller-manager"),
+	if err := c.start("kube-controller-manager", filepath.Join(kube, "kube-controller-manager"),
 		"--kubeconfig="+c.Kubeconfig,
 		"--secure-port=0", "--leader-elect=false",
 		"--service-account-private-key-file="+c.path("sa.key"),
@@ -163,7 +164,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	); err != nil {
 		return c, err
 	}
-	if err := c.start(opts, "kube-scheduler", filepath.Join(kube, "kube-scheduler"),
+	if err := c.start("kube-scheduler", filepath.Join(kube, "kube-scheduler"),
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
 		"--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
@@ -175,7 +176,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	if err := c.start(opts, "kwok", filepath.Join(bins["kwok"], "kwok"),
+	if err := c.start("kwok", filepath.Join(bins["kwok"], "kwok"),
 		"--kubeconfig="+c.Kubeconfig,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
@@ -199,13 +200,19 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 // path returns the path of a file in the cluster directory.
 func (c *Cluster) path(name string) string { return filepath.Join(c.Dir, name) }
 
-func (c *Cluster) start(opts Options, name, binary string, args ...string) error {
-	p, err := startProcess(c.Dir, name, binary, args, opts.Detached)
+func (c *Cluster) start(name, binary string, args ...string) error {
+	p, err := startProcess(c.Dir, name, binary, args, c.detached)
 	if err != nil {
 		return err
 	}
 	c.processes = append(c.processes, p)
 	return nil
+}
+
+// Run starts another process beside the control plane, logging to Dir/name.log. Stop
+// stops it before the control plane, as it stops everything in reverse start order.
+func (c *Cluster) Run(name, binary string, args ...string) error {
+	return c.start(name, binary, args...)
 }
 
 // startError adds the component's last log lines to err, or notes that it exited.
@@ -460,8 +467,8 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// waitHTTP polls url until it answers 200.
-func waitHTTP(ctx context.Context, url string) error {
+// WaitHTTP polls url until it answers 200, as a readiness endpoint does.
+func WaitHTTP(ctx context.Context, url string) error {
 	client := &http.Client{Timeout: time.Second}
 	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -22,12 +22,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/webhook"
 )
 
 var testCluster *cluster.Cluster
@@ -105,14 +104,9 @@ func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component
 			t.Logf("%s log:\n%s", args[0], tail(string(data), 40))
 		}
 	})
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := http.Get(p.ops + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	}); err != nil {
+	ready, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cluster.WaitHTTP(ready, p.ops+"/readyz"); err != nil {
 		t.Fatalf("%s not ready: %v", args[0], err)
 	}
 	return p
@@ -170,41 +164,9 @@ func (w *webhookProcess) issue(t testing.TB) *certs.KeyPair {
 
 const webhookConfigName = "confighash-e2e"
 
-// optInCondition lets the API server call the webhook only for workloads that carry an
-// opt-in annotation on their metadata or pod template.
-const optInCondition = `['` + confighash.AnnotationInject + `', '` + confighash.AnnotationIncludeConfigMaps + `', '` + confighash.AnnotationIncludeSecrets + `'].exists(k,
-  (has(object.metadata.annotations) && k in object.metadata.annotations) ||
-  (has(object.spec) && has(object.spec.template) && has(object.spec.template.metadata) &&
-    has(object.spec.template.metadata.annotations) && k in object.spec.template.metadata.annotations) ||
-  (has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) &&
-    has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.metadata) &&
-    has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations))`
-
 func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
-	var rules []admissionregistrationv1.RuleWithOperations
-	for _, k := range confighash.Kinds {
-		rules = append(rules, admissionregistrationv1.RuleWithOperations{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-			Rule: admissionregistrationv1.Rule{APIGroups: []string{k.Group}, APIVersions: []string{k.Version}, Resources: []string{k.Resource},
-				Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-		})
-	}
-	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: webhookConfigName},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "hash.confighash.dev",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr + "/mutate"), CABundle: w.ca.CertPEM},
-			Rules:                   rules,
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled}},
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: optInCondition}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			TimeoutSeconds:          ptr.To[int32](5),
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
+	cfg := webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr + "/mutate"), CABundle: w.ca.CertPEM})
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	_ = api.Delete(t.Context(), webhookConfigName, metav1.DeleteOptions{})
 	if _, err := api.Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {

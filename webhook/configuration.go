@@ -1,0 +1,53 @@
+package webhook
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+)
+
+// OptInCondition is the CEL expression of the webhook's matchCondition: the API server
+// calls the webhook only for workloads that carry an opt-in annotation on their
+// metadata or their pod template. A workload that opts out is never even sent.
+const OptInCondition = `['` + confighash.AnnotationInject + `', '` + confighash.AnnotationIncludeConfigMaps + `', '` + confighash.AnnotationIncludeSecrets + `'].exists(k,
+  (has(object.metadata.annotations) && k in object.metadata.annotations) ||
+  (has(object.spec) && has(object.spec.template) && has(object.spec.template.metadata) &&
+    has(object.spec.template.metadata.annotations) && k in object.spec.template.metadata.annotations) ||
+  (has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) &&
+    has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.metadata) &&
+    has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations))`
+
+// Configuration returns the MutatingWebhookConfiguration that registers the webhook:
+// creates and updates of the supported kinds, in namespaces labelled for injection,
+// that opted in; failing open, without side effects, and called again if a later
+// webhook changes the object.
+func Configuration(name string, client admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
+	var rules []admissionregistrationv1.RuleWithOperations
+	for _, k := range confighash.Kinds {
+		rules = append(rules, admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{k.Group}, APIVersions: []string{k.Version}, Resources: []string{k.Resource},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		})
+	}
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "hash.confighash.dev",
+			ClientConfig:            client,
+			Rules:                   rules,
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled}},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: OptInCondition}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			TimeoutSeconds:          ptr.To[int32](5),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+}
