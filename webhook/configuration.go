@@ -20,10 +20,11 @@ const OptInCondition = `['` + confighash.AnnotationInject + `', '` + confighash.
     has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations))`
 
 // Configuration returns the MutatingWebhookConfiguration that registers the webhook:
-// creates and updates of the supported kinds, in namespaces labelled for injection,
-// that opted in; failing open, without side effects, and called again if a later
-// webhook changes the object.
-func Configuration(name string, client admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
+// creates and updates of the supported kinds, in namespaces labelled for injection
+// other than the install namespace, that opted in; failing open, without side
+// effects, and called again if a later webhook changes the object. The install
+// manifests hold the same, checked by a test.
+func Configuration(name, installNamespace string, client admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range confighash.Kinds {
 		rules = append(rules, admissionregistrationv1.RuleWithOperations{
@@ -38,10 +39,15 @@ func Configuration(name string, client admissionregistrationv1.WebhookClientConf
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "hash.confighash.dev",
-			ClientConfig:            client,
-			Rules:                   rules,
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled}},
+			Name:         "hash.confighash.dev",
+			ClientConfig: client,
+			Rules:        rules,
+			NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{installNamespace},
+				}},
+			},
 			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: OptInCondition}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
