@@ -25,6 +25,12 @@ help: ## list the targets
 build: ## build bin/confighash
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/confighash ./cmd/confighash
 
+IMAGE ?= ghcr.io/confighash/confighash:$(VERSION)
+
+.PHONY: image
+image: ## build the container image (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
 .PHONY: control-plane
 control-plane: ## build the local control plane's binaries once per machine (cached in $CONFIGHASH_CACHE)
 	@tests/cluster/build-binaries.sh >/dev/null
