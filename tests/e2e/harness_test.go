@@ -71,8 +71,9 @@ type component struct {
 	stopOnce sync.Once
 }
 
-// startComponent runs `confighash args...` against the test cluster with an ops port
-// of its own, waits until it is ready, and stops it at the end of the test.
+// startComponent runs `confighash args...` against the test cluster (as admin, with
+// the test install namespace, unless args say otherwise) with an ops port of its own,
+// waits until it is ready, and stops it at the end of the test.
 func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component {
 	t.Helper()
 	ctx := t.Context()
@@ -89,9 +90,10 @@ func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	args = append(args, "--kubeconfig="+c.Kubeconfig, "--namespace="+installNamespace,
-		fmt.Sprintf("--ops-address=127.0.0.1:%d", ports[0]), "--log-level=debug")
-	p.cmd = exec.Command(confighashBinary(t), args...)
+	// Defaults first: a flag the caller gives again wins.
+	defaults := []string{args[0], "--kubeconfig=" + c.Kubeconfig, "--namespace=" + installNamespace,
+		fmt.Sprintf("--ops-address=127.0.0.1:%d", ports[0]), "--log-level=debug"}
+	p.cmd = exec.Command(confighashBinary(t), append(defaults, args[1:]...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -122,7 +124,7 @@ type webhookProcess struct {
 
 // startWebhook runs the webhook against the test cluster with a fresh self-signed
 // certificate, and registers it for labelled namespaces. Both go at the end of the test.
-func startWebhook(t testing.TB, c *cluster.Cluster) *webhookProcess {
+func startWebhook(t testing.TB, c *cluster.Cluster, extra ...string) *webhookProcess {
 	t.Helper()
 	w := &webhookProcess{certDir: t.TempDir()}
 	ports, err := cluster.FreePorts(1)
@@ -134,10 +136,10 @@ func startWebhook(t testing.TB, c *cluster.Cluster) *webhookProcess {
 		t.Fatal(err)
 	}
 	w.issue(t)
-	w.component = startComponent(t, c, "webhook",
-		"--listen-address="+w.addr,
-		"--tls-cert-file="+filepath.Join(w.certDir, "tls.crt"), "--tls-key-file="+filepath.Join(w.certDir, "tls.key"),
-		"--tls-poll-interval=200ms")
+	w.component = startComponent(t, c, append([]string{"webhook",
+		"--listen-address=" + w.addr,
+		"--tls-cert-file=" + filepath.Join(w.certDir, "tls.crt"), "--tls-key-file=" + filepath.Join(w.certDir, "tls.key"),
+		"--tls-poll-interval=200ms"}, extra...)...)
 	w.register(t, c)
 	return w
 }

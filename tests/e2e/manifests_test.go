@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
@@ -9,12 +10,19 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
+	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/webhook"
 )
@@ -96,5 +104,108 @@ func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
 		got, _ := json.MarshalIndent(installed.Webhooks, "", "  ")
 		exp, _ := json.MarshalIndent(want.Webhooks, "", "  ")
 		t.Fatalf("manifests/webhook-configuration.yaml differs from webhook.Configuration, which the e2e tests use:\ninstalled: %s\nwant: %s", got, exp)
+	}
+}
+
+// rbacOnly keeps the ServiceAccounts and RBAC objects of rendered manifests.
+func rbacOnly(t *testing.T, rendered []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	for _, doc := range strings.Split(string(rendered), "\n---\n") {
+		for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+			if strings.Contains(doc, "\nkind: "+kind+"\n") {
+				out.WriteString(doc + "\n---\n")
+				break
+			}
+		}
+	}
+	return out.Bytes()
+}
+
+// tokenKubeconfig writes a kubeconfig that authenticates as a ServiceAccount, with a
+// token from the API server.
+func tokenKubeconfig(t *testing.T, c *cluster.Cluster, ns, sa string) (string, kubernetes.Interface) {
+	t.Helper()
+	tr, err := c.Client.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
+	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts[sa] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa}
+	cfg.CurrentContext = sa
+	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, client
+}
+
+func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "confighash"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rbac := rbacOnly(t, kustomize(t, c, "manifests"))
+	if _, err := c.Kubectl(ctx, rbac, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), rbac, "delete", "--ignore-not-found", "-f", "-") })
+	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
+	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
+
+	startWebhook(t, c, "--kubeconfig="+webhookConfig, "--namespace=confighash")
+	startWatcher(t, c, "--kubeconfig="+watcherConfig, "--namespace=confighash")
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
+	tmpl := secretVolumeTemplate("db")
+	tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
+	createDeployment(t, c, ns, deployment("web", 1, tmpl))
+	if templateHash(t, c, ns, "web") == "" {
+		t.Fatal("no hash: the webhook could not do its job with its own RBAC")
+	}
+	expectReplicaSets(t, c, ns, "web", 1)
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "db"}, "password", "1")
+	expectReplicaSets(t, c, ns, "web", 2)
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expectReplicaSets(t, c, ns, "web", 3)
+
+	// And no more than that.
+	outside := map[string]error{
+		"the watcher deletes a Deployment": watcherClient.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{}),
+		"the watcher updates a Secret": func() error {
+			_, err := watcherClient.CoreV1().Secrets(ns).Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}}, metav1.UpdateOptions{})
+			return err
+		}(),
+		"the watcher lists pods": func() error {
+			_, err := watcherClient.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"the webhook patches a Deployment": func() error {
+			_, err := webhookClient.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
+			return err
+		}(),
+		"the webhook creates a Secret outside its namespace": func() error {
+			_, err := webhookClient.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		}(),
+	}
+	for what, err := range outside {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: got %v, want Forbidden", what, err)
+		}
 	}
 }
