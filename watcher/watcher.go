@@ -258,9 +258,15 @@ func (w *Watcher) enqueue(key workloadKey, after time.Duration) {
 	w.queue.AddAfter(key, after)
 }
 
+// namespaceEnabled reports whether confighash acts in the namespace: labelled, and not
+// being deleted (its sources and workloads are going away; touching them is waste).
 func (w *Watcher) namespaceEnabled(ns string) bool {
-	_, exists, err := w.namespaces.GetStore().GetByKey(ns)
-	return err == nil && exists
+	obj, exists, err := w.namespaces.GetStore().GetByKey(ns)
+	if err != nil || !exists {
+		return false
+	}
+	n, ok := obj.(*corev1.Namespace)
+	return ok && n.DeletionTimestamp == nil
 }
 
 // resync enqueues every workload that drifted while no watcher led.
@@ -270,7 +276,7 @@ func (w *Watcher) resync() {
 	for _, inf := range w.workloads {
 		for _, obj := range inf.GetStore().List() {
 			v, ok := obj.(*view)
-			if !ok || !v.Policy.Enabled() || !w.namespaceEnabled(v.Namespace) {
+			if !ok || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaceEnabled(v.Namespace) {
 				continue
 			}
 			if _, converged := w.expected(v); !converged {
@@ -328,7 +334,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	obj, exists, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
 	v, isView := obj.(*view)
-	if err != nil || !exists || !isView || !v.Policy.Enabled() || !w.namespaceEnabled(key.Namespace) {
+	if err != nil || !exists || !isView || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaceEnabled(key.Namespace) {
 		w.done(key)
 		return nil
 	}

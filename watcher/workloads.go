@@ -58,7 +58,8 @@ func toView(obj any) (any, error) {
 		return obj, nil
 	}
 	v := &view{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(), UID: meta.GetUID()},
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
+			UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
 		Kind:       w.Kind,
 		Hash:       w.Template.Annotations[confighash.AnnotationHash],
 	}
