@@ -60,8 +60,8 @@ func toView(obj any) (any, error) {
 	v := &view{
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
 			UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
-		Kind:       w.Kind,
-		Hash:       w.Template.Annotations[confighash.AnnotationHash],
+		Kind: w.Kind,
+		Hash: w.Template.Annotations[confighash.AnnotationHash],
 	}
 	v.Policy, v.Problems = confighash.ParsePolicy(w.Annotations, w.Template.Annotations)
 	if v.Policy.Enabled() {
