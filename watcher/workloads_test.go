@@ -1,0 +1,76 @@
+package watcher
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/confighash/confighash"
+)
+
+func deploymentUsing(annotations map[string]string, cm string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", ResourceVersion: "5", Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}},
+		}}}}},
+	}
+}
+
+func TestViewKeepsWhatTheIndexAndTheCheckNeed(t *testing.T) {
+	obj, err := toView(deploymentUsing(map[string]string{
+		confighash.AnnotationInject:  "true",
+		confighash.AnnotationSources: "v1 configmap/cfg=0100000000000000",
+	}, "cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := obj.(*view)
+	if !ok {
+		t.Fatalf("toView() = %T", obj)
+	}
+	if v.Kind.Kind != "Deployment" || v.Namespace != "ns" || v.Name != "web" || v.ResourceVersion != "5" {
+		t.Fatalf("view = %+v", v)
+	}
+	if len(v.Candidates) != 1 || v.Candidates[0].Name != "cfg" || len(v.Record) != 1 || v.RecordErr != nil {
+		t.Fatalf("candidates %+v, record %v (%v)", v.Candidates, v.Record, v.RecordErr)
+	}
+	keys, _ := indexBySource(v)
+	if !slices.Equal(keys, []string{"ns/ConfigMap/cfg"}) {
+		t.Fatalf("index keys = %v", keys)
+	}
+}
+
+func TestWorkloadsNotOptedInAreNotIndexed(t *testing.T) {
+	obj, _ := toView(deploymentUsing(nil, "cfg"))
+	if keys, _ := indexBySource(obj); len(keys) != 0 {
+		t.Fatalf("index keys = %v, want none", keys)
+	}
+}
+
+func TestSameViewIgnoresWhatDoesNotDecide(t *testing.T) {
+	a, _ := toView(deploymentUsing(map[string]string{confighash.AnnotationInject: "true"}, "cfg"))
+	b := deploymentUsing(map[string]string{confighash.AnnotationInject: "true", "other": "x"}, "cfg")
+	b.ResourceVersion = "6"
+	bv, _ := toView(b)
+	if !sameView(a.(*view), bv.(*view)) {
+		t.Fatal("another annotation and a new resourceVersion make a different view")
+	}
+	c, _ := toView(deploymentUsing(map[string]string{confighash.AnnotationInject: "true"}, "other"))
+	if sameView(a.(*view), c.(*view)) {
+		t.Fatal("a different source makes the same view")
+	}
+}
+
+func TestChangedSourcesNamesOnlyWhatChanged(t *testing.T) {
+	a := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "a"}
+	b := confighash.SourceRef{Kind: confighash.Secret, Name: "b"}
+	before := confighash.Record{{SourceRef: a, Digest: confighash.Digest{1}, Seen: true}, {SourceRef: b, Digest: confighash.Digest{2}, Seen: true}}
+	after := confighash.Record{{SourceRef: a, Digest: confighash.Digest{3}, Seen: true}, {SourceRef: b, Digest: confighash.Digest{2}, Seen: true}}
+	if got := changedSources(before, after); got != "ConfigMap/a changed" {
+		t.Fatalf("changedSources() = %q", got)
+	}
+}
