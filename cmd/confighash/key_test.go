@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/tests/cluster"
 )
 
@@ -77,5 +78,31 @@ func TestHashKeyFile(t *testing.T) {
 	}
 	if _, err := loadKey(t.Context(), nil, filepath.Join(dir, "missing"), "", ""); err == nil {
 		t.Fatal("a missing key file is accepted")
+	}
+}
+
+func TestReplicasShareOneSelfSignedCertificate(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ns, err := c.CreateNamespace(t.Context(), "tls", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const replicas = 6
+	cas := make([][]byte, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			_, cas[i], errs[i] = certs.Bootstrap(t.Context(), c.Client, ns, "webhook-tls", []string{"confighash-webhook." + ns + ".svc"})
+		})
+	}
+	wg.Wait()
+	for i := range replicas {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		if !bytes.Equal(cas[i], cas[0]) || len(cas[0]) == 0 {
+			t.Fatalf("replica %d serves under another CA than replica 0", i)
+		}
 	}
 }

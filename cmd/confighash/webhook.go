@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,9 @@ type webhookConfig struct {
 	listen            string
 	certFile, keyFile string
 	certPoll          time.Duration
+	selfSignedSecret  string
+	dnsNames          string
+	configuration     string
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
@@ -33,6 +37,49 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.certFile, "tls-cert-file", "/etc/confighash/tls/tls.crt", "serving certificate (PEM); reloaded when it changes")
 	fs.StringVar(&c.keyFile, "tls-key-file", "/etc/confighash/tls/tls.key", "serving certificate's private key (PEM)")
 	fs.DurationVar(&c.certPoll, "tls-poll-interval", 10*time.Second, "how often to check the certificate files for a renewal")
+	fs.StringVar(&c.selfSignedSecret, "tls-self-signed-secret", "", "without cert-manager: keep a self-signed CA and serving certificate in this Secret of --namespace, created when absent, and write the CA into the caBundle of --webhook-configuration; the --tls-*-file flags are then unused")
+	fs.StringVar(&c.dnsNames, "tls-dns-names", "", "comma-separated names of the self-signed certificate; default: the Service confighash-webhook.<namespace>.svc and .svc.cluster.local")
+	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
+}
+
+// certSource serves the webhook's certificate.
+type certSource interface {
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	Ready() bool
+	Run(context.Context) error
+}
+
+// servingCertificate returns the certificate from files cert-manager renews, or a
+// self-signed one when asked.
+func (c *webhookConfig) servingCertificate(e *env, metrics *certMetrics) (certSource, error) {
+	log := e.log
+	if c.selfSignedSecret == "" {
+		return certs.NewServingCertificate(c.certFile, c.keyFile, c.certPoll, certs.Hooks{
+			Loaded: func(leaf *x509.Certificate) {
+				metrics.loaded(leaf)
+				log.Info().Str("subject", leaf.Subject.String()).Time("not_after", leaf.NotAfter).Msg("serving certificate loaded")
+			},
+			Failed: func(err error) {
+				log.Error().Err(err).Msg("serving certificate files unreadable; keeping the last one")
+			},
+		}), nil
+	}
+	svc := "confighash-webhook." + c.namespace + ".svc"
+	names := []string{svc, svc + ".cluster.local"}
+	if c.dnsNames != "" {
+		names = strings.Split(c.dnsNames, ",")
+	}
+	cert, caPEM, err := certs.Bootstrap(e.ctx, e.client, c.namespace, c.selfSignedSecret, names)
+	if err != nil {
+		return nil, err
+	}
+	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
+		metrics.loaded(leaf)
+		log.Info().Str("subject", leaf.Subject.String()).Time("not_after", leaf.NotAfter).Msg("self-signed serving certificate loaded")
+	}
+	return certs.NewSelfSigned(cert, caPEM, e.client, c.configuration, 5*time.Second, func(err error) {
+		log.Warn().Err(err).Msg("could not set the webhook configuration's caBundle; retrying")
+	}), nil
 }
 
 func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,16 +98,10 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	certMetrics := newCertMetrics(reg)
-	serving := certs.NewServingCertificate(cfg.certFile, cfg.keyFile, cfg.certPoll, certs.Hooks{
-		Loaded: func(leaf *x509.Certificate) {
-			certMetrics.loaded(leaf)
-			log.Info().Str("subject", leaf.Subject.String()).Time("not_after", leaf.NotAfter).Msg("serving certificate loaded")
-		},
-		Failed: func(err error) {
-			log.Error().Err(err).Msg("serving certificate files unreadable; keeping the last one")
-		},
-	})
+	serving, err := cfg.servingCertificate(e, newCertMetrics(reg))
+	if err != nil {
+		return err
+	}
 	sources := webhook.NewSourceCache(client)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), recorder)
 	handler, err := webhook.NewHandler(webhook.NewMutator(e.key, reader, recorder), log)

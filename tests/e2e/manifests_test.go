@@ -11,6 +11,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,9 +66,10 @@ func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rendered := kustomize(t, c, "manifests")
-	if _, err := c.Kubectl(t.Context(), rendered, "apply", "--dry-run=server", "-f", "-"); err != nil {
-		t.Fatalf("the API server refused the install: %v", err)
+	for _, variant := range installVariants {
+		if _, err := c.Kubectl(t.Context(), kustomize(t, c, variant), "apply", "--dry-run=server", "-f", "-"); err != nil {
+			t.Fatalf("the API server refused the install %s: %v", variant, err)
+		}
 	}
 	demo, err := exec.Command("cat", filepath.Join("..", "..", "manifests", "examples", "demo.yaml")).Output()
 	if err != nil {
@@ -78,9 +80,17 @@ func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	}
 }
 
+// installVariants are the kustomizations users apply.
+var installVariants = []string{"manifests", "manifests/variants/self-signed"}
+
 func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
 	c := cluster.Require(t, testCluster)
-	rendered := kustomize(t, c, "manifests")
+	for _, variant := range installVariants {
+		t.Run(variant, func(t *testing.T) { checkWebhookConfiguration(t, kustomize(t, c, variant)) })
+	}
+}
+
+func checkWebhookConfiguration(t *testing.T, rendered []byte) {
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
 	var installed *admissionregistrationv1.MutatingWebhookConfiguration
 	for {
@@ -182,6 +192,28 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	expectReplicaSets(t, c, ns, "web", 2)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
 	expectReplicaSets(t, c, ns, "web", 3)
+
+	// The self-signed variant's webhook may also set its own configuration's caBundle,
+	// and no other's.
+	selfSigned := rbacOnly(t, kustomize(t, c, "manifests/variants/self-signed"))
+	if _, err := c.Kubectl(ctx, selfSigned, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), selfSigned, "delete", "--ignore-not-found", "-f", "-") })
+	for name, want := range map[string]bool{"confighash": true, "someone-else": false} {
+		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:confighash:confighash-webhook",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: name, Verb: "patch",
+			},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != want {
+			t.Errorf("the webhook may patch the webhook configuration %q: %v, want %v", name, review.Status.Allowed, want)
+		}
+	}
 
 	// And no more than that.
 	outside := map[string]error{

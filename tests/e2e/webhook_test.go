@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +19,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/webhook"
 )
 
 func TestWebhookHashesEveryKindAndPodsCarryIt(t *testing.T) {
@@ -472,5 +476,49 @@ func TestPatchCABundleSetsEveryWebhook(t *testing.T) {
 	}
 	if _, ok := d.Spec.Template.Annotations[confighash.AnnotationHash]; !ok {
 		t.Fatal("no hash after restoring the caBundle")
+	}
+}
+
+func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The certificate names localhost; the API server dials it.
+	url := fmt.Sprintf("https://localhost:%d/mutate", ports[0])
+	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	_ = api.Delete(ctx, webhookConfigName, metav1.DeleteOptions{})
+	if _, err := api.Create(ctx, webhook.Configuration(webhookConfigName, installNamespace, admissionregistrationv1.WebhookClientConfig{URL: &url}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), webhookConfigName, metav1.DeleteOptions{}) })
+	const secret = "confighash-webhook-tls-e2e"
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Secrets(installNamespace).Delete(context.Background(), secret, metav1.DeleteOptions{})
+	})
+
+	startComponent(t, c, "webhook", fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]),
+		"--tls-self-signed-secret="+secret, "--tls-dns-names=localhost", "--webhook-configuration="+webhookConfigName)
+	cfg, err := api.Get(ctx, webhookConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Client.CoreV1().Secrets(installNamespace).Get(ctx, secret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(cfg.Webhooks[0].ClientConfig.CABundle, s.Data["ca.crt"]) {
+		t.Fatal("the caBundle is not the CA the webhook created")
+	}
+	time.Sleep(1500 * time.Millisecond) // the API server reloads webhook configurations
+	ns := labeledNamespace(t, c)
+	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, plainTemplate()), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Spec.Template.Annotations[confighash.AnnotationHash]; !ok {
+		t.Fatal("no hash: the API server could not call the self-signed webhook")
 	}
 }
