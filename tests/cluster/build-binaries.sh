@@ -5,6 +5,7 @@
 #   $CONFIGHASH_CACHE/kubernetes-vX.Y.Z/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
 #   $CONFIGHASH_CACHE/etcd-vX.Y.Z/etcd
 #   $CONFIGHASH_CACHE/kwok-vX.Y.Z/kwok
+#   $CONFIGHASH_CACHE/helm-vX.Y.Z/helm (to lint and render the chart)
 #
 # Each directory is built under a temporary name and renamed into place, under a lock,
 # so concurrent runs never see or leave a half-built cache. Prints one line per component,
@@ -14,6 +15,7 @@ set -euo pipefail
 KUBE_VERSION="${CONFIGHASH_KUBE_VERSION:-v1.36.3}"
 ETCD_VERSION="${CONFIGHASH_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${CONFIGHASH_KWOK_VERSION:-v0.7.0}"
+HELM_VERSION="${CONFIGHASH_HELM_VERSION:-v3.22.0}"
 CACHE="${CONFIGHASH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confighash}"
 
 mkdir -p "$CACHE"
@@ -79,22 +81,26 @@ build_kubernetes() {
 		"${pkgs[@]}"
 }
 
-# build_main OUT VERSION MODULE PACKAGE BINARY: builds the main package PACKAGE of
-# MODULE@VERSION as OUT/BINARY.
+# build_main OUT VERSION PACKAGE BINARY: builds the main package PACKAGE at VERSION (of
+# the module that holds it) as OUT/BINARY. go get names the package, not the module,
+# so that the requirements of everything it imports are added.
 build_main() {
-	local out="$1" version="$2" module="$3" pkg="$4" binary="$5"
+	local out="$1" version="$2" pkg="$3" binary="$4"
 	new_module "$out"
 	cd "$out/src"
-	quiet go get "$module@$version"
+	quiet go get "$pkg@$version"
 	CGO_ENABLED=0 go build -o "$out/$binary" -ldflags "-s -w" "$pkg"
 }
 
-build_etcd() { build_main "$1" "$2" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 etcd; }
-build_kwok() { build_main "$1" "$2" sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok kwok; }
+build_etcd() { build_main "$1" "$2" go.etcd.io/etcd/server/v3 etcd; }
+build_kwok() { build_main "$1" "$2" sigs.k8s.io/kwok/cmd/kwok kwok; }
+build_helm() { build_main "$1" "$2" helm.sh/helm/v3/cmd/helm helm; }
 
 build_once etcd "$ETCD_VERSION" build_etcd
 build_once kwok "$KWOK_VERSION" build_kwok
 build_once kubernetes "$KUBE_VERSION" build_kubernetes
+build_once helm "$HELM_VERSION" build_helm
 echo "etcd=$CACHE/etcd-$ETCD_VERSION"
 echo "kwok=$CACHE/kwok-$KWOK_VERSION"
 echo "kubernetes=$CACHE/kubernetes-$KUBE_VERSION"
+echo "helm=$CACHE/helm-$HELM_VERSION"
