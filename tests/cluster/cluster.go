@@ -71,6 +71,8 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// KubectlPath is the kubectl binary of the same version as the API server.
 	KubectlPath string
+	// HelmPath is a helm binary, to lint and render the chart.
+	HelmPath string
 
 	processes []*process
 	ownsDir   bool
@@ -83,7 +85,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Dir: opts.Dir, KubectlPath: filepath.Join(bins["kubernetes"], "kubectl"), detached: opts.Detached}
+	c = &Cluster{Dir: opts.Dir, KubectlPath: filepath.Join(bins["kubernetes"], "kubectl"), HelmPath: filepath.Join(bins["helm"], "helm"), detached: opts.Detached}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "confighash-cluster-"); err != nil {
 			return nil, fmt.Errorf("create cluster directory: %w", err)
@@ -433,7 +435,7 @@ func ensureBinaries(ctx context.Context) (map[string]string, error) {
 			dirs[name] = dir
 		}
 	}
-	for _, name := range []string{"etcd", "kwok", "kubernetes"} {
+	for _, name := range []string{"etcd", "kwok", "kubernetes", "helm"} {
 		if dirs[name] == "" {
 			return nil, fmt.Errorf("build-binaries.sh did not report a %s directory", name)
 		}
@@ -490,11 +492,12 @@ const stateFile = "state.json"
 type state struct {
 	Kubeconfig string     `json:"kubeconfig"`
 	Kubectl    string     `json:"kubectl"`
+	Helm       string     `json:"helm"`
 	Processes  []*process `json:"processes"`
 }
 
 func (c *Cluster) writeState() error {
-	data, err := json.MarshalIndent(state{Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, Processes: c.processes}, "", "  ")
+	data, err := json.MarshalIndent(state{Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, Helm: c.HelmPath, Processes: c.processes}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode cluster state: %w", err)
 	}
@@ -515,7 +518,7 @@ func Attach(dir string) (*Cluster, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("decode cluster state %s: %w", filepath.Join(dir, stateFile), err)
 	}
-	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, processes: s.Processes}
+	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, HelmPath: s.Helm, processes: s.Processes}
 	if err := c.connect(); err != nil {
 		return nil, err
 	}

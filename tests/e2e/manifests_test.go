@@ -83,6 +83,47 @@ func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 // installVariants are the kustomizations users apply.
 var installVariants = []string{"manifests", "manifests/variants/self-signed"}
 
+// chartValues are the chart's TLS choices, as helm --set arguments.
+var chartValues = map[string][]string{"cert-manager": nil, "self-signed": {"--set", "certManager.enabled=false"}}
+
+// helmTemplate lints the chart and renders it for release namespace confighash.
+func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
+	t.Helper()
+	chart := filepath.Join("..", "..", "manifests", "helm", "confighash")
+	if out, err := exec.Command(c.HelmPath, append([]string{"lint", "--strict", chart}, set...)...).CombinedOutput(); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+	version, err := c.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(c.HelmPath, append([]string{"template", "confighash", chart, "--namespace", "confighash", "--kube-version", version.GitVersion}, set...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	return out
+}
+
+func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	installCertManagerCRDs(t, c)
+	if _, err := c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "confighash"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for name, set := range chartValues {
+		t.Run(name, func(t *testing.T) {
+			rendered := helmTemplate(t, c, set)
+			if _, err := c.Kubectl(t.Context(), rendered, "apply", "--dry-run=server", "-f", "-"); err != nil {
+				t.Fatalf("the API server refused the chart: %v", err)
+			}
+			checkWebhookConfiguration(t, rendered)
+		})
+	}
+}
+
 func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	for _, variant := range installVariants {

@@ -1,0 +1,44 @@
+{{- define "confighash.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "confighash.labels" -}}
+app.kubernetes.io/part-of: confighash
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end }}
+
+{{- define "confighash.podSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{- define "confighash.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+{{- end }}
+
+{{- define "confighash.probes" -}}
+readinessProbe:
+  httpGet: {path: /readyz, port: ops}
+  periodSeconds: 5
+livenessProbe:
+  httpGet: {path: /healthz, port: ops}
+  periodSeconds: 10
+{{- end }}
+
+{{- define "confighash.antiAffinity" -}}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels: {app.kubernetes.io/name: {{ . }}}
+{{- end }}
