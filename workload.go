@@ -3,6 +3,7 @@ package confighash
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -88,12 +89,17 @@ func fromUnstructured(u *unstructured.Unstructured) (*Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, found, err := unstructured.NestedMap(u.Object, kind.TemplatePath...)
+	// No copy: the converter only reads the template into a new typed one.
+	field, found, err := unstructured.NestedFieldNoCopy(u.Object, kind.TemplatePath...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s pod template: %w", kind.Kind, err)
 	}
 	tmpl := &corev1.PodTemplateSpec{}
 	if found {
+		raw, ok := field.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("read %s pod template: %s is of type %T, want an object", kind.Kind, strings.Join(kind.TemplatePath, "."), field)
+		}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, tmpl); err != nil {
 			return nil, fmt.Errorf("decode %s pod template: %w", kind.Kind, err)
 		}

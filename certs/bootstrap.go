@@ -19,20 +19,10 @@ const bootstrapValidity = 10 * 365 * 24 * time.Hour
 
 // Bootstrap returns a serving certificate for dnsNames and the CA that signed it, from
 // a kubernetes.io/tls Secret in namespace, creating both when the Secret is absent.
-// Replicas starting together race to create it; the losers read the winner's.
 func Bootstrap(ctx context.Context, client kubernetes.Interface, namespace, secret string, dnsNames []string) (tls.Certificate, []byte, error) {
-	secrets := client.CoreV1().Secrets(namespace)
-	s, err := secrets.Get(ctx, secret, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		var created *corev1.Secret
-		if created, err = newServingSecret(namespace, secret, dnsNames); err != nil {
-			return tls.Certificate{}, nil, err
-		}
-		s, err = secrets.Create(ctx, created, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			s, err = secrets.Get(ctx, secret, metav1.GetOptions{})
-		}
-	}
+	s, err := GetOrCreateSecret(ctx, client, namespace, secret, func() (*corev1.Secret, error) {
+		return newServingSecret(namespace, secret, dnsNames)
+	})
 	if err != nil {
 		return tls.Certificate{}, nil, fmt.Errorf("read or create serving certificate secret %s/%s: %w", namespace, secret, err)
 	}
@@ -41,6 +31,26 @@ func Bootstrap(ctx context.Context, client kubernetes.Interface, namespace, secr
 		return tls.Certificate{}, nil, fmt.Errorf("serving certificate secret %s/%s: %w", namespace, secret, err)
 	}
 	return cert, s.Data["ca.crt"], nil
+}
+
+// GetOrCreateSecret reads the Secret, or creates it from build when it is absent.
+// Replicas starting together race to create it; the losers read the winner's, so all
+// of them end up with the same contents.
+func GetOrCreateSecret(ctx context.Context, client kubernetes.Interface, namespace, name string, build func() (*corev1.Secret, error)) (*corev1.Secret, error) {
+	secrets := client.CoreV1().Secrets(namespace)
+	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		return s, err
+	}
+	created, err := build()
+	if err != nil {
+		return nil, err
+	}
+	s, err = secrets.Create(ctx, created, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return secrets.Get(ctx, name, metav1.GetOptions{})
+	}
+	return s, err
 }
 
 func newServingSecret(namespace, name string, dnsNames []string) (*corev1.Secret, error) {

@@ -87,6 +87,8 @@ type Watcher struct {
 	workloads  map[string]cache.SharedIndexInformer
 	namespaces cache.SharedIndexInformer
 	queue      workqueue.TypedRateLimitingInterface[workloadKey]
+	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
+	touchInterval time.Duration
 
 	mu sync.Mutex
 	// firstSeen is when a change first reached a workload not yet converged: the start
@@ -116,8 +118,9 @@ func New(cfg Config) (*Watcher, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
-		firstSeen: map[workloadKey]time.Time{},
-		warned:    map[workloadKey]string{},
+		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
+		firstSeen:     map[workloadKey]time.Time{},
+		warned:        map[workloadKey]string{},
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
@@ -214,7 +217,6 @@ func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
 	if !w.namespaceEnabled(namespace) {
 		return
 	}
-	interval := time.Duration(float64(time.Second) / w.cfg.TouchRate)
 	i := 0
 	for _, inf := range w.workloads {
 		objs, err := inf.GetIndexer().ByIndex(sourceIndex, sourceKey(namespace, ref))
@@ -226,7 +228,7 @@ func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
 			if !ok {
 				continue
 			}
-			w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*interval)
+			w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*w.touchInterval)
 			i++
 		}
 	}
@@ -271,7 +273,6 @@ func (w *Watcher) namespaceEnabled(ns string) bool {
 
 // resync enqueues every workload that drifted while no watcher led.
 func (w *Watcher) resync() {
-	interval := time.Duration(float64(time.Second) / w.cfg.TouchRate)
 	drifted := 0
 	for _, inf := range w.workloads {
 		for _, obj := range inf.GetStore().List() {
@@ -280,7 +281,7 @@ func (w *Watcher) resync() {
 				continue
 			}
 			if _, converged := w.expected(v); !converged {
-				w.enqueue(keyOf(v), time.Duration(drifted)*interval)
+				w.enqueue(keyOf(v), time.Duration(drifted)*w.touchInterval)
 				drifted++
 			}
 		}

@@ -83,7 +83,7 @@ func (m *Mutator) Mutate(ctx context.Context, ar *kwhmodel.AdmissionReview, obj 
 		return &kwhmutating.MutatorResult{Warnings: warnings}, nil
 	}
 	kind = w.Kind.Kind
-	if _, found, _ := unstructured.NestedMap(u.Object, w.Kind.TemplatePath...); !found {
+	if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, w.Kind.TemplatePath...); !found {
 		return &kwhmutating.MutatorResult{}, nil // e.g. a Rollout with a workloadRef: no pod template to hash
 	}
 

@@ -7,20 +7,19 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/certs"
 )
 
 // hashKeyDataKey is the key of the HMAC key in its Secret.
 const hashKeyDataKey = "key"
 
 // loadKey reads the HMAC key from file, or else from the Secret in namespace, creating
-// it with a random key when absent. Replicas starting together race to create it; the
-// losers read the winner's.
+// it with a random key when absent (see certs.GetOrCreateSecret).
 func loadKey(ctx context.Context, client kubernetes.Interface, file, namespace, secret string) (confighash.Key, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
@@ -29,21 +28,16 @@ func loadKey(ctx context.Context, client kubernetes.Interface, file, namespace, 
 		}
 		return confighash.NewKey(b)
 	}
-	secrets := client.CoreV1().Secrets(namespace)
-	s, err := secrets.Get(ctx, secret, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	s, err := certs.GetOrCreateSecret(ctx, client, namespace, secret, func() (*corev1.Secret, error) {
 		b := make([]byte, confighash.MinKeySize)
 		_, _ = rand.Read(b)
-		s, err = secrets.Create(ctx, &corev1.Secret{
+		return &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "confighash"}},
 			Data:       map[string][]byte{hashKeyDataKey: b},
 			// Changing the key changes every hash and rolls every workload once.
 			Immutable: ptr.To(true),
-		}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			s, err = secrets.Get(ctx, secret, metav1.GetOptions{})
-		}
-	}
+		}, nil
+	})
 	if err != nil {
 		return confighash.Key{}, fmt.Errorf("read or create hash key secret %s/%s: %w", namespace, secret, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 )
 
 // newRegistry returns a private registry with the process and Go collectors.
@@ -35,6 +37,35 @@ func opsHandler(reg *prometheus.Registry, ready ...func() bool) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
+}
+
+// server is an HTTP server bound to its address, named in logs.
+type server struct {
+	name  string
+	srv   *http.Server
+	ln    net.Listener
+	tlsOn bool
+}
+
+// listen binds srv to addr now, so that a taken port fails the start.
+func listen(name, addr string, srv *http.Server, tlsOn bool) (*server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for %s: %w", name, err)
+	}
+	return &server{name: name, srv: srv, ln: ln, tlsOn: tlsOn}, nil
+}
+
+// listenOps binds the ops server: /healthz, /readyz with ready, /metrics from reg.
+func listenOps(addr string, reg *prometheus.Registry, ready ...func() bool) (*server, error) {
+	return listen("ops", addr, &http.Server{Handler: opsHandler(reg, ready...), ReadHeaderTimeout: 5 * time.Second}, false)
+}
+
+// run serves until ctx is done, then shuts down within timeout.
+func (s *server) run(ctx context.Context, log zerolog.Logger, timeout time.Duration) error {
+	log.Info().Str("server", s.name).Str("address", s.ln.Addr().String()).Msg("server running")
+	defer log.Info().Str("server", s.name).Msg("server stopped")
+	return serve(ctx, s.srv, s.ln, s.tlsOn, timeout)
 }
 
 // serve runs srv on ln until ctx is done, then shuts it down gracefully: in-flight

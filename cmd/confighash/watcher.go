@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -92,19 +90,14 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops := &http.Server{Handler: opsHandler(reg, w.Synced), ReadHeaderTimeout: 5 * time.Second}
-	opsLn, err := net.Listen("tcp", cfg.ops)
+	ops, err := listenOps(cfg.ops, reg, w.Synced)
 	if err != nil {
-		return fmt.Errorf("listen for ops: %w", err)
+		return err
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
-	g.Go(func() error {
-		log.Info().Str("address", opsLn.Addr().String()).Msg("ops server running")
-		defer log.Info().Msg("ops server stopped")
-		return serve(ctx, ops, opsLn, false, cfg.shutdownTimeout)
-	})
+	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error {
 		lead := func(ctx context.Context) {
 			leader.Set(1)

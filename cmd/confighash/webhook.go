@@ -5,9 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -122,29 +120,20 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// HTTP/2 brings its own resource-exhaustion issues.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
-	ops := &http.Server{Handler: opsHandler(reg, serving.Ready, sources.Synced), ReadHeaderTimeout: 5 * time.Second}
-	admissionLn, err := net.Listen("tcp", cfg.listen)
+	admissionServer, err := listen("admission", cfg.listen, admission, true)
 	if err != nil {
-		return fmt.Errorf("listen for admissions: %w", err)
+		return err
 	}
-	opsLn, err := net.Listen("tcp", cfg.ops)
+	ops, err := listenOps(cfg.ops, reg, serving.Ready, sources.Synced)
 	if err != nil {
-		return fmt.Errorf("listen for ops: %w", err)
+		return err
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serving.Run(ctx) })
 	g.Go(func() error { return sources.Run(ctx) })
-	g.Go(func() error {
-		log.Info().Str("address", admissionLn.Addr().String()).Msg("admission server running")
-		defer log.Info().Msg("admission server stopped")
-		return serve(ctx, admission, admissionLn, true, cfg.shutdownTimeout)
-	})
-	g.Go(func() error {
-		log.Info().Str("address", opsLn.Addr().String()).Msg("ops server running")
-		defer log.Info().Msg("ops server stopped")
-		return serve(ctx, ops, opsLn, false, cfg.shutdownTimeout)
-	})
+	g.Go(func() error { return admissionServer.run(ctx, log, cfg.shutdownTimeout) })
+	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	return g.Wait()
 }
 
