@@ -132,8 +132,11 @@ func (p *process) waitExit(timeout time.Duration) bool {
 }
 
 // logTail returns the last lines of the process log, for error messages.
-func (p *process) logTail(lines int) string {
-	data, err := os.ReadFile(p.LogPath)
+func (p *process) logTail(lines int) string { return LogTail(p.LogPath, lines) }
+
+// LogTail returns the last lines of a log file, or "" if it cannot be read.
+func LogTail(path string, lines int) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}

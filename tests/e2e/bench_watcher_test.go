@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -137,24 +136,14 @@ func apiRequests(b *testing.B, c *cluster.Cluster) map[string]float64 {
 		b.Fatal(err)
 	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
-			continue
-		}
+	forEachSample(bytes.NewReader(raw), "apiserver_request_total{", func(line string, v float64) {
 		switch {
 		case strings.Contains(line, `verb="PATCH"`) && strings.Contains(line, `resource="deployments"`):
 			out["PATCH deployments"] += v
 		case strings.Contains(line, `verb="LIST"`):
 			out["LIST"] += v
 		}
-	}
+	})
 	return out
 }
 

@@ -7,11 +7,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,8 +104,7 @@ func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component
 	t.Cleanup(func() {
 		p.stop(t)
 		if t.Failed() {
-			data, _ := os.ReadFile(p.logPath)
-			t.Logf("%s log:\n%s", args[0], tail(string(data), 40))
+			t.Logf("%s log:\n%s", args[0], cluster.LogTail(p.logPath, 40))
 		}
 	})
 	ready, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -215,17 +216,24 @@ func (p *component) metric(t testing.TB, prefix string) float64 {
 	}
 	defer resp.Body.Close()
 	var sum float64
-	sc := bufio.NewScanner(resp.Body)
+	forEachSample(resp.Body, prefix, func(_ string, v float64) { sum += v })
+	return sum
+}
+
+// forEachSample calls fn with each sample line of Prometheus text that starts with
+// prefix, and its value.
+func forEachSample(r io.Reader, prefix string, fn func(line string, value float64)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, prefix) {
-			var v float64
-			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
-				sum += v
-			}
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			fn(line, v)
 		}
 	}
-	return sum
 }
 
 // servedCertificateSerial returns the serial of the certificate a new TLS handshake
@@ -238,14 +246,6 @@ func (w *webhookProcess) servedCertificateSerial(t testing.TB) string {
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
-}
-
-func tail(s string, lines int) string {
-	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }
 
 func certSerial(t testing.TB, certPEM []byte) string {

@@ -21,12 +21,17 @@ import (
 // testDebounce keeps tests short; the default is 1s.
 const testDebounce = "300ms"
 
-// startWatcher runs `confighash watcher` with a short debounce and fast leader election.
+// watcherArgs runs `confighash watcher` with a short debounce and fast leader election;
+// extra flags win.
+func watcherArgs(extra ...string) []string {
+	return append([]string{"watcher", "--debounce=" + testDebounce, "--touch-rate=1000", "--heal-after=2",
+		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms"}, extra...)
+}
+
+// startWatcher runs the watcher with watcherArgs and waits until it leads.
 func startWatcher(t testing.TB, c *cluster.Cluster, extra ...string) *component {
 	t.Helper()
-	args := append([]string{"watcher", "--debounce=" + testDebounce, "--touch-rate=1000", "--heal-after=2",
-		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms"}, extra...)
-	w := startComponent(t, c, args...)
+	w := startComponent(t, c, watcherArgs(extra...)...)
 	// Ready means synced; leading follows within a retry period.
 	waitFor(t, 10*time.Second, "the watcher to lead", func() bool { return w.metric(t, "confighash_watcher_leader") == 1 })
 	return w
@@ -384,18 +389,9 @@ func TestOnlyTheLeaderTouchesAndFailoverMissesNothing(t *testing.T) {
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	const n = 40
-	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
-	for i := range n {
-		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
-	}
-	// The Deployment controller must have made each first ReplicaSet before the
-	// change; else it makes just one, from the changed template.
-	for i := range n {
-		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
-	}
+	createFanOut(t, c, ns, n)
 	first := startWatcher(t, c, "--touch-rate=20")
-	second := startComponent(t, c, "watcher", "--debounce="+testDebounce, "--touch-rate=20", "--heal-after=2",
-		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms")
+	second := startComponent(t, c, watcherArgs("--touch-rate=20")...)
 	if second.metric(t, "confighash_watcher_leader") != 0 {
 		t.Fatal("two leaders")
 	}
@@ -419,6 +415,20 @@ func TestOnlyTheLeaderTouchesAndFailoverMissesNothing(t *testing.T) {
 	}
 }
 
+// createFanOut creates the ConfigMap "shared" and n Deployments web-0... that use it,
+// and waits for their first ReplicaSets: the Deployment controller must have made each
+// before a change, else it makes just one, from the changed template.
+func createFanOut(t *testing.T, c *cluster.Cluster, ns string, n int) {
+	t.Helper()
+	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
+	for i := range n {
+		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
+	}
+	for i := range n {
+		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
+	}
+}
+
 // expectReplicaSetsNoWait waits until Deployment name has want ReplicaSets.
 func expectReplicaSetsNoWait(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
 	t.Helper()
@@ -431,15 +441,7 @@ func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	const n = 200
-	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
-	for i := range n {
-		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
-	}
-	// The Deployment controller must have made each first ReplicaSet before the
-	// change; else it makes just one, from the changed template.
-	for i := range n {
-		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
-	}
+	createFanOut(t, c, ns, n)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "1")
 	for i := range n {
 		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 2)

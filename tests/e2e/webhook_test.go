@@ -247,50 +247,40 @@ spec:
 	}
 }
 
+// createBeforeItsSecret creates Deployment "web" mounting the Secret "issued-tls",
+// then the Secret, as cert-manager or External Secrets would some time later, then
+// updates the Deployment's metadata. It returns the Deployment as created and as
+// updated.
+func createBeforeItsSecret(t *testing.T, c *cluster.Cluster, ns string) (created, updated *appsv1.Deployment) {
+	t.Helper()
+	ctx := t.Context()
+	created, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, secretVolumeTemplate("issued-tls")), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createSecret(t, c, ns, "issued-tls", map[string]string{"tls.crt": "cert", "tls.key": "key"})
+	patch := `{"metadata":{"annotations":{"example.com/touched":"1"}}}`
+	updated, err = c.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created, updated
+}
+
 func TestDeploymentCreatedBeforeItsSecretRollsOnce(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
-	ctx := t.Context()
 
-	tmpl := secretVolumeTemplate("issued-tls")
-	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := d.Annotations[confighash.AnnotationSources], "v1 secret/issued-tls=absent"; got != want {
+	created, d := createBeforeItsSecret(t, c, ns)
+	if got, want := created.Annotations[confighash.AnnotationSources], "v1 secret/issued-tls=absent"; got != want {
 		t.Fatalf("sources record = %q, want %q", got, want)
-	}
-
-	// As cert-manager or External Secrets would, some time later.
-	createSecret(t, c, ns, "issued-tls", map[string]string{"tls.crt": "cert", "tls.key": "key"})
-	patch := `{"metadata":{"annotations":{"example.com/touched":"1"}}}`
-	d, err = c.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if rec := d.Annotations[confighash.AnnotationSources]; !strings.HasSuffix(rec, ",baseline") {
 		t.Fatalf("sources record = %q, want the Secret recorded as a baseline", rec)
 	}
 	// The pods could not start without the Secret: its arrival does not roll them.
-	waitReplicaSets(t, c, ns, 1)
-}
-
-// waitReplicaSets waits for the Deployment "web" to settle and checks it has want ReplicaSets.
-func waitReplicaSets(t *testing.T, c *cluster.Cluster, ns string, want int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := c.WaitRolledOut(ctx, ns, "web"); err != nil {
-		t.Fatal(err)
-	}
-	sets, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(sets.Items) != want {
-		t.Fatalf("ReplicaSets = %d, want %d", len(sets.Items), want)
-	}
+	expectReplicaSets(t, c, ns, "web", 1)
 }
 
 func TestWritesSucceedWhileTheWebhookIsDown(t *testing.T) {
@@ -407,17 +397,9 @@ func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 
-	tmpl := secretVolumeTemplate("issued-tls")
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	createSecret(t, c, ns, "issued-tls", map[string]string{"tls.crt": "cert"})
-	d, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/touched":"1"}}}`), metav1.PatchOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := createBeforeItsSecret(t, c, ns)
 	record := d.Annotations[confighash.AnnotationSources]
-	waitReplicaSets(t, c, ns, 1)
+	expectReplicaSets(t, c, ns, "web", 1)
 
 	// A replace with the manifest as a tool renders it: neither our annotation on the
 	// metadata nor the hash on the pod template.
@@ -425,7 +407,7 @@ func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replaced := deployment("web", 1, tmpl)
+	replaced := deployment("web", 1, secretVolumeTemplate("issued-tls"))
 	replaced.ResourceVersion = current.ResourceVersion
 	d, err = c.Client.AppsV1().Deployments(ns).Update(ctx, replaced, metav1.UpdateOptions{})
 	if err != nil {
@@ -434,7 +416,7 @@ func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
 	if got := d.Annotations[confighash.AnnotationSources]; got != record {
 		t.Fatalf("sources record after replace = %q, want it carried over: %q", got, record)
 	}
-	waitReplicaSets(t, c, ns, 1)
+	expectReplicaSets(t, c, ns, "web", 1)
 }
 
 func TestPatchCABundleSetsEveryWebhook(t *testing.T) {
