@@ -18,11 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -52,9 +50,12 @@ type Config struct {
 	// HealAfter is how many touches may fail to converge before the watcher writes
 	// the hash itself.
 	HealAfter int
-	Events    record.EventRecorder
-	Metrics   Recorder
-	Log       zerolog.Logger
+	// Namespaces limits the watcher to these namespaces, for an install bound by
+	// RoleBindings; empty means the whole cluster.
+	Namespaces []string
+	Events     record.EventRecorder
+	Metrics    Recorder
+	Log        zerolog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -84,8 +85,8 @@ func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" +
 type Watcher struct {
 	cfg        Config
 	sources    *webhook.SourceCache
-	workloads  map[string]cache.SharedIndexInformer
-	namespaces cache.SharedIndexInformer
+	workloads  map[string]webhook.Informers
+	namespaces namespaceGate
 	queue      workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
@@ -103,18 +104,19 @@ func New(cfg Config) (*Watcher, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic)
+	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Namespaces)
 	if err != nil {
 		return nil, err
 	}
-	enabled := func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.Set{confighash.InjectionLabel: confighash.InjectionEnabled}.String()
+	var namespaces namespaceGate = newClusterNamespaces(cfg.Client)
+	if len(cfg.Namespaces) > 0 {
+		namespaces = newListedNamespaces(cfg.Client, cfg.Namespaces, namespacePollInterval, cfg.Log)
 	}
 	w := &Watcher{
 		cfg:        cfg,
-		sources:    webhook.NewSourceCache(cfg.Client),
+		sources:    webhook.NewSourceCache(cfg.Client, cfg.Namespaces),
 		workloads:  workloads,
-		namespaces: coreinformers.NewFilteredNamespaceInformer(cfg.Client, 0, cache.Indexers{}, enabled),
+		namespaces: namespaces,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
@@ -129,8 +131,8 @@ func New(cfg Config) (*Watcher, error) {
 	}); err != nil {
 		return nil, err
 	}
-	for _, inf := range workloads {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	for _, in := range workloads {
+		if err := in.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
 			UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
 		}); err != nil {
@@ -143,9 +145,9 @@ func New(cfg Config) (*Watcher, error) {
 // Run runs the caches until ctx is done. Standbys run them too, so that failover
 // finds them warm.
 func (w *Watcher) Run(ctx context.Context) error {
-	go w.namespaces.RunWithContext(ctx)
-	for _, inf := range w.workloads {
-		go inf.RunWithContext(ctx)
+	w.namespaces.run(ctx)
+	for _, in := range w.workloads {
+		in.Run(ctx)
 	}
 	go func() { _ = w.sources.Run(ctx) }()
 	<-ctx.Done()
@@ -155,11 +157,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // Synced reports whether every cache has listed once.
 func (w *Watcher) Synced() bool {
-	if !w.sources.Synced() || !w.namespaces.HasSynced() {
+	if !w.sources.Synced() || !w.namespaces.hasSynced() {
 		return false
 	}
-	for _, inf := range w.workloads {
-		if !inf.HasSynced() {
+	for _, in := range w.workloads {
+		if !in.HasSynced() {
 			return false
 		}
 	}
@@ -214,11 +216,15 @@ func sameSource(a, b confighash.Source) bool {
 
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
 func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
-	if !w.namespaceEnabled(namespace) {
+	if !w.namespaces.enabled(namespace) {
 		return
 	}
 	i := 0
-	for _, inf := range w.workloads {
+	for _, in := range w.workloads {
+		inf := in.For(namespace)
+		if inf == nil {
+			continue
+		}
 		objs, err := inf.GetIndexer().ByIndex(sourceIndex, sourceKey(namespace, ref))
 		if err != nil {
 			continue
@@ -244,7 +250,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if prev, ok := old.(*view); ok && sameView(prev, v) {
 		return
 	}
-	if v.Policy.Enabled() && w.namespaceEnabled(v.Namespace) {
+	if v.Policy.Enabled() && w.namespaces.enabled(v.Namespace) {
 		w.enqueue(keyOf(v), w.cfg.Debounce)
 	}
 }
@@ -260,29 +266,20 @@ func (w *Watcher) enqueue(key workloadKey, after time.Duration) {
 	w.queue.AddAfter(key, after)
 }
 
-// namespaceEnabled reports whether confighash acts in the namespace: labelled, and not
-// being deleted (its sources and workloads are going away; touching them is waste).
-func (w *Watcher) namespaceEnabled(ns string) bool {
-	obj, exists, err := w.namespaces.GetStore().GetByKey(ns)
-	if err != nil || !exists {
-		return false
-	}
-	n, ok := obj.(*corev1.Namespace)
-	return ok && n.DeletionTimestamp == nil
-}
-
 // resync enqueues every workload that drifted while no watcher led.
 func (w *Watcher) resync() {
 	drifted := 0
-	for _, inf := range w.workloads {
-		for _, obj := range inf.GetStore().List() {
-			v, ok := obj.(*view)
-			if !ok || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaceEnabled(v.Namespace) {
-				continue
-			}
-			if _, converged := w.expected(v); !converged {
-				w.enqueue(keyOf(v), time.Duration(drifted)*w.touchInterval)
-				drifted++
+	for _, in := range w.workloads {
+		for _, inf := range in {
+			for _, obj := range inf.GetStore().List() {
+				v, ok := obj.(*view)
+				if !ok || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaces.enabled(v.Namespace) {
+					continue
+				}
+				if _, converged := w.expected(v); !converged {
+					w.enqueue(keyOf(v), time.Duration(drifted)*w.touchInterval)
+					drifted++
+				}
 			}
 		}
 	}
@@ -329,13 +326,13 @@ var errNotConverged = errors.New("the webhook did not write the hash")
 // sync converges one workload: nothing when it already is, a touch otherwise, and past
 // HealAfter failed touches, the watcher's own write.
 func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
-	inf, ok := w.workloads[key.Kind]
-	if !ok {
+	inf := w.workloads[key.Kind].For(key.Namespace)
+	if inf == nil {
 		return nil
 	}
 	obj, exists, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
 	v, isView := obj.(*view)
-	if err != nil || !exists || !isView || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaceEnabled(key.Namespace) {
+	if err != nil || !exists || !isView || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaces.enabled(key.Namespace) {
 		w.done(key)
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/webhook"
 )
 
 // view is what the watcher keeps of a workload: enough to find it from a source and to
@@ -110,23 +111,32 @@ func indexBySource(obj any) ([]string, error) {
 	return keys, nil
 }
 
-// newWorkloadInformers returns an informer per supported kind, Rollouts only when their
-// CRD is served.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface) (map[string]cache.SharedIndexInformer, error) {
+// newWorkloadInformers returns the informers of each supported kind, for the given
+// namespaces or the whole cluster; Rollouts only when their CRD is served.
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string) (map[string]webhook.Informers, error) {
 	indexers := cache.Indexers{sourceIndex: indexBySource}
-	all := metav1.NamespaceAll
-	informers := map[string]cache.SharedIndexInformer{
-		confighash.Deployment.Kind:  appsinformers.NewDeploymentInformer(client, all, 0, indexers),
-		confighash.StatefulSet.Kind: appsinformers.NewStatefulSetInformer(client, all, 0, indexers),
-		confighash.DaemonSet.Kind:   appsinformers.NewDaemonSetInformer(client, all, 0, indexers),
-		confighash.CronJob.Kind:     batchinformers.NewCronJobInformer(client, all, 0, indexers),
+	informers := map[string]webhook.Informers{
+		confighash.Deployment.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return appsinformers.NewDeploymentInformer(client, ns, 0, indexers)
+		}),
+		confighash.StatefulSet.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return appsinformers.NewStatefulSetInformer(client, ns, 0, indexers)
+		}),
+		confighash.DaemonSet.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return appsinformers.NewDaemonSetInformer(client, ns, 0, indexers)
+		}),
+		confighash.CronJob.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
+		}),
 	}
 	if dyn != nil && rolloutsServed(client) {
 		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
-		informers[confighash.Rollout.Kind] = dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, all, 0, indexers, nil).Informer()
+		informers[confighash.Rollout.Kind] = webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
+		})
 	}
-	for _, inf := range informers {
-		if err := inf.SetTransform(toView); err != nil {
+	for _, in := range informers {
+		if err := in.SetTransform(toView); err != nil {
 			return nil, err
 		}
 	}

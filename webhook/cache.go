@@ -58,37 +58,42 @@ func Digest(obj any) (any, error) {
 	}, nil
 }
 
-// SourceCache keeps every ConfigMap and Secret of the cluster as a Digested.
+// SourceCache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
 type SourceCache struct {
-	informers map[confighash.SourceKind]cache.SharedIndexInformer
+	informers map[confighash.SourceKind]Informers
 }
 
-// NewSourceCache returns a cache fed by informers on client; Run starts them.
-func NewSourceCache(client kubernetes.Interface) *SourceCache {
+// NewSourceCache returns a cache fed by informers on client, for the given namespaces,
+// or for the whole cluster when there are none; Run starts them.
+func NewSourceCache(client kubernetes.Interface, namespaces []string) *SourceCache {
 	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = "type!=" + HelmReleaseSecretType }
-	c := &SourceCache{informers: map[confighash.SourceKind]cache.SharedIndexInformer{
-		confighash.ConfigMap: coreinformers.NewConfigMapInformer(client, metav1.NamespaceAll, 0, cache.Indexers{}),
-		confighash.Secret:    coreinformers.NewFilteredSecretInformer(client, metav1.NamespaceAll, 0, cache.Indexers{}, noHelm),
+	c := &SourceCache{informers: map[confighash.SourceKind]Informers{
+		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
+		}),
+		confighash.Secret: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return coreinformers.NewFilteredSecretInformer(client, ns, 0, cache.Indexers{}, noHelm)
+		}),
 	}}
-	for _, inf := range c.informers {
-		_ = inf.SetTransform(Digest) // cannot fail before the informer runs
+	for _, in := range c.informers {
+		_ = in.SetTransform(Digest) // cannot fail before the informers run
 	}
 	return c
 }
 
 // Run runs the informers until ctx is done.
 func (c *SourceCache) Run(ctx context.Context) error {
-	for _, inf := range c.informers {
-		go inf.RunWithContext(ctx)
+	for _, in := range c.informers {
+		in.Run(ctx)
 	}
 	<-ctx.Done()
 	return nil
 }
 
-// AddEventHandler adds a handler to both informers; add it before Run.
+// AddEventHandler adds a handler to every informer; add it before Run.
 func (c *SourceCache) AddEventHandler(h cache.ResourceEventHandler) error {
-	for _, inf := range c.informers {
-		if _, err := inf.AddEventHandler(h); err != nil {
+	for _, in := range c.informers {
+		if err := in.AddEventHandler(h); err != nil {
 			return err
 		}
 	}
@@ -97,8 +102,8 @@ func (c *SourceCache) AddEventHandler(h cache.ResourceEventHandler) error {
 
 // Synced reports whether every informer has listed once.
 func (c *SourceCache) Synced() bool {
-	for _, inf := range c.informers {
-		if !inf.HasSynced() {
+	for _, in := range c.informers {
+		if !in.HasSynced() {
 			return false
 		}
 	}
@@ -110,10 +115,16 @@ func (c *SourceCache) WaitSynced(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Synced() })
 }
 
+// Covers reports whether the cache watches the namespace. What it does not watch, it
+// cannot say is absent.
+func (c *SourceCache) Covers(namespace string) bool {
+	return c.informers[confighash.ConfigMap].For(namespace) != nil
+}
+
 // Lookup returns the cached object, if any.
 func (c *SourceCache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, bool) {
-	inf, ok := c.informers[ref.Kind]
-	if !ok {
+	inf := c.informers[ref.Kind].For(namespace)
+	if inf == nil {
 		return nil, false
 	}
 	obj, exists, err := inf.GetStore().GetByKey(namespace + "/" + ref.Name)
@@ -146,7 +157,7 @@ func NewCachedReader(c *SourceCache, live *LiveReader, metrics Recorder) *Cached
 
 // Read implements SourceReader.
 func (r *CachedReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
-	if len(triggers) == 0 || !r.cache.Synced() {
+	if len(triggers) == 0 || !r.cache.Synced() || !r.cache.Covers(namespace) {
 		return r.live.Read(ctx, namespace, refs, nil)
 	}
 	want := make(map[confighash.SourceRef]string, len(triggers))

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -21,10 +22,10 @@ const OptInCondition = `['` + confighash.AnnotationInject + `', '` + confighash.
 
 // Configuration returns the MutatingWebhookConfiguration that registers the webhook:
 // creates and updates of the supported kinds, in namespaces labelled for injection
-// other than the install namespace, that opted in; failing open, without side
-// effects, and called again if a later webhook changes the object. The install
-// manifests hold the same, checked by a test.
-func Configuration(name, installNamespace string, client admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
+// other than the install namespace (and, when namespaces are given, among them), that
+// opted in; failing open, without side effects, and called again if a later webhook
+// changes the object. The install manifests hold the same, checked by a test.
+func Configuration(name, installNamespace string, client admissionregistrationv1.WebhookClientConfig, namespaces ...string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range confighash.Kinds {
 		rules = append(rules, admissionregistrationv1.RuleWithOperations{
@@ -35,6 +36,14 @@ func Configuration(name, installNamespace string, client admissionregistrationv1
 			},
 		})
 	}
+	scope := []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{installNamespace},
+	}}
+	if len(namespaces) > 0 {
+		scope = append(scope, metav1.LabelSelectorRequirement{
+			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: namespaces,
+		})
+	}
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -43,10 +52,8 @@ func Configuration(name, installNamespace string, client admissionregistrationv1
 			ClientConfig: client,
 			Rules:        rules,
 			NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled},
-				MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{installNamespace},
-				}},
+				MatchLabels:      map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled},
+				MatchExpressions: scope,
 			},
 			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: OptInCondition}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),

@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +28,7 @@ type common struct {
 	qps                  float64
 	burst                int
 	namespace, keySecret string
+	watched              namespaceList
 	hashKeyFile          string
 	logFormat, logLevel  string
 	shutdownTimeout      time.Duration
@@ -36,6 +40,7 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.Float64Var(&c.qps, "kube-api-qps", 0, "client-side limit of queries per second to the API server; 0: none, the API server's priority and fairness applies (a limit delays every request once reached)")
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "burst above --kube-api-qps, when it is set")
 	fs.StringVar(&c.namespace, "namespace", "confighash", "namespace confighash is installed in: the hash key Secret, the watcher's Lease")
+	fs.Var(&c.watched, "namespaces", "comma-separated namespaces to act in, for an install bound by RoleBindings in each; empty: every namespace labelled for injection")
 	fs.StringVar(&c.keySecret, "hash-key-secret", "confighash-hash-key", "Secret holding the HMAC key the webhook and the watcher share; created with a random key when absent")
 	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "file holding the HMAC key (at least 32 bytes), instead of the Secret")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
@@ -90,4 +95,26 @@ func (c *common) connect(ctx context.Context, component string, stderr io.Writer
 		return nil, err
 	}
 	return e, nil
+}
+
+// namespaceList is a comma-separated list of namespace names, sorted, without repeats.
+type namespaceList []string
+
+func (l *namespaceList) String() string { return strings.Join(*l, ",") }
+
+func (l *namespaceList) Set(v string) error {
+	var names []string
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return fmt.Errorf("namespace %q: %s", name, strings.Join(errs, "; "))
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	*l = slices.Compact(names)
+	return nil
 }

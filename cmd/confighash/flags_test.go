@@ -47,3 +47,30 @@ func TestWebhookHelpListsEveryFlagWithItsVariable(t *testing.T) {
 		}
 	}
 }
+
+func TestNamespacesFlag(t *testing.T) {
+	tests := []struct {
+		value   string
+		want    string
+		wantErr string
+	}{
+		{value: "", want: ""},
+		{value: "team-b, team-a,team-b,", want: "team-a,team-b"},
+		{value: "team-a,Team_B", wantErr: `namespace "Team_B"`},
+	}
+	for _, tt := range tests {
+		var cfg watcherConfig
+		fs := flag.NewFlagSet("watcher", flag.ContinueOnError)
+		cfg.flags(fs)
+		err := parseFlags(fs, []string{"--namespaces=" + tt.value}, &bytes.Buffer{}, "")
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("--namespaces=%q: error %v, want one naming %s", tt.value, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || cfg.watched.String() != tt.want {
+			t.Errorf("--namespaces=%q: %q, %v; want %q", tt.value, cfg.watched.String(), err, tt.want)
+		}
+	}
+}

@@ -85,7 +85,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	w, err := watcher.New(watcher.Config{
 		Client: client, Dynamic: dyn, Key: e.key,
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
-		Events: events, Metrics: recorder, Log: log,
+		Namespaces: cfg.watched, Events: events, Metrics: recorder, Log: log,
 	})
 	if err != nil {
 		return err

@@ -100,7 +100,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	sources := webhook.NewSourceCache(client)
+	sources := webhook.NewSourceCache(client, cfg.watched)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), recorder)
 	handler, err := webhook.NewHandler(webhook.NewMutator(e.key, reader, recorder), log)
 	if err != nil {

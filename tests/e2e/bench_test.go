@@ -78,7 +78,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-	sources := webhook.NewSourceCache(c.Client)
+	sources := webhook.NewSourceCache(c.Client, nil)
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {
 		b.Fatal("cache did not sync")

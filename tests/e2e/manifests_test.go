@@ -36,14 +36,49 @@ func installCertManagerCRDs(t *testing.T, c *cluster.Cluster) {
 	if err != nil {
 		t.Fatalf("locate the cert-manager module: %v", err)
 	}
-	crds := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
-	// Server-side: the CRDs are too large for client-side apply's annotation.
-	if _, err := c.Kubectl(t.Context(), nil, "apply", "--server-side", "-f", crds); err != nil {
+	installCRDs(t, c, filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"),
+		"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+}
+
+// prometheusOperatorModule holds the ServiceMonitor CRD. The project does not depend
+// on it: the Go module proxy serves its source, CRDs included.
+const prometheusOperatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
+// installServiceMonitorCRD installs the Prometheus Operator's ServiceMonitor CRD.
+func installServiceMonitorCRD(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	out, err := exec.Command("go", "mod", "download", "-json", prometheusOperatorModule).Output()
+	if err != nil {
+		t.Fatalf("download %s: %v", prometheusOperatorModule, err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io"); err != nil {
+	installCRDs(t, c, filepath.Join(mod.Dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"),
+		"crd/servicemonitors.monitoring.coreos.com")
+}
+
+// installCRDs applies CRDs from a file or directory and waits until they are served.
+func installCRDs(t *testing.T, c *cluster.Cluster, path string, names ...string) {
+	t.Helper()
+	// Server-side: the CRDs are too large for client-side apply's annotation.
+	if _, err := c.Kubectl(t.Context(), nil, "apply", "--server-side", "-f", path); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(t.Context(), nil, append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, names...)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ensureNamespaces creates the namespaces that are missing; a server-side dry run
+// creates none, so the namespaced objects of an install need them.
+func ensureNamespaces(t *testing.T, c *cluster.Cluster, names ...string) {
+	t.Helper()
+	for _, ns := range names {
+		if _, err := c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -60,13 +95,8 @@ func kustomize(t *testing.T, c *cluster.Cluster, dir string) []byte {
 func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	installCertManagerCRDs(t, c)
-	// A server-side dry run creates no namespace, so the namespaced objects need them.
-	for _, ns := range []string{"confighash", "demo"} {
-		if _, err := c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	for _, variant := range installVariants {
+	ensureNamespaces(t, c, append([]string{"confighash", "demo"}, exampleNamespaces...)...)
+	for variant := range installVariants {
 		if _, err := c.Kubectl(t.Context(), kustomize(t, c, variant), "apply", "--dry-run=server", "-f", "-"); err != nil {
 			t.Fatalf("the API server refused the install %s: %v", variant, err)
 		}
@@ -80,11 +110,31 @@ func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	}
 }
 
-// installVariants are the kustomizations users apply.
-var installVariants = []string{"manifests", "manifests/variants/self-signed"}
+// exampleNamespaces are the namespaces the namespaced variant names, for users to edit.
+var exampleNamespaces = []string{"team-a", "team-b"}
 
-// chartValues are the chart's TLS choices, as helm --set arguments.
-var chartValues = map[string][]string{"cert-manager": nil, "self-signed": {"--set", "certManager.enabled=false"}}
+// installVariants are the kustomizations users apply, with the namespaces each limits
+// confighash to.
+var installVariants = map[string][]string{
+	"manifests":                      nil,
+	"manifests/variants/self-signed": nil,
+	"manifests/variants/namespaced":  exampleNamespaces,
+}
+
+// chartValues are the chart's choices, as helm --set arguments: TLS, and
+// namespaced with every optional object.
+var chartValues = map[string]struct {
+	set        []string
+	namespaces []string
+}{
+	"cert-manager": {},
+	"self-signed":  {set: []string{"--set", "certManager.enabled=false"}},
+	"namespaced": {
+		set: []string{"--set", "namespaces={" + strings.Join(exampleNamespaces, ",") + "}",
+			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true"},
+		namespaces: exampleNamespaces,
+	},
+}
 
 // helmTemplate lints the chart and renders it for release namespace confighash.
 func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
@@ -110,28 +160,27 @@ func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
 func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	installCertManagerCRDs(t, c)
-	if _, err := c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "confighash"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	for name, set := range chartValues {
+	installServiceMonitorCRD(t, c)
+	ensureNamespaces(t, c, append([]string{"confighash"}, exampleNamespaces...)...)
+	for name, values := range chartValues {
 		t.Run(name, func(t *testing.T) {
-			rendered := helmTemplate(t, c, set)
+			rendered := helmTemplate(t, c, values.set)
 			if _, err := c.Kubectl(t.Context(), rendered, "apply", "--dry-run=server", "-f", "-"); err != nil {
 				t.Fatalf("the API server refused the chart: %v", err)
 			}
-			checkWebhookConfiguration(t, rendered)
+			checkWebhookConfiguration(t, rendered, values.namespaces...)
 		})
 	}
 }
 
 func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
 	c := cluster.Require(t, testCluster)
-	for _, variant := range installVariants {
-		t.Run(variant, func(t *testing.T) { checkWebhookConfiguration(t, kustomize(t, c, variant)) })
+	for variant, namespaces := range installVariants {
+		t.Run(variant, func(t *testing.T) { checkWebhookConfiguration(t, kustomize(t, c, variant), namespaces...) })
 	}
 }
 
-func checkWebhookConfiguration(t *testing.T, rendered []byte) {
+func checkWebhookConfiguration(t *testing.T, rendered []byte, namespaces ...string) {
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
 	var installed *admissionregistrationv1.MutatingWebhookConfiguration
 	for {
@@ -150,7 +199,7 @@ func checkWebhookConfiguration(t *testing.T, rendered []byte) {
 	if installed == nil || len(installed.Webhooks) != 1 {
 		t.Fatalf("the install has no MutatingWebhookConfiguration with one webhook: %+v", installed)
 	}
-	want := webhook.Configuration("confighash", "confighash", installed.Webhooks[0].ClientConfig)
+	want := webhook.Configuration("confighash", "confighash", installed.Webhooks[0].ClientConfig, namespaces...)
 	if !equality.Semantic.DeepEqual(installed.Webhooks, want.Webhooks) {
 		got, _ := json.MarshalIndent(installed.Webhooks, "", "  ")
 		exp, _ := json.MarshalIndent(want.Webhooks, "", "  ")
@@ -206,9 +255,7 @@ func tokenKubeconfig(t *testing.T, c *cluster.Cluster, ns, sa string) (string, k
 func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	ctx := t.Context()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "confighash"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	ensureNamespaces(t, c, "confighash")
 	rbac := rbacOnly(t, kustomize(t, c, "manifests"))
 	if _, err := c.Kubectl(ctx, rbac, "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
@@ -277,6 +324,91 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 		}(),
 	}
 	for what, err := range outside {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: got %v, want Forbidden", what, err)
+		}
+	}
+}
+
+func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	ensureNamespaces(t, c, "confighash")
+	nsA, nsB, outside := labeledNamespace(t, c), labeledNamespace(t, c), labeledNamespace(t, c)
+	// The variant's RBAC as users get it, bound in this test's namespaces instead of
+	// the examples'.
+	rbac := string(rbacOnly(t, kustomize(t, c, "manifests/variants/namespaced")))
+	rbac = strings.NewReplacer("namespace: "+exampleNamespaces[0]+"\n", "namespace: "+nsA+"\n",
+		"namespace: "+exampleNamespaces[1]+"\n", "namespace: "+nsB+"\n").Replace(rbac)
+	if strings.Contains(rbac, "kind: ClusterRoleBinding") {
+		t.Fatal("the namespaced variant binds a ClusterRole cluster-wide")
+	}
+	if _, err := c.Kubectl(ctx, []byte(rbac), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = c.Kubectl(context.Background(), []byte(rbac), "delete", "--ignore-not-found", "-f", "-")
+	})
+	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
+	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
+
+	watched := "--namespaces=" + nsA + "," + nsB
+	startWebhook(t, c, "--kubeconfig="+webhookConfig, "--namespace=confighash", watched)
+	watcher := startWatcher(t, c, "--kubeconfig="+watcherConfig, "--namespace=confighash", watched)
+	for _, ns := range []string{nsA, nsB, outside} {
+		createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+		createSecret(t, c, ns, "db", map[string]string{"password": "0"})
+		tmpl := secretVolumeTemplate("db")
+		tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
+		createDeployment(t, c, ns, deployment("web", 1, tmpl))
+	}
+	for _, ns := range []string{nsA, nsB} {
+		if templateHash(t, c, ns, "web") == "" {
+			t.Fatalf("no hash in %s: the webhook could not do its job with RoleBindings alone", ns)
+		}
+		expectReplicaSets(t, c, ns, "web", 1)
+	}
+	setKey(t, c, nsA, confighash.SourceRef{Kind: confighash.Secret, Name: "db"}, "password", "1")
+	setKey(t, c, nsB, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expectReplicaSets(t, c, nsA, "web", 2)
+	expectReplicaSets(t, c, nsB, "web", 2)
+
+	// A labelled namespace that is not listed: the webhook, registered here for every
+	// labelled namespace, cannot read its sources and lets the write through unchanged;
+	// the watcher does not act there.
+	if h := templateHash(t, c, outside, "web"); h != "" {
+		t.Fatalf("a namespace outside --namespaces got hash %q", h)
+	}
+	touches := watcher.metric(t, "confighash_watcher_touches_total")
+	setKey(t, c, outside, confighash.SourceRef{Kind: confighash.Secret, Name: "db"}, "password", "1")
+	expectReplicaSets(t, c, outside, "web", 1)
+	if got := watcher.metric(t, "confighash_watcher_touches_total"); got != touches {
+		t.Errorf("the watcher touched %v workloads outside its namespaces", got-touches)
+	}
+
+	outsideGrant := map[string]error{
+		"the webhook reads a Secret outside its namespaces": func() error {
+			_, err := webhookClient.CoreV1().Secrets(outside).Get(ctx, "db", metav1.GetOptions{})
+			return err
+		}(),
+		"the webhook lists Secrets cluster-wide": func() error {
+			_, err := webhookClient.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"the watcher patches a Deployment outside its namespaces": func() error {
+			_, err := watcherClient.AppsV1().Deployments(outside).Patch(ctx, "web", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
+			return err
+		}(),
+		"the watcher lists namespaces": func() error {
+			_, err := watcherClient.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"the watcher reads a namespace it does not watch": func() error {
+			_, err := watcherClient.CoreV1().Namespaces().Get(ctx, outside, metav1.GetOptions{})
+			return err
+		}(),
+	}
+	for what, err := range outsideGrant {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s: got %v, want Forbidden", what, err)
 		}
