@@ -12,9 +12,8 @@ import (
 type Recorder interface {
 	// SourceChanged records a change of a source's data, existence or counting.
 	SourceChanged(kind confighash.SourceKind)
-	// Touch records a write to a workload by result: converged, not_converged,
-	// healed, error.
-	Touch(result string)
+	// Touch records a write to a workload by result.
+	Touch(result TouchResult)
 	// Converged records the time from a change reaching a workload to its convergence.
 	Converged(d time.Duration)
 	// Resynced records how many workloads had drifted at a resync.
@@ -23,13 +22,24 @@ type Recorder interface {
 	QueueDepth(n int)
 }
 
+// TouchResult is the outcome of one write to a workload.
+type TouchResult string
+
+// Touch results.
+const (
+	TouchConverged    TouchResult = "converged"     // the webhook wrote the new hash
+	TouchNotConverged TouchResult = "not_converged" // it did not; retried with backoff
+	TouchHealed       TouchResult = "healed"        // the watcher wrote the hash itself
+	TouchError        TouchResult = "error"         // the write failed
+)
+
 // NoopRecorder records nothing.
 type NoopRecorder struct{}
 
 var _ Recorder = NoopRecorder{}
 
 func (NoopRecorder) SourceChanged(confighash.SourceKind) {}
-func (NoopRecorder) Touch(string)                        {}
+func (NoopRecorder) Touch(TouchResult)                   {}
 func (NoopRecorder) Converged(time.Duration)             {}
 func (NoopRecorder) Resynced(int)                        {}
 func (NoopRecorder) QueueDepth(int)                      {}
@@ -75,13 +85,23 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			return nil, err
 		}
 	}
+	// Every series exists from the start, at zero, so that rate() and increase()
+	// see the first event and alerts need no absent().
+	for _, k := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
+		r.changes.WithLabelValues(string(k))
+	}
+	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchError} {
+		r.touches.WithLabelValues(string(res))
+	}
 	return r, nil
 }
 
 func (r *PrometheusRecorder) SourceChanged(kind confighash.SourceKind) {
 	r.changes.WithLabelValues(string(kind)).Inc()
 }
-func (r *PrometheusRecorder) Touch(result string)       { r.touches.WithLabelValues(result).Inc() }
+func (r *PrometheusRecorder) Touch(result TouchResult) {
+	r.touches.WithLabelValues(string(result)).Inc()
+}
 func (r *PrometheusRecorder) Converged(d time.Duration) { r.convergence.Observe(d.Seconds()) }
 func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(drifted)) }
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }

@@ -355,7 +355,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	admitted, err := w.touch(ctx, v, triggers(v, want, w.sources))
 	if err != nil {
-		w.cfg.Metrics.Touch("error")
+		w.cfg.Metrics.Touch(TouchError)
 		return err
 	}
 	if admitted == nil {
@@ -363,10 +363,10 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return nil
 	}
 	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, want) || admitted.Hash != want.Hash(w.cfg.Key) {
-		w.cfg.Metrics.Touch("not_converged")
+		w.cfg.Metrics.Touch(TouchNotConverged)
 		return errNotConverged
 	}
-	w.cfg.Metrics.Touch("converged")
+	w.cfg.Metrics.Touch(TouchConverged)
 	if admitted.Hash != v.Hash {
 		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+changedSources(v.Record, want))
 	}
@@ -438,10 +438,10 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, want confi
 	}
 	patch[v.Kind.TemplatePath[0]] = nested
 	if _, err := w.patch(ctx, v, patch); err != nil {
-		w.cfg.Metrics.Touch("error")
+		w.cfg.Metrics.Touch(TouchError)
 		return err
 	}
-	w.cfg.Metrics.Touch("healed")
+	w.cfg.Metrics.Touch(TouchHealed)
 	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed",
 		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+changedSources(v.Record, want))
 	w.converged(key)

@@ -174,12 +174,12 @@ func (r *CachedReader) Read(ctx context.Context, namespace string, refs []config
 			// The cache may not have seen the change that triggered the touch yet.
 			misses = append(misses, ref)
 		case ok:
-			r.metrics.SourceRead(ref.Kind, "cache")
+			r.metrics.SourceRead(ref.Kind, ReadFromCache)
 			out[ref] = d.Source
 		default:
 			// Unknown to a synced cache: absent. If it was just created, its creation
 			// triggers a touch of its own.
-			r.metrics.SourceRead(ref.Kind, "cache")
+			r.metrics.SourceRead(ref.Kind, ReadFromCache)
 			out[ref] = confighash.AbsentSource(ref)
 		}
 	}

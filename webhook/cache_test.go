@@ -2,10 +2,14 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
 )
@@ -57,5 +61,43 @@ func TestAtLeast(t *testing.T) {
 		if got := atLeast(tt.have, tt.want); got != tt.ok {
 			t.Errorf("atLeast(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
 		}
+	}
+}
+
+func TestInformersForAWatchedNamespaceOnly(t *testing.T) {
+	client := fake.NewClientset()
+	newInformer := func(ns string) cache.SharedIndexInformer {
+		return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
+	}
+	all := NewInformers(nil, newInformer)
+	if all.For("any") == nil || len(all) != 1 {
+		t.Errorf("cluster-wide: %d informers, For(any) = %v; want one, for every namespace", len(all), all.For("any"))
+	}
+	listed := NewInformers([]string{"a", "b"}, newInformer)
+	if listed.For("a") == nil || listed.For("b") == nil || listed.For("a") == listed.For("b") {
+		t.Error("listed: want one informer for each of a and b")
+	}
+	if listed.For("c") != nil {
+		t.Error("listed: an informer for c, which is not listed")
+	}
+}
+
+func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
+	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "cfg", ResourceVersion: "3"}, Data: map[string]string{"k": "v"}})
+	sources := NewSourceCache(client, []string{"watched"})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = sources.Run(ctx) }()
+	if !sources.WaitSynced(ctx) {
+		t.Fatal("cache not synced")
+	}
+	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	reader := NewCachedReader(sources, NewLiveReader(client, nil), nil)
+	got, err := reader.Read(ctx, "other", []confighash.SourceRef{ref}, []confighash.Trigger{{SourceRef: confighash.SourceRef{Kind: confighash.Secret, Name: "x"}, ResourceVersion: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[ref].Present {
+		t.Fatal("a ConfigMap in a namespace the cache does not watch was taken as absent; want it read live")
 	}
 }

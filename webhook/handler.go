@@ -56,21 +56,21 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if r.Method != http.MethodPost {
-		g.refuse(w, "method", "want POST", http.StatusMethodNotAllowed)
+		g.refuse(w, reasonMethod, "want POST", http.StatusMethodNotAllowed)
 		return
 	}
 	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
-		g.refuse(w, "content_type", "want Content-Type application/json", http.StatusUnsupportedMediaType)
+		g.refuse(w, reasonContentType, "want Content-Type application/json", http.StatusUnsupportedMediaType)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		g.refuse(w, "too_large", "body too large", http.StatusRequestEntityTooLarge)
+		g.refuse(w, reasonTooLarge, "body too large", http.StatusRequestEntityTooLarge)
 		return
 	case err != nil:
-		g.refuse(w, "read", "could not read body", http.StatusBadRequest)
+		g.refuse(w, reasonRead, "could not read body", http.StatusBadRequest)
 		return
 	}
 	// kubewebhook assumes a request is present; check before it dereferences it.
@@ -80,12 +80,23 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} `json:"request"`
 	}
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil || review.Request.UID == "" {
-		g.refuse(w, "malformed", "not an AdmissionReview with a request", http.StatusBadRequest)
+		g.refuse(w, reasonMalformed, "not an AdmissionReview with a request", http.StatusBadRequest)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	g.next.ServeHTTP(w, r)
 }
+
+// Reasons a request is refused before admission, for metrics.
+const (
+	reasonMethod      = "method"
+	reasonContentType = "content_type"
+	reasonTooLarge    = "too_large"
+	reasonRead        = "read"
+	reasonMalformed   = "malformed"
+)
+
+var badRequestReasons = []string{reasonMethod, reasonContentType, reasonTooLarge, reasonRead, reasonMalformed}
 
 func (g *guard) refuse(w http.ResponseWriter, reason, msg string, status int) {
 	g.metrics.BadRequest(reason)

@@ -12,7 +12,7 @@ import (
 type Recorder interface {
 	// ObserveAdmission records one admission of a workload kind.
 	ObserveAdmission(kind, operation string, result Result, d time.Duration)
-	// SourceRead records where one source was read from: "cache" or "live".
+	// SourceRead records where one source was read from: ReadFromCache or ReadFromLive.
 	SourceRead(kind confighash.SourceKind, from string)
 	// BadRequest records a request refused before admission, by reason.
 	BadRequest(reason string)
@@ -29,6 +29,12 @@ func (NoopRecorder) ObserveAdmission(string, string, Result, time.Duration) {}
 func (NoopRecorder) SourceRead(confighash.SourceKind, string)               {}
 func (NoopRecorder) BadRequest(string)                                      {}
 func (NoopRecorder) Panic()                                                 {}
+
+// Where a source is read from.
+const (
+	ReadFromCache = "cache"
+	ReadFromLive  = "live"
+)
 
 // admissionBuckets line up with the API server's own webhook latency buckets, from a
 // millisecond to its ten-second webhook timeout.
@@ -75,6 +81,24 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	// Every series exists from the start, at zero, so that rate() and increase()
+	// see the first event and alerts need no absent().
+	for _, op := range []string{"CREATE", "UPDATE"} {
+		r.duration.WithLabelValues(op)
+	}
+	for _, k := range confighash.Kinds {
+		for _, res := range []Result{ResultPatched, ResultUnchanged, ResultSkipped, ResultError} {
+			r.mutations.WithLabelValues(k.Kind, string(res))
+		}
+	}
+	for _, k := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
+		for _, from := range []string{ReadFromCache, ReadFromLive} {
+			r.reads.WithLabelValues(string(k), from)
+		}
+	}
+	for _, reason := range badRequestReasons {
+		r.badRequests.WithLabelValues(reason)
 	}
 	return r, nil
 }

@@ -49,7 +49,7 @@ func (r *LiveReader) Read(ctx context.Context, namespace string, refs []configha
 }
 
 func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.SourceRef) (confighash.Source, error) {
-	r.metrics.SourceRead(ref.Kind, "live")
+	r.metrics.SourceRead(ref.Kind, ReadFromLive)
 	var src confighash.Source
 	var err error
 	switch ref.Kind {

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -411,6 +415,54 @@ func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *te
 	for what, err := range outsideGrant {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s: got %v, want Forbidden", what, err)
+		}
+	}
+}
+
+func TestDashboardAndDocsNameOnlyServedMetrics(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	served := map[string]bool{}
+	for _, p := range []*component{startWebhook(t, c).component, startWatcher(t, c)} {
+		resp, err := http.Get(p.ops + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^# TYPE (confighash_\w+) (\w+)$`).FindAllStringSubmatch(string(body), -1) {
+			served[m[1]] = true
+			if m[2] == "histogram" {
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					served[m[1]+suffix] = true
+				}
+			}
+		}
+	}
+	if len(served) == 0 {
+		t.Fatal("no confighash_ metric served")
+	}
+	metricName := regexp.MustCompile(`confighash_\w+`)
+	for _, file := range []string{"manifests/helm/confighash/dashboards/confighash.json", "docs/metrics.md"} {
+		text, err := os.ReadFile(filepath.Join("..", "..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := map[string]bool{}
+		for _, name := range metricName.FindAllString(string(text), -1) {
+			named[name] = true
+			if !served[name] {
+				t.Errorf("%s names %s, which neither component serves", file, name)
+			}
+		}
+		if file == "docs/metrics.md" {
+			for name := range served {
+				if !named[name] && !named[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")] {
+					t.Errorf("docs/metrics.md does not document %s", name)
+				}
+			}
 		}
 	}
 }
