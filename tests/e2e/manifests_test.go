@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
@@ -118,27 +120,21 @@ func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 var exampleNamespaces = []string{"team-a", "team-b"}
 
 // installVariants are the kustomizations users apply, with the namespaces each limits
-// confighash to.
-var installVariants = map[string][]string{
-	"manifests":                      nil,
-	"manifests/variants/self-signed": nil,
-	"manifests/variants/namespaced":  exampleNamespaces,
-}
-
-// chartValues are the chart's choices, as helm --set arguments: TLS, and
-// namespaced with every optional object.
-var chartValues = map[string]struct {
-	set        []string
+// confighash to, and the chart values that install the same.
+var installVariants = map[string]struct {
 	namespaces []string
+	chart      []string
 }{
-	"cert-manager": {},
-	"self-signed":  {set: []string{"--set", "certManager.enabled=false"}},
-	"namespaced": {
-		set: []string{"--set", "namespaces={" + strings.Join(exampleNamespaces, ",") + "}",
-			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true"},
+	"manifests":                      {},
+	"manifests/variants/self-signed": {chart: []string{"--set", "certManager.enabled=false"}},
+	"manifests/variants/namespaced": {
 		namespaces: exampleNamespaces,
+		chart:      []string{"--set", "namespaces={" + strings.Join(exampleNamespaces, ",") + "}"},
 	},
 }
+
+// chartOptional turns on the chart's objects that the kustomizations do not have.
+var chartOptional = []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true"}
 
 // helmTemplate lints the chart and renders it for release namespace confighash.
 func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
@@ -166,21 +162,84 @@ func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T)
 	installCertManagerCRDs(t, c)
 	installServiceMonitorCRD(t, c)
 	ensureNamespaces(t, c, append([]string{"confighash"}, exampleNamespaces...)...)
-	for name, values := range chartValues {
-		t.Run(name, func(t *testing.T) {
-			rendered := helmTemplate(t, c, values.set)
+	for variant, v := range installVariants {
+		t.Run(variant, func(t *testing.T) {
+			rendered := helmTemplate(t, c, append(v.chart, chartOptional...))
 			if _, err := c.Kubectl(t.Context(), rendered, "apply", "--dry-run=server", "-f", "-"); err != nil {
 				t.Fatalf("the API server refused the chart: %v", err)
 			}
-			checkWebhookConfiguration(t, rendered, values.namespaces...)
+			checkWebhookConfiguration(t, rendered, v.namespaces...)
 		})
 	}
 }
 
 func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
 	c := cluster.Require(t, testCluster)
-	for variant, namespaces := range installVariants {
-		t.Run(variant, func(t *testing.T) { checkWebhookConfiguration(t, kustomize(t, c, variant), namespaces...) })
+	for variant, v := range installVariants {
+		t.Run(variant, func(t *testing.T) { checkWebhookConfiguration(t, kustomize(t, c, variant), v.namespaces...) })
+	}
+}
+
+func TestChartInstallsWhatKustomizeInstalls(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	for variant, v := range installVariants {
+		t.Run(variant, func(t *testing.T) {
+			fromKustomize, fromChart := installedObjects(t, kustomize(t, c, variant)), installedObjects(t, helmTemplate(t, c, v.chart))
+			// helm install --create-namespace makes the namespace.
+			delete(fromKustomize, "Namespace//confighash")
+			for id, obj := range fromKustomize {
+				if !equality.Semantic.DeepEqual(obj, fromChart[id]) {
+					k, _ := json.MarshalIndent(obj, "", "  ")
+					h, _ := json.MarshalIndent(fromChart[id], "", "  ")
+					t.Errorf("%s differs:\nkustomize: %s\nchart: %s", id, k, h)
+				}
+			}
+			for id := range fromChart {
+				if _, ok := fromKustomize[id]; !ok {
+					t.Errorf("%s is in the chart only", id)
+				}
+			}
+		})
+	}
+}
+
+// installedObjects decodes rendered manifests by kind, namespace and name, without
+// the labels only Helm adds.
+func installedObjects(t *testing.T, rendered []byte) map[string]map[string]any {
+	t.Helper()
+	objs := map[string]map[string]any{}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatal(err)
+		}
+		if obj == nil {
+			continue
+		}
+		dropHelmLabels(obj)
+		u := unstructured.Unstructured{Object: obj}
+		objs[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = obj
+	}
+}
+
+func dropHelmLabels(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		if labels, ok := v["labels"].(map[string]any); ok {
+			delete(labels, "helm.sh/chart")
+			delete(labels, "app.kubernetes.io/managed-by")
+		}
+		for _, e := range v {
+			dropHelmLabels(e)
+		}
+	case []any:
+		for _, e := range v {
+			dropHelmLabels(e)
+		}
 	}
 }
 
