@@ -70,6 +70,9 @@ type env struct {
 // connect builds the logger, the API client and the metrics registry, and loads the
 // hash key.
 func (c *common) connect(ctx context.Context, component string, stderr io.Writer) (*env, error) {
+	if slices.Contains(c.watched, c.namespace) {
+		return nil, fmt.Errorf("--namespaces lists the install namespace %q: the webhook configuration excludes it, so workloads there would never be hashed", c.namespace)
+	}
 	log, lr, err := newLogger(stderr, c.logFormat, c.logLevel, component)
 	if err != nil {
 		return nil, err
