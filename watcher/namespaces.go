@@ -2,11 +2,13 @@ package watcher
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -32,11 +34,21 @@ func enabledNamespace(n *corev1.Namespace) bool {
 // clusterNamespaces watches every labelled namespace.
 type clusterNamespaces struct{ informer cache.SharedIndexInformer }
 
-func newClusterNamespaces(client kubernetes.Interface) *clusterNamespaces {
+// newClusterNamespaces calls onEnabled when a namespace is labelled after the first list.
+func newClusterNamespaces(client kubernetes.Interface, onEnabled func(namespace string)) (*clusterNamespaces, error) {
 	labelled := func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.Set{confighash.InjectionLabel: confighash.InjectionEnabled}.String()
 	}
-	return &clusterNamespaces{coreinformers.NewFilteredNamespaceInformer(client, 0, cache.Indexers{}, labelled)}
+	c := &clusterNamespaces{coreinformers.NewFilteredNamespaceInformer(client, 0, cache.Indexers{}, labelled)}
+	// A label added shows as an addition: the informer lists labelled namespaces only.
+	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if n, ok := obj.(*corev1.Namespace); ok && !initial && enabledNamespace(n) {
+				onEnabled(n.Name)
+			}
+		},
+	})
+	return c, err
 }
 
 func (c *clusterNamespaces) enabled(ns string) bool {
@@ -57,20 +69,23 @@ const namespacePollInterval = 10 * time.Second
 // RoleBinding in a namespace grants a get of that Namespace object, but a list or a
 // watch of namespaces needs a cluster-wide grant, so an informer cannot be used.
 type listedNamespaces struct {
-	client   kubernetes.Interface
-	names    []string
-	interval time.Duration
-	log      zerolog.Logger
-
-	failing map[string]bool // only refresh uses it
+	client    kubernetes.Interface
+	names     []string
+	interval  time.Duration
+	onEnabled func(namespace string)
+	log       zerolog.Logger
+	// Only refresh uses these: the namespaces read at least once, and those whose
+	// last read failed.
+	read, failing map[string]bool
 
 	mu     sync.RWMutex
 	state  map[string]bool
 	synced bool
 }
 
-func newListedNamespaces(client kubernetes.Interface, names []string, interval time.Duration, log zerolog.Logger) *listedNamespaces {
-	return &listedNamespaces{client: client, names: names, interval: interval, log: log, state: map[string]bool{}, failing: map[string]bool{}}
+func newListedNamespaces(client kubernetes.Interface, names []string, interval time.Duration, onEnabled func(string), log zerolog.Logger) *listedNamespaces {
+	return &listedNamespaces{client: client, names: names, interval: interval, onEnabled: onEnabled, log: log,
+		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]bool{}}
 }
 
 func (l *listedNamespaces) enabled(ns string) bool {
@@ -100,22 +115,36 @@ func (l *listedNamespaces) run(ctx context.Context) {
 	}()
 }
 
-// refresh reads every namespace once. One that cannot be read counts as not enabled,
-// and its error is logged when it starts failing.
+// refresh reads every namespace once. One that is gone or refused counts as not
+// enabled; after any other error, such as a timeout, it keeps its last state. Once all
+// have been read, a namespace that becomes enabled is passed to onEnabled.
 func (l *listedNamespaces) refresh(ctx context.Context) {
-	state := make(map[string]bool, len(l.names))
+	l.mu.RLock()
+	state, wasSynced := maps.Clone(l.state), l.synced
+	l.mu.RUnlock()
+	var enabled []string
 	for _, name := range l.names {
 		n, err := l.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 		if ctx.Err() != nil {
 			return
 		}
-		state[name] = err == nil && enabledNamespace(n)
 		if err != nil && !l.failing[name] {
-			l.log.Warn().Err(err).Str("namespace", name).Msg("cannot read a watched namespace; not acting in it")
+			l.log.Warn().Err(err).Str("namespace", name).Msg("cannot read a watched namespace")
 		}
 		l.failing[name] = err != nil
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			continue
+		}
+		now := err == nil && enabledNamespace(n)
+		if wasSynced && now && !state[name] {
+			enabled = append(enabled, name)
+		}
+		state[name], l.read[name] = now, true
 	}
 	l.mu.Lock()
-	l.state, l.synced = state, true
+	l.state, l.synced = state, len(l.read) == len(l.names)
 	l.mu.Unlock()
+	for _, name := range enabled {
+		l.onEnabled(name)
+	}
 }

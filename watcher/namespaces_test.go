@@ -1,19 +1,25 @@
 package watcher
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/confighash/confighash"
 )
 
+var labelled = map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled}
+
 func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
-	labelled := map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled}
 	now := metav1.Now()
 	client := fake.NewClientset(
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "labelled", Labels: labelled}},
@@ -21,7 +27,9 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "terminating", Labels: labelled, DeletionTimestamp: &now}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-listed", Labels: labelled}},
 	)
-	l := newListedNamespaces(client, []string{"labelled", "unlabelled", "terminating", "missing"}, time.Hour, zerolog.Nop())
+	var enabled []string
+	l := newListedNamespaces(client, []string{"labelled", "unlabelled", "terminating", "missing"}, time.Hour,
+		func(ns string) { enabled = append(enabled, ns) }, zerolog.Nop())
 	if l.hasSynced() {
 		t.Fatal("synced before the first read")
 	}
@@ -30,18 +38,57 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 		t.Fatal("not synced after the first read")
 	}
 	want := map[string]bool{"labelled": true, "unlabelled": false, "terminating": false, "missing": false, "not-listed": false}
-	for ns, enabled := range want {
-		if got := l.enabled(ns); got != enabled {
-			t.Errorf("enabled(%q) = %v, want %v", ns, got, enabled)
+	for ns, on := range want {
+		if got := l.enabled(ns); got != on {
+			t.Errorf("enabled(%q) = %v, want %v", ns, got, on)
 		}
 	}
-
-	// The next read sees a label removed.
-	if _, err := client.CoreV1().Namespaces().Update(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "labelled"}}, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	if len(enabled) != 0 {
+		t.Errorf("the first read reported %v as newly enabled; the leader's resync covers them", enabled)
 	}
+
+	// The next read sees a label removed and another added.
+	setLabels := func(name string, labels map[string]string) {
+		t.Helper()
+		if _, err := client.CoreV1().Namespaces().Update(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLabels("labelled", nil)
+	setLabels("unlabelled", labelled)
 	l.refresh(t.Context())
-	if l.enabled("labelled") {
-		t.Error("still enabled after its label was removed")
+	if l.enabled("labelled") || !l.enabled("unlabelled") {
+		t.Errorf("after relabelling: labelled %v, unlabelled %v; want false, true", l.enabled("labelled"), l.enabled("unlabelled"))
+	}
+	if !slices.Equal(enabled, []string{"unlabelled"}) {
+		t.Errorf("newly enabled: %v, want [unlabelled]", enabled)
+	}
+}
+
+func TestListedNamespacesKeepTheirStateThroughATransientError(t *testing.T) {
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: labelled}})
+	failing := false
+	client.PrependReactor("get", "namespaces", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failing {
+			return true, nil, apierrors.NewServerTimeout(schema.GroupResource{Resource: "namespaces"}, "get", 1)
+		}
+		return false, nil, nil
+	})
+	l := newListedNamespaces(client, []string{"shop"}, time.Hour, func(string) {}, zerolog.Nop())
+
+	failing = true
+	l.refresh(t.Context())
+	if l.hasSynced() {
+		t.Fatal("synced although the namespace could not be read")
+	}
+	failing = false
+	l.refresh(t.Context())
+	if !l.hasSynced() || !l.enabled("shop") {
+		t.Fatalf("after a good read: synced %v, enabled %v", l.hasSynced(), l.enabled("shop"))
+	}
+	failing = true
+	l.refresh(t.Context())
+	if !l.enabled("shop") {
+		t.Error("a timeout turned the namespace off: changes in it would be dropped")
 	}
 }

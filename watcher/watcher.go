@@ -85,7 +85,7 @@ func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" +
 type Watcher struct {
 	cfg        Config
 	sources    *webhook.SourceCache
-	workloads  map[string]webhook.Informers
+	workloads  map[string]*webhook.Informers
 	namespaces namespaceGate
 	queue      workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
@@ -108,21 +108,21 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	var namespaces namespaceGate = newClusterNamespaces(cfg.Client)
-	if len(cfg.Namespaces) > 0 {
-		namespaces = newListedNamespaces(cfg.Client, cfg.Namespaces, namespacePollInterval, cfg.Log)
-	}
 	w := &Watcher{
-		cfg:        cfg,
-		sources:    webhook.NewSourceCache(cfg.Client, cfg.Namespaces),
-		workloads:  workloads,
-		namespaces: namespaces,
+		cfg:       cfg,
+		sources:   webhook.NewSourceCache(cfg.Client, cfg.Namespaces),
+		workloads: workloads,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		firstSeen:     map[workloadKey]time.Time{},
 		warned:        map[workloadKey]string{},
+	}
+	if len(cfg.Namespaces) > 0 {
+		w.namespaces = newListedNamespaces(cfg.Client, cfg.Namespaces, namespacePollInterval, w.namespaceEnabled, cfg.Log)
+	} else if w.namespaces, err = newClusterNamespaces(cfg.Client, w.namespaceEnabled); err != nil {
+		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
@@ -266,20 +266,37 @@ func (w *Watcher) enqueue(key workloadKey, after time.Duration) {
 	w.queue.AddAfter(key, after)
 }
 
+// namespaceEnabled checks every opted-in workload of a namespace confighash starts
+// acting in: they have no hash yet, or one that may be out of date.
+func (w *Watcher) namespaceEnabled(namespace string) {
+	i := 0
+	for _, in := range w.workloads {
+		inf := in.For(namespace)
+		if inf == nil {
+			continue
+		}
+		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		for _, obj := range objs {
+			if v, ok := obj.(*view); ok && v.Policy.Enabled() && v.DeletionTimestamp == nil {
+				w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*w.touchInterval)
+				i++
+			}
+		}
+	}
+}
+
 // resync enqueues every workload that drifted while no watcher led.
 func (w *Watcher) resync() {
 	drifted := 0
 	for _, in := range w.workloads {
-		for _, inf := range in {
-			for _, obj := range inf.GetStore().List() {
-				v, ok := obj.(*view)
-				if !ok || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaces.enabled(v.Namespace) {
-					continue
-				}
-				if _, converged := w.expected(v); !converged {
-					w.enqueue(keyOf(v), time.Duration(drifted)*w.touchInterval)
-					drifted++
-				}
+		for _, obj := range in.List() {
+			v, ok := obj.(*view)
+			if !ok || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaces.enabled(v.Namespace) {
+				continue
+			}
+			if _, converged := w.expected(v); !converged {
+				w.enqueue(keyOf(v), time.Duration(drifted)*w.touchInterval)
+				drifted++
 			}
 		}
 	}

@@ -113,9 +113,9 @@ func indexBySource(obj any) ([]string, error) {
 
 // newWorkloadInformers returns the informers of each supported kind, for the given
 // namespaces or the whole cluster; Rollouts only when their CRD is served.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string) (map[string]webhook.Informers, error) {
-	indexers := cache.Indexers{sourceIndex: indexBySource}
-	informers := map[string]webhook.Informers{
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string) (map[string]*webhook.Informers, error) {
+	indexers := cache.Indexers{sourceIndex: indexBySource, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	informers := map[string]*webhook.Informers{
 		confighash.Deployment.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return appsinformers.NewDeploymentInformer(client, ns, 0, indexers)
 		}),

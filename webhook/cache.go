@@ -60,14 +60,14 @@ func Digest(obj any) (any, error) {
 
 // SourceCache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
 type SourceCache struct {
-	informers map[confighash.SourceKind]Informers
+	informers map[confighash.SourceKind]*Informers
 }
 
 // NewSourceCache returns a cache fed by informers on client, for the given namespaces,
 // or for the whole cluster when there are none; Run starts them.
 func NewSourceCache(client kubernetes.Interface, namespaces []string) *SourceCache {
 	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = "type!=" + HelmReleaseSecretType }
-	c := &SourceCache{informers: map[confighash.SourceKind]Informers{
+	c := &SourceCache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
 		}),

@@ -3,12 +3,18 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
@@ -70,8 +76,8 @@ func TestInformersForAWatchedNamespaceOnly(t *testing.T) {
 		return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
 	}
 	all := NewInformers(nil, newInformer)
-	if all.For("any") == nil || len(all) != 1 {
-		t.Errorf("cluster-wide: %d informers, For(any) = %v; want one, for every namespace", len(all), all.For("any"))
+	if all.For("a") == nil || all.For("a") != all.For("b") {
+		t.Error("cluster-wide: want one informer for every namespace")
 	}
 	listed := NewInformers([]string{"a", "b"}, newInformer)
 	if listed.For("a") == nil || listed.For("b") == nil || listed.For("a") == listed.For("b") {
@@ -79,6 +85,31 @@ func TestInformersForAWatchedNamespaceOnly(t *testing.T) {
 	}
 	if listed.For("c") != nil {
 		t.Error("listed: an informer for c, which is not listed")
+	}
+}
+
+func TestInformersOfARefusedNamespaceDoNotHoldBackTheOthers(t *testing.T) {
+	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "cfg"}})
+	client.PrependReactor("list", "configmaps", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetNamespace() == "refused" {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("no RoleBinding"))
+		}
+		return false, nil, nil
+	})
+	in := NewInformers([]string{"a", "refused"}, func(ns string) cache.SharedIndexInformer {
+		return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	in.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), in.HasSynced) {
+		t.Fatal("a refused namespace keeps the informers from syncing")
+	}
+	if in.For("refused") != nil {
+		t.Error("the refused namespace is served, from an empty cache")
+	}
+	if inf := in.For("a"); inf == nil || len(inf.GetStore().List()) != 1 {
+		t.Error("namespace a is not served")
 	}
 }
 

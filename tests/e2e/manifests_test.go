@@ -415,7 +415,10 @@ func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *te
 	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
 	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
 
-	watched := "--namespaces=" + nsA + "," + nsB
+	// A listed namespace without RoleBindings, as when one is deleted or not yet
+	// bound, must not keep the components from serving the others.
+	unbound := labeledNamespace(t, c)
+	watched := "--namespaces=" + nsA + "," + nsB + "," + unbound
 	startWebhook(t, c, "--kubeconfig="+webhookConfig, "--namespace=confighash", watched)
 	watcher := startWatcher(t, c, "--kubeconfig="+watcherConfig, "--namespace=confighash", watched)
 	for _, ns := range []string{nsA, nsB, outside} {
