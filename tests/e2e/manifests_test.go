@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -526,5 +528,43 @@ func TestDashboardAndDocsNameOnlyServedMetrics(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	ensureNamespaces(t, c, "confighash")
+	ns := labeledNamespace(t, c)
+	rbac := rbacOnly(t, helmTemplate(t, c, []string{"--set", "namespaces={" + ns + "}", "--set", "certManager.enabled=false"}))
+	if _, err := c.Kubectl(ctx, rbac, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), rbac, "delete", "--ignore-not-found", "-f", "-") })
+	kubeconfig, _ := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
+
+	// The chart's names: its RBAC grants exactly these. The certificate names
+	// localhost, which the API server dials.
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("https://localhost:%d/mutate", ports[0])
+	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := api.Create(ctx, webhook.Configuration("confighash", "confighash", admissionregistrationv1.WebhookClientConfig{URL: &url}, ns), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = api.Delete(context.Background(), "confighash", metav1.DeleteOptions{})
+		_ = c.Client.CoreV1().Secrets("confighash").Delete(context.Background(), "confighash-webhook-tls", metav1.DeleteOptions{})
+	})
+	startComponent(t, c, "webhook", "--kubeconfig="+kubeconfig, "--namespace=confighash", "--namespaces="+ns,
+		fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]), "--tls-self-signed-secret=confighash-webhook-tls",
+		"--tls-dns-names=localhost", "--webhook-configuration=confighash")
+	time.Sleep(1500 * time.Millisecond) // the API server reloads webhook configurations
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	if templateHash(t, c, ns, "web") == "" {
+		t.Fatal("no hash: the self-signed webhook did not work with the chart's namespaced RBAC")
 	}
 }
