@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -449,8 +451,15 @@ func sourceDir() string {
 	return filepath.Dir(file)
 }
 
-// FreePorts returns n distinct loopback ports that were free a moment ago.
+// FreePorts returns n distinct loopback ports that were free a moment ago, each handed
+// out once per process. They lie below the kernel's range for outgoing connections,
+// which could otherwise take one between this check and the bind of the process it is
+// for; the ports the kernel would choose for a listener on :0 lie in that range.
 func FreePorts(n int) ([]int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	high := ephemeralPortsStart()
+	low := high / 2
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
 	defer func() {
@@ -458,15 +467,46 @@ func FreePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempt := 0; len(ports) < n; attempt++ {
+		if attempt == 1000 {
+			return nil, fmt.Errorf("no free port in [%d, %d)", low, high)
+		}
+		p := low + mathrand.IntN(high-low)
+		if handedOut[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+			continue
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		handedOut[p] = true
+		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+var (
+	portsMu   sync.Mutex
+	handedOut = map[int]bool{}
+)
+
+// ephemeralPortsStart is the first port the kernel uses for outgoing connections.
+func ephemeralPortsStart() int {
+	const linuxDefault = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linuxDefault
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return linuxDefault
+	}
+	start, err := strconv.Atoi(fields[0])
+	if err != nil || start < 4096 {
+		return linuxDefault
+	}
+	return start
 }
 
 // WaitHTTP polls url until it answers 200, as a readiness endpoint does.
