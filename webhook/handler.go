@@ -10,8 +10,6 @@ import (
 
 	"github.com/rs/zerolog"
 	kwhhttp "github.com/slok/kubewebhook/v2/pkg/http"
-	kwhmutating "github.com/slok/kubewebhook/v2/pkg/webhook/mutating"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // MaxBodyBytes caps an AdmissionReview body. The API server limits objects to about
@@ -23,18 +21,7 @@ const MaxBodyBytes = 7 << 20
 // with a 4xx before they reach the mutator, and turns a panic into a 500 (which the
 // API server, with failurePolicy Ignore, treats as allowed).
 func NewHandler(m *Mutator, log zerolog.Logger) (http.Handler, error) {
-	wh, err := kwhmutating.NewWebhook(kwhmutating.WebhookConfig{
-		ID: "confighash",
-		// Unstructured objects round-trip every field, so the JSON patch holds only our
-		// annotations, whatever fields the workload's API version has.
-		Obj:     &unstructured.Unstructured{},
-		Mutator: m,
-		Logger:  NewKubewebhookLogger(log),
-	})
-	if err != nil {
-		return nil, err
-	}
-	inner, err := kwhhttp.HandlerFor(kwhhttp.HandlerConfig{Webhook: wh, Logger: NewKubewebhookLogger(log)})
+	inner, err := kwhhttp.HandlerFor(kwhhttp.HandlerConfig{Webhook: m, Logger: NewKubewebhookLogger(log)})
 	if err != nil {
 		return nil, err
 	}
@@ -74,17 +61,46 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// kubewebhook assumes a request is present; check before it dereferences it.
-	var review struct {
-		Request *struct {
-			UID string `json:"uid"`
-		} `json:"request"`
-	}
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil || review.Request.UID == "" {
+	if !hasRequest(body) {
 		g.refuse(w, reasonMalformed, "not an AdmissionReview with a request", http.StatusBadRequest)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	g.next.ServeHTTP(w, r)
+}
+
+// hasRequest reports whether body is a JSON object with a "request" object whose
+// "uid" is set. It reads only as far as that uid: the API server writes apiVersion,
+// kind and request in that order, and the uid first in the request, so the objects
+// that follow, most of the body, are decoded once, by kubewebhook.
+func hasRequest(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	// find reads tokens of the object that starts at dec up to member name, skipping
+	// the values of the others.
+	find := func(name string) bool {
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return false
+		}
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return false
+			}
+			if key == name {
+				return true
+			}
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return false
+			}
+		}
+		return false
+	}
+	if !find("request") || !find("uid") {
+		return false
+	}
+	var uid string
+	return dec.Decode(&uid) == nil && uid != ""
 }
 
 // Reasons a request is refused before admission, for metrics.

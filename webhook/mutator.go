@@ -8,13 +8,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
-	kwhmutating "github.com/slok/kubewebhook/v2/pkg/webhook/mutating"
+	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
 
 	"github.com/confighash/confighash"
 )
@@ -36,14 +38,16 @@ const (
 	ResultError     Result = "error"     // a lookup failed: allowed unchanged
 )
 
-// Mutator writes the hash and the sources record into opted-in workloads.
+// Mutator writes the hash and the sources record into opted-in workloads. It is a
+// kubewebhook Webhook that builds its JSON patch from the two annotations it sets,
+// rather than by serializing and diffing the whole object.
 type Mutator struct {
 	key     confighash.Key
 	reader  SourceReader
 	metrics Recorder
 }
 
-var _ kwhmutating.Mutator = (*Mutator)(nil)
+var _ kwhwebhook.Webhook = (*Mutator)(nil)
 
 // NewMutator returns a mutator hashing with key the sources reader reads.
 func NewMutator(key confighash.Key, reader SourceReader, metrics Recorder) *Mutator {
@@ -53,38 +57,61 @@ func NewMutator(key confighash.Key, reader SourceReader, metrics Recorder) *Muta
 	return &Mutator{key: key, reader: reader, metrics: metrics}
 }
 
+// ID implements kwhwebhook.Webhook.
+func (m *Mutator) ID() string { return "confighash" }
+
+// Kind implements kwhwebhook.Webhook.
+func (m *Mutator) Kind() kwhmodel.WebhookKind { return kwhmodel.WebhookKindMutating }
+
+// Review implements kwhwebhook.Webhook. It always allows: a workload it cannot handle
+// goes through unchanged, with a warning, so a write is never denied.
+func (m *Mutator) Review(ctx context.Context, ar kwhmodel.AdmissionReview) (kwhmodel.AdmissionResponse, error) {
+	ops, warnings := m.admit(ctx, &ar)
+	patch := []byte("[]") // what the API server expects for no change; nil would encode as null
+	if len(ops) > 0 {
+		var err error
+		if patch, err = json.Marshal(ops); err != nil {
+			return nil, err // strings and maps of strings only: cannot happen
+		}
+	}
+	return &kwhmodel.MutatingAdmissionResponse{ID: ar.ID, JSONPatchPatch: patch, Warnings: warnings}, nil
+}
+
 // warningPrefix marks our admission warnings among others in kubectl's output.
 const warningPrefix = "confighash: "
 
-// Mutate implements kwhmutating.Mutator. It never returns an error for a workload it
-// cannot handle: it allows it unchanged with a warning, so a write is never denied.
-func (m *Mutator) Mutate(ctx context.Context, ar *kwhmodel.AdmissionReview, obj metav1.Object) (res *kwhmutating.MutatorResult, _ error) {
+// admit returns the patch that writes the workload's hash and sources record, and the
+// warnings for the user.
+func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops []patchOp, warnings []string) {
 	start := time.Now()
-	kind := "unknown"
-	result, warnings := ResultSkipped, []string(nil)
+	kind, result := "unknown", ResultSkipped
 	defer func() {
 		if p := recover(); p != nil {
 			m.metrics.Panic()
-			result = ResultError
-			res = unchanged(ar, append(warnings, warningPrefix+fmt.Sprintf("internal error, allowed unchanged: %v", p)))
+			ops, result = nil, ResultError
+			warnings = append(warnings, warningPrefix+fmt.Sprintf("internal error, allowed unchanged: %v", p))
 		}
 		m.metrics.ObserveAdmission(kind, string(ar.Operation), result, time.Since(start))
 	}()
+	fail := func(msg string) ([]patchOp, []string) {
+		result = ResultError
+		return nil, append(warnings, warningPrefix+msg)
+	}
 
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return &kwhmutating.MutatorResult{}, nil
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(ar.NewObjectRaw); err != nil {
+		return fail("the object could not be read: " + err.Error())
 	}
 	w, err := confighash.WorkloadOf(u)
 	if err != nil {
-		if !errors.Is(err, confighash.ErrUnsupportedKind) {
-			result, warnings = ResultError, []string{warningPrefix + err.Error()}
+		if errors.Is(err, confighash.ErrUnsupportedKind) {
+			return nil, nil
 		}
-		return &kwhmutating.MutatorResult{Warnings: warnings}, nil
+		return fail(err.Error())
 	}
 	kind = w.Kind.Kind
-	if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, w.Kind.TemplatePath...); !found {
-		return &kwhmutating.MutatorResult{}, nil // e.g. a Rollout with a workloadRef: no pod template to hash
+	if tmpl, _, _ := unstructured.NestedFieldNoCopy(u.Object, w.Kind.TemplatePath...); tmpl == nil {
+		return nil, nil // e.g. a Rollout with a workloadRef: no pod template to hash
 	}
 
 	policy, problems := confighash.ParsePolicy(w.Annotations, w.Template.Annotations)
@@ -92,10 +119,11 @@ func (m *Mutator) Mutate(ctx context.Context, ar *kwhmodel.AdmissionReview, obj 
 		warnings = append(warnings, warningPrefix+p.Error())
 	}
 	if !policy.Enabled() {
-		return &kwhmutating.MutatorResult{Warnings: warnings}, nil
+		return nil, warnings
 	}
 
-	prev, warning := previousRecord(w.Annotations, ar.OldObjectRaw)
+	old := sync.OnceValue(func() map[string]string { return oldAnnotations(ar.OldObjectRaw) })
+	prev, warning := previousRecord(w.Annotations, old)
 	if warning != "" {
 		warnings = append(warnings, warningPrefix+warning)
 	}
@@ -104,44 +132,30 @@ func (m *Mutator) Mutate(ctx context.Context, ar *kwhmodel.AdmissionReview, obj 
 	for i, c := range candidates {
 		refs[i] = c.SourceRef
 	}
-	sources, err := m.reader.Read(ctx, w.Namespace, refs, touchTriggers(w.Annotations, ar.OldObjectRaw))
+	sources, err := m.reader.Read(ctx, w.Namespace, refs, touchTriggers(w.Annotations, ar.OldObjectRaw != nil, old))
 	if err != nil {
-		result = ResultError
-		warnings = append(warnings, warningPrefix+"could not read the sources, the hash was not updated: "+err.Error())
-		return &kwhmutating.MutatorResult{Warnings: warnings}, nil
+		return fail("could not read the sources, the hash was not updated: " + err.Error())
 	}
 
 	record := confighash.Update(prev, confighash.Observe(m.key, policy, candidates, sources))
-	changed, err := setAnnotations(u, w.Kind, record.Hash(m.key), record.String())
+	ops, err = annotationPatch(u, w.Kind, record.Hash(m.key), record.String())
 	if err != nil {
-		result = ResultError
-		warnings = append(warnings, warningPrefix+err.Error())
-		return &kwhmutating.MutatorResult{Warnings: warnings}, nil
+		return fail(err.Error())
 	}
 	result = ResultUnchanged
-	if changed {
+	if len(ops) > 0 {
 		result = ResultPatched
 	}
-	return &kwhmutating.MutatorResult{MutatedObject: u, Warnings: warnings}, nil
-}
-
-// unchanged returns a result that patches nothing: the object as it was sent, decoded
-// afresh, whatever happened to obj.
-func unchanged(ar *kwhmodel.AdmissionReview, warnings []string) *kwhmutating.MutatorResult {
-	original := &unstructured.Unstructured{}
-	if err := original.UnmarshalJSON(ar.NewObjectRaw); err != nil {
-		return &kwhmutating.MutatorResult{Warnings: warnings}
-	}
-	return &kwhmutating.MutatorResult{MutatedObject: original, Warnings: warnings}
+	return ops, warnings
 }
 
 // previousRecord returns the sources record of the object, or else of the old object:
 // an apply that replaces the whole object drops it, and losing it would lose which
 // sources are baselines and the last digests of deleted ones.
-func previousRecord(annotations map[string]string, oldRaw []byte) (confighash.Record, string) {
+func previousRecord(annotations map[string]string, old func() map[string]string) (confighash.Record, string) {
 	text, ok := annotations[confighash.AnnotationSources]
 	if !ok {
-		text, ok = oldAnnotations(oldRaw)[confighash.AnnotationSources]
+		text, ok = old()[confighash.AnnotationSources]
 	}
 	if !ok {
 		return nil, ""
@@ -155,9 +169,9 @@ func previousRecord(annotations map[string]string, oldRaw []byte) (confighash.Re
 
 // touchTriggers returns the source changes that made the watcher touch the workload:
 // the trigger annotation when this update set it to a new value.
-func touchTriggers(annotations map[string]string, oldRaw []byte) []confighash.Trigger {
+func touchTriggers(annotations map[string]string, update bool, old func() map[string]string) []confighash.Trigger {
 	text, ok := annotations[confighash.AnnotationTrigger]
-	if !ok || oldRaw == nil || oldAnnotations(oldRaw)[confighash.AnnotationTrigger] == text {
+	if !ok || !update || old()[confighash.AnnotationTrigger] == text {
 		return nil
 	}
 	triggers, err := confighash.ParseTriggers(text)
@@ -183,33 +197,54 @@ func oldAnnotations(raw []byte) map[string]string {
 	return old.Metadata.Annotations
 }
 
-// setAnnotations writes the hash on the pod template and the record on the metadata,
-// and reports whether either changed.
-func setAnnotations(u *unstructured.Unstructured, kind confighash.Kind, hash, record string) (bool, error) {
-	changed := false
-	meta := u.GetAnnotations()
-	if meta[confighash.AnnotationSources] != record {
-		if meta == nil {
-			meta = map[string]string{}
-		}
-		meta[confighash.AnnotationSources] = record
-		u.SetAnnotations(meta)
-		changed = true
-	}
-	path := append(append([]string{}, kind.TemplatePath...), "metadata", "annotations")
-	tmpl, _, err := unstructured.NestedStringMap(u.Object, path...)
-	if err != nil {
-		return false, fmt.Errorf("read pod template annotations: %w", err)
-	}
-	if tmpl[confighash.AnnotationHash] != hash {
-		if tmpl == nil {
-			tmpl = map[string]string{}
-		}
-		tmpl[confighash.AnnotationHash] = hash
-		if err := unstructured.SetNestedStringMap(u.Object, tmpl, path...); err != nil {
-			return false, fmt.Errorf("write pod template annotations: %w", err)
-		}
-		changed = true
-	}
-	return changed, nil
+// patchOp is one JSON patch (RFC 6902) operation.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
 }
+
+// annotationPatch returns the operations that set the record on the metadata and the
+// hash on the pod template, for those that differ. An "add" replaces a member that
+// exists; a missing annotations map (or template metadata) is added whole.
+func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, hash, record string) ([]patchOp, error) {
+	var ops []patchOp
+	set := func(parent []string, key, value string) error {
+		path := append(slices.Clone(parent), "annotations")
+		raw, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
+		switch annotations := raw.(type) {
+		case map[string]any:
+			if annotations[key] != value {
+				ops = append(ops, patchOp{"add", pointer(append(path, key)), value})
+			}
+		case nil: // absent, or null
+			if meta, _, _ := unstructured.NestedFieldNoCopy(u.Object, parent...); meta == nil {
+				ops = append(ops, patchOp{"add", pointer(parent), map[string]any{"annotations": map[string]string{key: value}}})
+			} else {
+				ops = append(ops, patchOp{"add", pointer(path), map[string]string{key: value}})
+			}
+		default:
+			return fmt.Errorf("%s is not a map of annotations", pointer(path))
+		}
+		return nil
+	}
+	if err := set([]string{"metadata"}, confighash.AnnotationSources, record); err != nil {
+		return nil, err
+	}
+	if err := set(append(slices.Clone(kind.TemplatePath), "metadata"), confighash.AnnotationHash, hash); err != nil {
+		return nil, err
+	}
+	return ops, nil
+}
+
+// pointer is the JSON pointer (RFC 6901) to a field path.
+func pointer(path []string) string {
+	var b strings.Builder
+	for _, p := range path {
+		b.WriteByte('/')
+		b.WriteString(pointerEscaper.Replace(p))
+	}
+	return b.String()
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
