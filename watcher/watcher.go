@@ -155,6 +155,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
+// WatchesRollouts reports whether the watcher has Argo Rollouts in its caches: only if
+// they were served when it was created.
+func (w *Watcher) WatchesRollouts() bool {
+	_, ok := w.workloads[confighash.Rollout.Kind]
+	return ok
+}
+
 // Synced reports whether every cache has listed once.
 func (w *Watcher) Synced() bool {
 	if !w.sources.Synced() || !w.namespaces.hasSynced() {

@@ -129,7 +129,7 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 			return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
 		}),
 	}
-	if dyn != nil && rolloutsServed(client) {
+	if dyn != nil && RolloutsServed(client) {
 		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
 		informers[confighash.Rollout.Kind] = webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
@@ -143,9 +143,9 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 	return informers, nil
 }
 
-// rolloutsServed reports whether the API server serves Argo Rollouts; an error means
+// RolloutsServed reports whether the API server serves Argo Rollouts; an error means
 // the group is not served.
-func rolloutsServed(client kubernetes.Interface) bool {
+func RolloutsServed(client kubernetes.Interface) bool {
 	list, err := client.Discovery().ServerResourcesForGroupVersion(confighash.Rollout.GroupVersion().String())
 	if err != nil {
 		return false

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/leaderelection"
@@ -49,6 +50,29 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the last renewal before taking over")
 	fs.DurationVar(&c.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&c.retry, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease")
+}
+
+// errRolloutsServed stops the process when Argo Rollouts is installed after it
+// started: the restart watches Rollouts too, and its resync converges them.
+var errRolloutsServed = errors.New("the Argo Rollouts API is now served: restarting to watch Rollouts")
+
+// rolloutsPollInterval is how often a watcher without Rollouts asks discovery for them.
+const rolloutsPollInterval = 10 * time.Second
+
+// awaitRollouts returns errRolloutsServed once the API server serves Argo Rollouts.
+func awaitRollouts(ctx context.Context, client kubernetes.Interface) error {
+	t := time.NewTicker(rolloutsPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if watcher.RolloutsServed(client) {
+				return errRolloutsServed
+			}
+		}
+	}
 }
 
 // errLostLeadership stops the process: its queue is shut down, and a restart rejoins
@@ -97,6 +121,9 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
+	if !w.WatchesRollouts() {
+		g.Go(func() error { return awaitRollouts(ctx, client) })
+	}
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error {
 		lead := func(ctx context.Context) {

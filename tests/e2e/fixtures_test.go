@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -179,6 +180,19 @@ func installRolloutCRD(t testing.TB, c *cluster.Cluster) {
 	if _, err := c.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "crd/rollouts.argoproj.io", "--timeout=30s"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// uninstallRolloutCRD deletes the Rollout CRD, with every Rollout, and waits until
+// discovery no longer serves it.
+func uninstallRolloutCRD(t testing.TB, c *cluster.Cluster) {
+	t.Helper()
+	if _, err := c.Kubectl(t.Context(), nil, "delete", "--ignore-not-found", "--wait", "crd/rollouts.argoproj.io"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "Rollouts no longer served", func() bool {
+		_, err := c.Client.Discovery().ServerResourcesForGroupVersion(rolloutGVR.GroupVersion().String())
+		return apierrors.IsNotFound(err)
+	})
 }
 
 func createRollout(t testing.TB, c *cluster.Cluster, ns, name string, tmpl corev1.PodTemplateSpec) *unstructured.Unstructured {

@@ -198,6 +198,26 @@ func (p *component) stop(t testing.TB) {
 	})
 }
 
+// exited waits for the process to end by itself and returns how it ended; past the
+// timeout it kills it and fails the test.
+func (p *component) exited(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		p.stopOnce.Do(func() {})
+		return err
+	case <-time.After(timeout):
+		p.stopOnce.Do(func() {
+			_ = p.cmd.Process.Kill()
+			<-done
+		})
+		t.Fatalf("%s still running after %v", p.cmd.Args[1], timeout)
+		return nil
+	}
+}
+
 // kill stops the process at once, as a crash or a node loss would.
 func (p *component) kill() {
 	p.stopOnce.Do(func() {

@@ -556,3 +556,42 @@ func TestLabellingANamespaceRollsItsOptedInWorkloadsOnce(t *testing.T) {
 	expectReplicaSets(t, c, ns, "web", 3)
 	expectReplicaSets(t, c, ns, "plain", 1)
 }
+
+func TestWatcherRestartsToWatchRolloutsInstalledAfterIt(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	uninstallRolloutCRD(t, c)
+	w := startWatcher(t, c)
+	installRolloutCRD(t, c)
+	// Discovery is asked every 10 seconds.
+	err := w.exited(t, 30*time.Second)
+	if err == nil {
+		t.Fatal("the watcher exited with status 0; a restart is what makes it watch Rollouts")
+	}
+	if log := cluster.LogTail(w.logPath, 5); !strings.Contains(log, "the Argo Rollouts API is now served: restarting to watch Rollouts") {
+		t.Fatalf("the watcher ended (%v) without saying why:\n%s", err, log)
+	}
+	// Restarted, it watches them: a Rollout rolls on a change.
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createRollout(t, c, ns, "web", envFromTemplate("cfg"))
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No Argo controller runs here: the generation counts pod template changes.
+	generation := func() int64 {
+		ro, err := dyn.Resource(rolloutGVR).Namespace(ns).Get(t.Context(), "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ro.GetGeneration()
+	}
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	waitFor(t, 30*time.Second, "the Rollout to roll", func() bool { return generation() == 2 })
+	time.Sleep(quietPeriod)
+	if g := generation(); g != 2 {
+		t.Fatalf("generation %d after one change, want 2", g)
+	}
+}
