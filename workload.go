@@ -39,6 +39,11 @@ var Kinds = []Kind{Deployment, StatefulSet, DaemonSet, CronJob, Rollout}
 // ErrUnsupportedKind is returned for objects that are not a supported workload kind.
 var ErrUnsupportedKind = errors.New("unsupported workload kind")
 
+// ErrNoPodTemplate is returned for a workload of a supported kind that has no pod
+// template of its own: an Argo Rollout that references a Deployment's (workloadRef),
+// whose template Argo requires to stay empty.
+var ErrNoPodTemplate = errors.New("no pod template of its own")
+
 // LookupKind returns the supported kind with the given group, version and kind.
 func LookupKind(gvk schema.GroupVersionKind) (Kind, error) {
 	for _, k := range Kinds {
@@ -89,20 +94,35 @@ func fromUnstructured(u *unstructured.Unstructured) (*Workload, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ref, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "workloadRef"); ref != nil && kind.GroupVersionKind == Rollout.GroupVersionKind {
+		return nil, fmt.Errorf("%w: the Rollout uses the pod template of %s through workloadRef; opt that in instead", ErrNoPodTemplate, refName(ref))
+	}
 	// No copy: the converter only reads the template into a new typed one.
-	field, found, err := unstructured.NestedFieldNoCopy(u.Object, kind.TemplatePath...)
+	field, _, err := unstructured.NestedFieldNoCopy(u.Object, kind.TemplatePath...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s pod template: %w", kind.Kind, err)
 	}
+	if field == nil {
+		return nil, fmt.Errorf("%w: %s is not set", ErrNoPodTemplate, strings.Join(kind.TemplatePath, "."))
+	}
+	raw, ok := field.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("read %s pod template: %s is of type %T, want an object", kind.Kind, strings.Join(kind.TemplatePath, "."), field)
+	}
 	tmpl := &corev1.PodTemplateSpec{}
-	if found {
-		raw, ok := field.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("read %s pod template: %s is of type %T, want an object", kind.Kind, strings.Join(kind.TemplatePath, "."), field)
-		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, tmpl); err != nil {
-			return nil, fmt.Errorf("decode %s pod template: %w", kind.Kind, err)
-		}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, tmpl); err != nil {
+		return nil, fmt.Errorf("decode %s pod template: %w", kind.Kind, err)
 	}
 	return &Workload{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), Annotations: u.GetAnnotations(), Template: tmpl}, nil
+}
+
+// refName names the object a workloadRef points to, as Kind/name when it can.
+func refName(ref any) string {
+	m, _ := ref.(map[string]any)
+	kind, _ := m["kind"].(string)
+	name, _ := m["name"].(string)
+	if kind == "" || name == "" {
+		return "another workload"
+	}
+	return kind + "/" + name
 }

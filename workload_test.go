@@ -2,6 +2,7 @@ package confighash
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -99,15 +100,30 @@ func TestWorkloadOfRejectsWhatItCannotRead(t *testing.T) {
 	}
 }
 
-func TestRolloutWithoutTemplateHasNoReferences(t *testing.T) {
-	w, err := WorkloadOf(&unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
-		"spec": map[string]any{"workloadRef": map[string]any{"name": "d"}}}})
-	if err != nil {
-		t.Fatal(err)
+func TestWorkloadsWithoutAPodTemplateOfTheirOwn(t *testing.T) {
+	tests := []struct {
+		name string
+		spec map[string]any
+		want string
+	}{
+		{"a Rollout with a workloadRef", map[string]any{"workloadRef": map[string]any{"kind": "Deployment", "name": "web"}},
+			"uses the pod template of Deployment/web through workloadRef"},
+		// Argo's types write an empty template next to the workloadRef.
+		{"a Rollout with a workloadRef and an empty template", map[string]any{
+			"workloadRef": map[string]any{"kind": "Deployment", "name": "web"},
+			"template":    map[string]any{"metadata": map[string]any{}, "spec": map[string]any{}}},
+			"uses the pod template of Deployment/web through workloadRef"},
+		{"a Rollout without a template", map[string]any{}, "spec.template is not set"},
+		{"a Rollout with a null template", map[string]any{"template": nil}, "spec.template is not set"},
 	}
-	if refs := References(w.Template); len(refs) != 0 {
-		t.Fatalf("References() = %v, want none", refs)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := WorkloadOf(&unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "spec": tt.spec}})
+			if !errors.Is(err, ErrNoPodTemplate) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("WorkloadOf() error = %v, want ErrNoPodTemplate saying %q", err, tt.want)
+			}
+		})
 	}
 }
 

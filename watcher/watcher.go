@@ -104,7 +104,11 @@ func New(cfg Config) (*Watcher, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Namespaces)
+	rollouts, err := RolloutsServed(cfg.Client)
+	if err != nil {
+		cfg.Log.Warn().Err(err).Msg("cannot tell whether Argo Rollouts is served; watching without Rollouts until it is")
+	}
+	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Namespaces, rollouts)
 	if err != nil {
 		return nil, err
 	}

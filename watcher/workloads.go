@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -112,8 +113,8 @@ func indexBySource(obj any) ([]string, error) {
 }
 
 // newWorkloadInformers returns the informers of each supported kind, for the given
-// namespaces or the whole cluster; Rollouts only when their CRD is served.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string) (map[string]*webhook.Informers, error) {
+// namespaces or the whole cluster; Rollouts only when asked.
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, rollouts bool) (map[string]*webhook.Informers, error) {
 	indexers := cache.Indexers{sourceIndex: indexBySource, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	informers := map[string]*webhook.Informers{
 		confighash.Deployment.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
@@ -129,7 +130,7 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 			return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
 		}),
 	}
-	if dyn != nil && RolloutsServed(client) {
+	if dyn != nil && rollouts {
 		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
 		informers[confighash.Rollout.Kind] = webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
@@ -143,17 +144,20 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 	return informers, nil
 }
 
-// RolloutsServed reports whether the API server serves Argo Rollouts; an error means
-// the group is not served.
-func RolloutsServed(client kubernetes.Interface) bool {
+// RolloutsServed reports whether the API server serves Argo Rollouts. The group not
+// being served is not an error.
+func RolloutsServed(client kubernetes.Interface) (bool, error) {
 	list, err := client.Discovery().ServerResourcesForGroupVersion(confighash.Rollout.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
 	if err != nil {
-		return false
+		return false, err
 	}
 	for _, r := range list.APIResources {
 		if r.Name == confighash.Rollout.Resource {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }

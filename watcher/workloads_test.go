@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/confighash/confighash"
 )
@@ -48,6 +49,23 @@ func TestWorkloadsNotOptedInAreNotIndexed(t *testing.T) {
 	obj, _ := toView(deploymentUsing(nil, "cfg"))
 	if keys, _ := indexBySource(obj); len(keys) != 0 {
 		t.Fatalf("index keys = %v, want none", keys)
+	}
+}
+
+// A Rollout that takes its pod template from a Deployment must never be touched or
+// healed: Argo refuses a template next to a workloadRef.
+func TestRolloutWithAWorkloadRefIsNotAWorkloadToWatch(t *testing.T) {
+	ro := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+		"metadata": map[string]any{"namespace": "ns", "name": "r", "annotations": map[string]any{confighash.AnnotationInject: "true"}},
+		"spec":     map[string]any{"workloadRef": map[string]any{"kind": "Deployment", "name": "web"}},
+	}}
+	obj, err := toView(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, isView := obj.(*view); isView {
+		t.Fatal("a Rollout with a workloadRef became a view the watcher acts on")
 	}
 }
 

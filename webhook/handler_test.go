@@ -169,6 +169,9 @@ func TestHandlerAllowsUnchangedWhenItCannotHash(t *testing.T) {
 		{"a failed read", stubReader{err: errors.New("etcd is down")}, optedIn, "could not read the sources, the hash was not updated: etcd is down", ResultError, 0},
 		{"a panic while reading", stubReader{panics: true}, optedIn, "internal error, allowed unchanged: boom", ResultError, 1},
 		{"an object that is not a workload", stubReader{}, review(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}`), "", ResultSkipped, 0},
+		{"a Rollout with a workloadRef", stubReader{}, review(`{"apiVersion":"argoproj.io/v1alpha1","kind":"Rollout","metadata":{"name":"r","annotations":{"confighash.dev/inject":"true"}},
+"spec":{"workloadRef":{"apiVersion":"apps/v1","kind":"Deployment","name":"web"},"template":{"metadata":{},"spec":{}}}}`),
+			"not hashed: no pod template of its own: the Rollout uses the pod template of Deployment/web through workloadRef; opt that in instead", ResultSkipped, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

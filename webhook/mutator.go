@@ -103,16 +103,17 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return fail("the object could not be read: " + err.Error())
 	}
 	w, err := confighash.WorkloadOf(u)
-	if err != nil {
-		if errors.Is(err, confighash.ErrUnsupportedKind) {
-			return nil, nil
-		}
+	switch {
+	case errors.Is(err, confighash.ErrUnsupportedKind):
+		return nil, nil
+	case errors.Is(err, confighash.ErrNoPodTemplate):
+		// Nothing to hash: writing into its template would break, e.g., a Rollout
+		// with a workloadRef, whose template must stay empty.
+		return nil, []string{warningPrefix + "not hashed: " + err.Error()}
+	case err != nil:
 		return fail(err.Error())
 	}
 	kind = w.Kind.Kind
-	if tmpl, _, _ := unstructured.NestedFieldNoCopy(u.Object, w.Kind.TemplatePath...); tmpl == nil {
-		return nil, nil // e.g. a Rollout with a workloadRef: no pod template to hash
-	}
 
 	policy, problems := confighash.ParsePolicy(w.Annotations, w.Template.Annotations)
 	for _, p := range problems {

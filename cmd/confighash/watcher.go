@@ -56,19 +56,17 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 // started: the restart watches Rollouts too, and its resync converges them.
 var errRolloutsServed = errors.New("the Argo Rollouts API is now served: restarting to watch Rollouts")
 
-// rolloutsPollInterval is how often a watcher without Rollouts asks discovery for them.
-const rolloutsPollInterval = 10 * time.Second
-
-// awaitRollouts returns errRolloutsServed once the API server serves Argo Rollouts.
-func awaitRollouts(ctx context.Context, client kubernetes.Interface) error {
-	t := time.NewTicker(rolloutsPollInterval)
+// awaitRollouts returns errRolloutsServed once the API server serves Argo Rollouts,
+// asking discovery every interval. An error counts as not yet.
+func awaitRollouts(ctx context.Context, client kubernetes.Interface, interval time.Duration) error {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if watcher.RolloutsServed(client) {
+			if served, _ := watcher.RolloutsServed(client); served {
 				return errRolloutsServed
 			}
 		}
@@ -122,7 +120,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
 	if !w.WatchesRollouts() {
-		g.Go(func() error { return awaitRollouts(ctx, client) })
+		g.Go(func() error { return awaitRollouts(ctx, client, 10*time.Second) })
 	}
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error {

@@ -195,6 +195,9 @@ func uninstallRolloutCRD(t testing.TB, c *cluster.Cluster) {
 	})
 }
 
+// createRollout creates an opted-in Rollout, installing the CRD first if needed. A
+// watcher started before the CRD exits when it appears: install it (installRolloutCRD)
+// before starting one.
 func createRollout(t testing.TB, c *cluster.Cluster, ns, name string, tmpl corev1.PodTemplateSpec) *unstructured.Unstructured {
 	t.Helper()
 	installRolloutCRD(t, c)
