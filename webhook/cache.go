@@ -115,10 +115,15 @@ func (c *SourceCache) WaitSynced(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Synced() })
 }
 
-// Covers reports whether the cache watches the namespace. What it does not watch, it
-// cannot say is absent.
+// Covers reports whether the cache holds the namespace's ConfigMaps and Secrets. What
+// it does not hold, it cannot say is absent.
 func (c *SourceCache) Covers(namespace string) bool {
-	return c.informers[confighash.ConfigMap].For(namespace) != nil
+	for _, in := range c.informers {
+		if in.For(namespace) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Lookup returns the cached object, if any.
