@@ -360,7 +360,10 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	obj, exists, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
 	v, isView := obj.(*view)
-	if err != nil || !exists || !isView || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaces.enabled(key.Namespace) {
+	// A namespace whose sources cannot be listed is left alone: the record computed
+	// from a cache without them would be wrong, and healing would write it.
+	if err != nil || !exists || !isView || v.DeletionTimestamp != nil || !v.Policy.Enabled() ||
+		!w.namespaces.enabled(key.Namespace) || !w.sources.Covers(key.Namespace) {
 		w.done(key)
 		return nil
 	}
