@@ -123,9 +123,12 @@ func New(cfg Config) (*Watcher, error) {
 		firstSeen:     map[workloadKey]time.Time{},
 		warned:        map[workloadKey]string{},
 	}
+	// A namespace confighash starts acting in has its opted-in workloads checked: they
+	// have no hash yet, or one that may be out of date.
+	checkNamespace := func(ns string) { w.enqueueIndexed(ns, cache.NamespaceIndex, ns) }
 	if len(cfg.Namespaces) > 0 {
-		w.namespaces = newListedNamespaces(cfg.Client, cfg.Namespaces, namespacePollInterval, w.namespaceEnabled, cfg.Log)
-	} else if w.namespaces, err = newClusterNamespaces(cfg.Client, w.namespaceEnabled); err != nil {
+		w.namespaces = newListedNamespaces(cfg.Client, cfg.Namespaces, namespacePollInterval, checkNamespace, cfg.Log)
+	} else if w.namespaces, err = newClusterNamespaces(cfg.Client, checkNamespace); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -227,26 +230,26 @@ func sameSource(a, b confighash.Source) bool {
 
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
 func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
-	if !w.namespaces.enabled(namespace) {
-		return
+	if w.namespaces.enabled(namespace) {
+		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref))
 	}
+}
+
+// enqueueIndexed enqueues the opted-in workloads of the namespace that an index of the
+// workload informers lists under value, spread at TouchRate.
+func (w *Watcher) enqueueIndexed(namespace, index, value string) {
 	i := 0
 	for _, in := range w.workloads {
 		inf := in.For(namespace)
 		if inf == nil {
 			continue
 		}
-		objs, err := inf.GetIndexer().ByIndex(sourceIndex, sourceKey(namespace, ref))
-		if err != nil {
-			continue
-		}
+		objs, _ := inf.GetIndexer().ByIndex(index, value)
 		for _, obj := range objs {
-			v, ok := obj.(*view)
-			if !ok {
-				continue
+			if v, ok := obj.(*view); ok && v.Policy.Enabled() && v.DeletionTimestamp == nil {
+				w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*w.touchInterval)
+				i++
 			}
-			w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*w.touchInterval)
-			i++
 		}
 	}
 }
@@ -275,25 +278,6 @@ func (w *Watcher) enqueue(key workloadKey, after time.Duration) {
 	}
 	w.mu.Unlock()
 	w.queue.AddAfter(key, after)
-}
-
-// namespaceEnabled checks every opted-in workload of a namespace confighash starts
-// acting in: they have no hash yet, or one that may be out of date.
-func (w *Watcher) namespaceEnabled(namespace string) {
-	i := 0
-	for _, in := range w.workloads {
-		inf := in.For(namespace)
-		if inf == nil {
-			continue
-		}
-		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
-		for _, obj := range objs {
-			if v, ok := obj.(*view); ok && v.Policy.Enabled() && v.DeletionTimestamp == nil {
-				w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*w.touchInterval)
-				i++
-			}
-		}
-	}
 }
 
 // resync enqueues every workload that drifted while no watcher led.

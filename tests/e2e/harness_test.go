@@ -79,9 +79,7 @@ type component struct {
 func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component {
 	t.Helper()
 	ctx := t.Context()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	ensureNamespaces(t, c, installNamespace)
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +111,17 @@ func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component
 		t.Fatalf("%s not ready: %v", args[0], err)
 	}
 	return p
+}
+
+// ensureNamespaces creates the namespaces that are missing; a server-side dry run
+// creates none, so the namespaced objects of an install need them.
+func ensureNamespaces(t testing.TB, c *cluster.Cluster, names ...string) {
+	t.Helper()
+	for _, ns := range names {
+		if _, err := c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
 }
 
 // webhookProcess is a running `confighash webhook`, registered with the API server.

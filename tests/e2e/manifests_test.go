@@ -79,17 +79,6 @@ func installCRDs(t *testing.T, c *cluster.Cluster, path string, names ...string)
 	}
 }
 
-// ensureNamespaces creates the namespaces that are missing; a server-side dry run
-// creates none, so the namespaced objects of an install need them.
-func ensureNamespaces(t *testing.T, c *cluster.Cluster, names ...string) {
-	t.Helper()
-	for _, ns := range names {
-		if _, err := c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-}
-
 // kustomize renders a kustomization with kubectl's built-in kustomize.
 func kustomize(t *testing.T, c *cluster.Cluster, dir string) []byte {
 	t.Helper()
