@@ -276,6 +276,15 @@ func rbacOnly(t *testing.T, rendered []byte) []byte {
 	return out.Bytes()
 }
 
+// applyForTest applies manifests, and deletes them at the end of the test.
+func applyForTest(t *testing.T, c *cluster.Cluster, manifests []byte) {
+	t.Helper()
+	if _, err := c.Kubectl(t.Context(), manifests, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), manifests, "delete", "--ignore-not-found", "-f", "-") })
+}
+
 // tokenKubeconfig writes a kubeconfig that authenticates as a ServiceAccount, with a
 // token from the API server.
 func tokenKubeconfig(t *testing.T, c *cluster.Cluster, ns, sa string) (string, kubernetes.Interface) {
@@ -311,10 +320,7 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	ctx := t.Context()
 	ensureNamespaces(t, c, "confighash")
 	rbac := rbacOnly(t, kustomize(t, c, "manifests"))
-	if _, err := c.Kubectl(ctx, rbac, "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), rbac, "delete", "--ignore-not-found", "-f", "-") })
+	applyForTest(t, c, rbac)
 	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
 	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
 
@@ -338,10 +344,7 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	// The self-signed variant's webhook may also set its own configuration's caBundle,
 	// and no other's.
 	selfSigned := rbacOnly(t, kustomize(t, c, "manifests/variants/self-signed"))
-	if _, err := c.Kubectl(ctx, selfSigned, "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), selfSigned, "delete", "--ignore-not-found", "-f", "-") })
+	applyForTest(t, c, selfSigned)
 	for name, want := range map[string]bool{"confighash": true, "someone-else": false} {
 		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: "system:serviceaccount:confighash:confighash-webhook",
@@ -397,12 +400,7 @@ func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *te
 	if strings.Contains(rbac, "kind: ClusterRoleBinding") {
 		t.Fatal("the namespaced variant binds a ClusterRole cluster-wide")
 	}
-	if _, err := c.Kubectl(ctx, []byte(rbac), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = c.Kubectl(context.Background(), []byte(rbac), "delete", "--ignore-not-found", "-f", "-")
-	})
+	applyForTest(t, c, []byte(rbac))
 	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
 	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
 
@@ -526,10 +524,7 @@ func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) 
 	ensureNamespaces(t, c, "confighash")
 	ns := labeledNamespace(t, c)
 	rbac := rbacOnly(t, helmTemplate(t, c, []string{"--set", "namespaces={" + ns + "}", "--set", "certManager.enabled=false"}))
-	if _, err := c.Kubectl(ctx, rbac, "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), rbac, "delete", "--ignore-not-found", "-f", "-") })
+	applyForTest(t, c, rbac)
 	kubeconfig, _ := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
 
 	// The chart's names: its RBAC grants exactly these. The certificate names
