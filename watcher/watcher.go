@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/webhook"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // FieldManager owns the watcher's writes.
@@ -84,8 +84,8 @@ func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" +
 // Watcher touches the workloads whose used sources changed.
 type Watcher struct {
 	cfg        Config
-	sources    *webhook.SourceCache
-	workloads  map[string]*webhook.Informers
+	sources    *sourcecache.Cache
+	workloads  map[string]*sourcecache.Informers
 	namespaces namespaceGate
 	queue      workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
@@ -114,7 +114,7 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w := &Watcher{
 		cfg:       cfg,
-		sources:   webhook.NewSourceCache(cfg.Client, cfg.Namespaces),
+		sources:   sourcecache.New(cfg.Client, cfg.Namespaces),
 		workloads: workloads,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
@@ -212,11 +212,11 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	d, ok := obj.(*webhook.Digested)
+	d, ok := obj.(*sourcecache.Digested)
 	if !ok {
 		return
 	}
-	if prev, ok := old.(*webhook.Digested); ok && sameSource(prev.Source, d.Source) {
+	if prev, ok := old.(*sourcecache.Digested); ok && sameSource(prev.Source, d.Source) {
 		return // metadata only
 	}
 	w.cfg.Metrics.SourceChanged(d.Source.Kind)
@@ -393,7 +393,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 // version the cache holds, so the webhook reads at least that version. When only
 // deletions drifted it names every existing source, so the touch still changes the
 // annotation.
-func triggers(v *view, want confighash.Record, sources *webhook.SourceCache) []confighash.Trigger {
+func triggers(v *view, want confighash.Record, sources *sourcecache.Cache) []confighash.Trigger {
 	recorded := make(map[confighash.RecordEntry]bool, len(v.Record))
 	for _, e := range v.Record {
 		recorded[e] = true

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/webhook"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // view is what the watcher keeps of a workload: enough to find it from a source and to
@@ -114,25 +114,25 @@ func indexBySource(obj any) ([]string, error) {
 
 // newWorkloadInformers returns the informers of each supported kind, for the given
 // namespaces or the whole cluster; Rollouts only when asked.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, rollouts bool) (map[string]*webhook.Informers, error) {
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, rollouts bool) (map[string]*sourcecache.Informers, error) {
 	indexers := cache.Indexers{sourceIndex: indexBySource, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	informers := map[string]*webhook.Informers{
-		confighash.Deployment.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+	informers := map[string]*sourcecache.Informers{
+		confighash.Deployment.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return appsinformers.NewDeploymentInformer(client, ns, 0, indexers)
 		}),
-		confighash.StatefulSet.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+		confighash.StatefulSet.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return appsinformers.NewStatefulSetInformer(client, ns, 0, indexers)
 		}),
-		confighash.DaemonSet.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+		confighash.DaemonSet.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return appsinformers.NewDaemonSetInformer(client, ns, 0, indexers)
 		}),
-		confighash.CronJob.Kind: webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+		confighash.CronJob.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
 		}),
 	}
 	if dyn != nil && rollouts {
 		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
-		informers[confighash.Rollout.Kind] = webhook.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+		informers[confighash.Rollout.Kind] = sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
 		})
 	}

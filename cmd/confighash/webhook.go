@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/confighash/confighash/certs"
+	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -100,7 +101,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	sources := webhook.NewSourceCache(client, cfg.watched)
+	sources := sourcecache.New(client, cfg.watched)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), recorder)
 	handler, err := webhook.NewHandler(webhook.NewMutator(e.key, reader, recorder), log)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/webhook"
 )
@@ -78,7 +79,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-	sources := webhook.NewSourceCache(c.Client, nil)
+	sources := sourcecache.New(c.Client, nil)
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {
 		b.Fatal("cache did not sync")

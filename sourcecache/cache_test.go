@@ -1,4 +1,4 @@
-package webhook
+package sourcecache
 
 import (
 	"bytes"
@@ -55,21 +55,6 @@ func TestDigestPassesOtherObjectsThrough(t *testing.T) {
 	}
 }
 
-func TestAtLeast(t *testing.T) {
-	tests := []struct {
-		have, want string
-		ok         bool
-	}{
-		{"10", "9", true}, {"10", "10", true}, {"9", "10", false},
-		{"", "1", false}, {"abc", "1", false}, {"5", "", false},
-	}
-	for _, tt := range tests {
-		if got := atLeast(tt.have, tt.want); got != tt.ok {
-			t.Errorf("atLeast(%q, %q) = %v, want %v", tt.have, tt.want, got, tt.ok)
-		}
-	}
-}
-
 func TestInformersForAWatchedNamespaceOnly(t *testing.T) {
 	client := fake.NewClientset()
 	newInformer := func(ns string) cache.SharedIndexInformer {
@@ -110,25 +95,5 @@ func TestInformersOfARefusedNamespaceDoNotHoldBackTheOthers(t *testing.T) {
 	}
 	if inf := in.For("a"); inf == nil || len(inf.GetStore().List()) != 1 {
 		t.Error("namespace a is not served")
-	}
-}
-
-func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
-	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "cfg", ResourceVersion: "3"}, Data: map[string]string{"k": "v"}})
-	sources := NewSourceCache(client, []string{"watched"})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = sources.Run(ctx) }()
-	if !sources.WaitSynced(ctx) {
-		t.Fatal("cache not synced")
-	}
-	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
-	reader := NewCachedReader(sources, NewLiveReader(client, nil), nil)
-	got, err := reader.Read(ctx, "other", []confighash.SourceRef{ref}, []confighash.Trigger{{SourceRef: confighash.SourceRef{Kind: confighash.Secret, Name: "x"}, ResourceVersion: "1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !got[ref].Present {
-		t.Fatal("a ConfigMap in a namespace the cache does not watch was taken as absent; want it read live")
 	}
 }

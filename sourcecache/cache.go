@@ -1,8 +1,10 @@
-package webhook
+// Package sourcecache is how both components see the cluster's ConfigMaps and Secrets:
+// informers whose transform replaces each object by per-key digests as it arrives, so
+// no value is ever kept, with one informer per namespace for a namespaced install.
+package sourcecache
 
 import (
 	"context"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,16 +60,16 @@ func Digest(obj any) (any, error) {
 	}, nil
 }
 
-// SourceCache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
-type SourceCache struct {
+// Cache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
+type Cache struct {
 	informers map[confighash.SourceKind]*Informers
 }
 
-// NewSourceCache returns a cache fed by informers on client, for the given namespaces,
-// or for the whole cluster when there are none; Run starts them.
-func NewSourceCache(client kubernetes.Interface, namespaces []string) *SourceCache {
+// New returns a cache fed by informers on client, for the given namespaces, or for the
+// whole cluster when there are none; Run starts them.
+func New(client kubernetes.Interface, namespaces []string) *Cache {
 	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = "type!=" + HelmReleaseSecretType }
-	c := &SourceCache{informers: map[confighash.SourceKind]*Informers{
+	c := &Cache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
 		}),
@@ -82,7 +84,7 @@ func NewSourceCache(client kubernetes.Interface, namespaces []string) *SourceCac
 }
 
 // Run runs the informers until ctx is done.
-func (c *SourceCache) Run(ctx context.Context) error {
+func (c *Cache) Run(ctx context.Context) error {
 	for _, in := range c.informers {
 		in.Run(ctx)
 	}
@@ -91,7 +93,7 @@ func (c *SourceCache) Run(ctx context.Context) error {
 }
 
 // AddEventHandler adds a handler to every informer; add it before Run.
-func (c *SourceCache) AddEventHandler(h cache.ResourceEventHandler) error {
+func (c *Cache) AddEventHandler(h cache.ResourceEventHandler) error {
 	for _, in := range c.informers {
 		if err := in.AddEventHandler(h); err != nil {
 			return err
@@ -101,7 +103,7 @@ func (c *SourceCache) AddEventHandler(h cache.ResourceEventHandler) error {
 }
 
 // Synced reports whether every informer has listed once.
-func (c *SourceCache) Synced() bool {
+func (c *Cache) Synced() bool {
 	for _, in := range c.informers {
 		if !in.HasSynced() {
 			return false
@@ -111,13 +113,13 @@ func (c *SourceCache) Synced() bool {
 }
 
 // WaitSynced waits until the informers have listed once, or ctx is done.
-func (c *SourceCache) WaitSynced(ctx context.Context) bool {
+func (c *Cache) WaitSynced(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Synced() })
 }
 
 // Covers reports whether the cache holds the namespace's ConfigMaps and Secrets. What
 // it does not hold, it cannot say is absent.
-func (c *SourceCache) Covers(namespace string) bool {
+func (c *Cache) Covers(namespace string) bool {
 	for _, in := range c.informers {
 		if in.For(namespace) == nil {
 			return false
@@ -127,7 +129,7 @@ func (c *SourceCache) Covers(namespace string) bool {
 }
 
 // Lookup returns the cached object, if any.
-func (c *SourceCache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, bool) {
+func (c *Cache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, bool) {
 	inf := c.informers[ref.Kind].For(namespace)
 	if inf == nil {
 		return nil, false
@@ -138,73 +140,4 @@ func (c *SourceCache) Lookup(namespace string, ref confighash.SourceRef) (*Diges
 	}
 	d, ok := obj.(*Digested)
 	return d, ok
-}
-
-// CachedReader answers from the cache when it provably holds what matters and reads
-// live otherwise (DESIGN rule 4). Only a watcher's touch names what matters: the
-// triggering source at its resourceVersion. A create or update by a user or a tool
-// names nothing, so the ConfigMap created just before in the same apply is read live.
-type CachedReader struct {
-	cache   *SourceCache
-	live    *LiveReader
-	metrics Recorder
-}
-
-var _ SourceReader = (*CachedReader)(nil)
-
-// NewCachedReader returns a reader over cache that falls back to live.
-func NewCachedReader(c *SourceCache, live *LiveReader, metrics Recorder) *CachedReader {
-	if metrics == nil {
-		metrics = NoopRecorder{}
-	}
-	return &CachedReader{cache: c, live: live, metrics: metrics}
-}
-
-// Read implements SourceReader.
-func (r *CachedReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
-	if len(triggers) == 0 || !r.cache.Synced() || !r.cache.Covers(namespace) {
-		return r.live.Read(ctx, namespace, refs, nil)
-	}
-	want := make(map[confighash.SourceRef]string, len(triggers))
-	for _, t := range triggers {
-		want[t.SourceRef] = t.ResourceVersion
-	}
-	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
-	var misses []confighash.SourceRef
-	for _, ref := range refs {
-		d, ok := r.cache.Lookup(namespace, ref)
-		rv, triggered := want[ref]
-		switch {
-		case triggered && (!ok || !atLeast(d.ResourceVersion, rv)):
-			// The cache may not have seen the change that triggered the touch yet.
-			misses = append(misses, ref)
-		case ok:
-			r.metrics.SourceRead(ref.Kind, ReadFromCache)
-			out[ref] = d.Source
-		default:
-			// Unknown to a synced cache: absent. If it was just created, its creation
-			// triggers a touch of its own.
-			r.metrics.SourceRead(ref.Kind, ReadFromCache)
-			out[ref] = confighash.AbsentSource(ref)
-		}
-	}
-	if len(misses) > 0 {
-		live, err := r.live.Read(ctx, namespace, misses, nil)
-		if err != nil {
-			return nil, err
-		}
-		for ref, src := range live {
-			out[ref] = src
-		}
-	}
-	return out, nil
-}
-
-// atLeast reports whether resourceVersion have is provably as new as want. Kubernetes
-// resourceVersions are etcd revisions: integers that grow. Anything else proves
-// nothing.
-func atLeast(have, want string) bool {
-	h, err1 := strconv.ParseUint(have, 10, 64)
-	w, err2 := strconv.ParseUint(want, 10, 64)
-	return err1 == nil && err2 == nil && h >= w
 }
