@@ -1,0 +1,45 @@
+package confighash_test
+
+import (
+	"go/build"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/confighash/confighash"
+
+// imports returns the packages the non-test files of a package of this module import.
+func imports(t *testing.T, dir string) []string {
+	t.Helper()
+	pkg, err := build.ImportDir(dir, 0)
+	if err != nil {
+		t.Fatalf("read package %s: %v", dir, err)
+	}
+	return pkg.Imports
+}
+
+func TestDomainDoesNoIO(t *testing.T) {
+	forbidden := []string{"k8s.io/client-go", "net/http", "github.com/rs/zerolog", "github.com/prometheus", "os", "log"}
+	for _, imp := range imports(t, ".") {
+		for _, f := range forbidden {
+			if imp == f || strings.HasPrefix(imp, f+"/") {
+				t.Errorf("the domain package imports %s; clients, HTTP, logs, metrics and files belong in the adapters", imp)
+			}
+		}
+		if strings.HasPrefix(imp, module+"/") {
+			t.Errorf("the domain package imports %s; adapters depend on the domain, never the reverse", imp)
+		}
+	}
+}
+
+func TestAdaptersShareOnlyTheDomainAndTheSourceCache(t *testing.T) {
+	allowed := []string{module, module + "/sourcecache"}
+	for _, dir := range []string{"webhook", "watcher", "sourcecache"} {
+		for _, imp := range imports(t, dir) {
+			if strings.HasPrefix(imp, module) && !slices.Contains(allowed, imp) {
+				t.Errorf("%s imports %s; the adapters share only the domain and the source cache", dir, imp)
+			}
+		}
+	}
+}
