@@ -154,6 +154,11 @@ func TestHandlerPatchesOnlyTheTwoAnnotations(t *testing.T) {
 	if n := testutil.ToFloat64(rec.mutations.WithLabelValues("Deployment", string(ResultPatched))); n != 1 {
 		t.Fatalf("mutations_total{patched} = %v, want 1", n)
 	}
+	// The create is counted in the series exported from the start, spelled as the API
+	// server spells operations.
+	if n := testutil.CollectAndCount(rec.duration); n != 2 {
+		t.Errorf("admission_duration_seconds has %d series, want CREATE and UPDATE only", n)
+	}
 }
 
 func TestHandlerAllowsUnchangedWhenItCannotHash(t *testing.T) {

@@ -91,7 +91,8 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 			ops, result = nil, ResultError
 			warnings = append(warnings, warningPrefix+fmt.Sprintf("internal error, allowed unchanged: %v", p))
 		}
-		m.metrics.ObserveAdmission(kind, string(ar.Operation), result, time.Since(start))
+		// kubewebhook spells operations in lower case; the API server and its metrics, in upper.
+		m.metrics.ObserveAdmission(kind, strings.ToUpper(string(ar.Operation)), result, time.Since(start))
 	}()
 	fail := func(msg string) ([]patchOp, []string) {
 		result = ResultError
