@@ -74,3 +74,10 @@ func TestNamespacesFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestZeroTLSPollIntervalIsRefusedBeforeStarting(t *testing.T) {
+	err := run(t.Context(), []string{"webhook", "--tls-poll-interval=0"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--tls-poll-interval must be positive") {
+		t.Fatalf("error = %v, want the flag named", err)
+	}
+}

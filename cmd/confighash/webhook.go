@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -87,6 +88,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.flags(fs)
 	if done, err := parse(fs, args, stdout, webhookSummary); done || err != nil {
 		return err
+	}
+	if cfg.certPoll <= 0 {
+		return fmt.Errorf("--tls-poll-interval must be positive, got %v", cfg.certPoll)
 	}
 	e, err := cfg.connect(ctx, "webhook", stderr)
 	if err != nil {
