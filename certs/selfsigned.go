@@ -1,131 +1,117 @@
-// Package certs provides the webhook's TLS material: a self-signed certificate authority
-// for local runs and tests, and the serving certificate issued by it.
 package certs
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
+	"context"
+	"crypto/tls"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
-// KeyPair is a certificate with its private key, both PEM-encoded.
-type KeyPair struct {
-	CertPEM []byte
-	KeyPEM  []byte
+// bootstrapValidity is long: without cert-manager nothing renews the certificate, and
+// the webhook fails open when it expires.
+const bootstrapValidity = 10 * 365 * 24 * time.Hour
 
-	cert *x509.Certificate
-	key  crypto.Signer
+// Bootstrap returns a serving certificate for dnsNames and the CA that signed it, from
+// a kubernetes.io/tls Secret in namespace, creating both when the Secret is absent.
+func Bootstrap(ctx context.Context, client kubernetes.Interface, namespace, secret string, dnsNames []string) (tls.Certificate, []byte, error) {
+	s, err := GetOrCreateSecret(ctx, client, namespace, secret, func() (*corev1.Secret, error) {
+		return newServingSecret(namespace, secret, dnsNames)
+	})
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("read or create serving certificate secret %s/%s: %w", namespace, secret, err)
+	}
+	cert, err := tls.X509KeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("serving certificate secret %s/%s: %w", namespace, secret, err)
+	}
+	return cert, s.Data["ca.crt"], nil
 }
 
-// Authority is a self-signed certificate authority that issues leaf certificates.
-type Authority struct {
-	KeyPair
+// GetOrCreateSecret reads the Secret, or creates it from build when it is absent.
+// Replicas starting together race to create it; the losers read the winner's, so all
+// of them end up with the same contents.
+func GetOrCreateSecret(ctx context.Context, client kubernetes.Interface, namespace, name string, build func() (*corev1.Secret, error)) (*corev1.Secret, error) {
+	secrets := client.CoreV1().Secrets(namespace)
+	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		return s, err
+	}
+	created, err := build()
+	if err != nil {
+		return nil, err
+	}
+	s, err = secrets.Create(ctx, created, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return secrets.Get(ctx, name, metav1.GetOptions{})
+	}
+	return s, err
 }
 
-// NewAuthority creates a self-signed CA valid for the given duration.
-func NewAuthority(commonName string, validity time.Duration) (*Authority, error) {
-	tmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: commonName},
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	kp, err := sign(tmpl, nil, validity)
+func newServingSecret(namespace, name string, dnsNames []string) (*corev1.Secret, error) {
+	ca, err := NewAuthority("confighash-webhook-ca", bootstrapValidity)
 	if err != nil {
-		return nil, fmt.Errorf("create certificate authority: %w", err)
+		return nil, err
 	}
-	return &Authority{KeyPair: *kp}, nil
-}
-
-// Leaf describes a certificate to issue.
-type Leaf struct {
-	CommonName    string
-	Organizations []string
-	DNSNames      []string
-	IPs           []net.IP
-	// Client issues a client-authentication certificate instead of a serving one.
-	Client   bool
-	Validity time.Duration
-}
-
-// Issue signs a new leaf certificate with a fresh key.
-func (a *Authority) Issue(l Leaf) (*KeyPair, error) {
-	usage := x509.ExtKeyUsageServerAuth
-	if l.Client {
-		usage = x509.ExtKeyUsageClientAuth
-	}
-	tmpl := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: l.CommonName, Organization: l.Organizations},
-		DNSNames:    l.DNSNames,
-		IPAddresses: l.IPs,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{usage},
-	}
-	kp, err := sign(tmpl, &a.KeyPair, l.Validity)
+	leaf, err := ca.Issue(Leaf{CommonName: dnsNames[0], DNSNames: dnsNames, Validity: bootstrapValidity})
 	if err != nil {
-		return nil, fmt.Errorf("issue certificate for %q: %w", l.CommonName, err)
+		return nil, err
 	}
-	return kp, nil
-}
-
-// sign creates a key and a certificate from tmpl, signed by parent or self-signed when
-// parent is nil.
-func sign(tmpl *x509.Certificate, parent *KeyPair, validity time.Duration) (*KeyPair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("generate serial: %w", err)
-	}
-	now := time.Now()
-	tmpl.SerialNumber = serial
-	// Backdate a little so a peer with a slightly slow clock accepts the certificate.
-	tmpl.NotBefore = now.Add(-5 * time.Minute)
-	tmpl.NotAfter = now.Add(validity)
-
-	issuer, signer := tmpl, crypto.Signer(key)
-	if parent != nil {
-		issuer, signer = parent.cert, parent.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, key.Public(), signer)
-	if err != nil {
-		return nil, fmt.Errorf("create certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("parse certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encode key: %w", err)
-	}
-	return &KeyPair{
-		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-		cert:    cert,
-		key:     key,
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app.kubernetes.io/part-of": "confighash"}},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": ca.CertPEM},
 	}, nil
 }
 
-// WriteFiles writes the pair as certName and keyName in dir, the key readable by its owner only.
-func (kp *KeyPair) WriteFiles(dir, certName, keyName string) error {
-	if err := os.WriteFile(filepath.Join(dir, certName), kp.CertPEM, 0o644); err != nil {
-		return fmt.Errorf("write certificate: %w", err)
+// SelfSigned serves a bootstrapped certificate and keeps its CA in the caBundle of the
+// webhook configuration, for installs without cert-manager.
+type SelfSigned struct {
+	cert          tls.Certificate
+	caPEM         []byte
+	client        kubernetes.Interface
+	configuration string
+	retry         time.Duration
+	failed        func(error)
+	patched       atomic.Bool
+}
+
+// NewSelfSigned returns a certificate source for cert whose Run writes caPEM into the
+// named MutatingWebhookConfiguration, retrying every retry (the configuration may be
+// applied after the webhook starts) and reporting each failure to failed.
+func NewSelfSigned(cert tls.Certificate, caPEM []byte, client kubernetes.Interface, configuration string, retry time.Duration, failed func(error)) *SelfSigned {
+	return &SelfSigned{cert: cert, caPEM: caPEM, client: client, configuration: configuration, retry: retry, failed: failed}
+}
+
+// GetCertificate is for tls.Config.GetCertificate.
+func (s *SelfSigned) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return &s.cert, nil
+}
+
+// Ready reports whether the API server has been given the CA.
+func (s *SelfSigned) Ready() bool { return s.patched.Load() }
+
+// Run sets the caBundle, retrying until it succeeds, then waits for ctx to end.
+func (s *SelfSigned) Run(ctx context.Context) error {
+	for {
+		err := PatchCABundle(ctx, s.client, s.configuration, s.caPEM)
+		if err == nil {
+			s.patched.Store(true)
+			<-ctx.Done()
+			return nil
+		}
+		if s.failed != nil {
+			s.failed(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.retry):
+		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, keyName), kp.KeyPEM, 0o600); err != nil {
-		return fmt.Errorf("write key: %w", err)
-	}
-	return nil
 }
