@@ -12,9 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unsafe"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // MinKeySize is the shortest HMAC key accepted, in bytes.
@@ -47,67 +44,10 @@ func (k Key) sum(msg []byte, out *[sha256.Size]byte) {
 	k.macs.Put(mac)
 }
 
-// Sum is the SHA-256 of one value of a ConfigMap or Secret.
-type Sum [sha256.Size]byte
-
-// Source is what confighash keeps of a ConfigMap or Secret: whether it exists, the
-// annotations that decide whether it counts, and a digest per key. Never a value.
-type Source struct {
-	SourceRef
-	Present bool
-	Ignore  bool
-	Match   bool
-	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
-	Data       map[string]Sum
-	BinaryData map[string]Sum
-}
-
-// SourceOfConfigMap returns the digest-only view of a ConfigMap.
-func SourceOfConfigMap(cm *corev1.ConfigMap) Source {
-	s := sourceMeta(ConfigMap, cm.Name, cm.Annotations)
-	s.Data = make(map[string]Sum, len(cm.Data))
-	for k, v := range cm.Data {
-		// Hash the string's bytes in place: a copy would double the allocation of a
-		// live read of a large ConfigMap. sha256 only reads them.
-		s.Data[k] = sha256.Sum256(unsafe.Slice(unsafe.StringData(v), len(v)))
-	}
-	if len(cm.BinaryData) > 0 {
-		s.BinaryData = sumBytes(cm.BinaryData)
-	}
-	return s
-}
-
-// SourceOfSecret returns the digest-only view of a Secret. The API server has already
-// merged stringData into data.
-func SourceOfSecret(sec *corev1.Secret) Source {
-	s := sourceMeta(Secret, sec.Name, sec.Annotations)
-	s.Data = sumBytes(sec.Data)
-	return s
-}
-
-// AbsentSource returns the view of a source that does not exist.
-func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
-
-func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
-	return Source{
-		SourceRef: SourceRef{kind, name},
-		Present:   true,
-		Ignore:    isTrue(annotations[AnnotationIgnore]),
-		Match:     isTrue(annotations[AnnotationMatch]),
-	}
-}
-
-func sumBytes(m map[string][]byte) map[string]Sum {
-	out := make(map[string]Sum, len(m))
-	for k, v := range m {
-		out[k] = sha256.Sum256(v)
-	}
-	return out
-}
-
 // Digest is the keyed digest of the part of a source one workload uses. It is short
-// because it only tells versions of one object apart, and it is recorded on the
-// workload; the workload hash itself is a full HMAC-SHA256.
+// because it is recorded on the workload and only has to tell versions of one object
+// apart: 64 bits make two versions with equal digests (a missed rollout) vanishingly
+// rare. The workload hash is a full HMAC-SHA256 over these digests.
 type Digest [8]byte
 
 func (d Digest) String() string { return hex.EncodeToString(d[:]) }

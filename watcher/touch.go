@@ -1,0 +1,137 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// triggers names the sources whose entry the workload has not recorded yet, at the
+// version the cache holds, so the webhook reads at least that version. When only
+// deletions drifted it names every existing source, so the touch still changes the
+// annotation.
+func triggers(v *view, want confighash.Record, sources *sourcecache.Cache) []confighash.Trigger {
+	recorded := make(map[confighash.RecordEntry]bool, len(v.Record))
+	for _, e := range v.Record {
+		recorded[e] = true
+	}
+	var drifted, all []confighash.Trigger
+	for _, e := range want {
+		d, ok := sources.Lookup(v.Namespace, e.SourceRef)
+		if !ok {
+			continue
+		}
+		t := confighash.Trigger{SourceRef: e.SourceRef, ResourceVersion: d.ResourceVersion}
+		all = append(all, t)
+		if !recorded[e] {
+			drifted = append(drifted, t)
+		}
+	}
+	if len(drifted) == 0 {
+		return all
+	}
+	return drifted
+}
+
+// changedSources names the sources whose hashed digest differs between two records.
+func changedSources(before, after confighash.Record) string {
+	old := map[confighash.SourceRef]confighash.RecordEntry{}
+	for _, e := range before {
+		old[e.SourceRef] = e
+	}
+	var names []string
+	for _, e := range after {
+		if o, ok := old[e.SourceRef]; !ok || o.Digest != e.Digest || o.Baseline != e.Baseline {
+			names = append(names, e.SourceRef.String())
+		}
+	}
+	if len(names) == 0 {
+		return "the set of sources changed"
+	}
+	return strings.Join(names, ", ") + " changed"
+}
+
+// touch patches the trigger annotation on the workload's metadata, so the API server
+// admits it again through the webhook, and returns the admitted workload.
+func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger) (*view, error) {
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationTrigger: confighash.FormatTriggers(trig)}}}
+	return w.patch(ctx, v, patch)
+}
+
+// heal writes the hash and the record the webhook would have written, and says so.
+func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, want confighash.Record) error {
+	hash := want.Hash(w.cfg.Key)
+	tmplMeta := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationSources: want.String()}}}
+	// Nest the template part along the kind's template path, below the root.
+	nested := tmplMeta
+	for i := len(v.Kind.TemplatePath) - 1; i >= 1; i-- {
+		nested = map[string]any{v.Kind.TemplatePath[i]: nested}
+	}
+	patch[v.Kind.TemplatePath[0]] = nested
+	if _, err := w.patch(ctx, v, patch); err != nil {
+		w.cfg.Metrics.Touch(TouchError)
+		return err
+	}
+	w.cfg.Metrics.Touch(TouchHealed)
+	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed",
+		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+changedSources(v.Record, want))
+	w.converged(key)
+	return nil
+}
+
+func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*view, error) {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.PatchOptions{FieldManager: FieldManager}
+	var obj runtime.Object
+	switch v.Kind.Kind {
+	case confighash.Deployment.Kind:
+		obj, err = w.cfg.Client.AppsV1().Deployments(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.StatefulSet.Kind:
+		obj, err = w.cfg.Client.AppsV1().StatefulSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.DaemonSet.Kind:
+		obj, err = w.cfg.Client.AppsV1().DaemonSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.CronJob.Kind:
+		obj, err = w.cfg.Client.BatchV1().CronJobs(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.Rollout.Kind:
+		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
+		obj, err = w.cfg.Dynamic.Resource(gvr).Namespace(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	default:
+		return nil, fmt.Errorf("unsupported kind %s", v.Kind.Kind)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil // deleted meanwhile: nothing to converge
+	}
+	if err != nil {
+		return nil, fmt.Errorf("patch %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	admitted, err := toView(obj)
+	if err != nil {
+		return nil, err
+	}
+	av, ok := admitted.(*view)
+	if !ok {
+		return nil, fmt.Errorf("patch %s %s/%s: unreadable response", v.Kind.Kind, v.Namespace, v.Name)
+	}
+	return av, nil
+}
+
+func objectRef(v *view) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: v.Kind.Kind, APIVersion: v.Kind.GroupVersion().String(),
+		Namespace: v.Namespace, Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion,
+	}
+}
