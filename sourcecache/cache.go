@@ -1,6 +1,7 @@
 // Package sourcecache is how both components see the cluster's ConfigMaps and Secrets:
 // informers whose transform replaces each object by per-key digests as it arrives, so
-// no value is ever kept, with one informer per namespace for a namespaced install.
+// no value is ever kept. Its Informers, one per watched namespace or one for the whole
+// cluster, also serve the watcher's workload informers in a namespaced install.
 package sourcecache
 
 import (
@@ -17,9 +18,9 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// HelmReleaseSecretType is the type of the Secrets Helm keeps releases in: large, many,
+// helmReleaseSecretType is the type of the Secrets Helm keeps releases in: large, many,
 // and never used by a pod, so they are filtered out on the server.
-const HelmReleaseSecretType = "helm.sh/release.v1"
+const helmReleaseSecretType = "helm.sh/release.v1"
 
 // Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
 // resourceVersion, and its digest-only view. Never a value.
@@ -41,9 +42,9 @@ func (d *Digested) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// Digest is the informers' transform: it replaces a ConfigMap or Secret by its
+// toDigested is the informers' transform: it replaces a ConfigMap or Secret by its
 // Digested form before it is stored, so values are dropped as they arrive.
-func Digest(obj any) (any, error) {
+func toDigested(obj any) (any, error) {
 	var src confighash.Source
 	var meta metav1.ObjectMeta
 	switch o := obj.(type) {
@@ -68,7 +69,7 @@ type Cache struct {
 // New returns a cache fed by informers on client, for the given namespaces, or for the
 // whole cluster when there are none; Run starts them.
 func New(client kubernetes.Interface, namespaces []string) *Cache {
-	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = "type!=" + HelmReleaseSecretType }
+	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = "type!=" + helmReleaseSecretType }
 	c := &Cache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
@@ -78,7 +79,7 @@ func New(client kubernetes.Interface, namespaces []string) *Cache {
 		}),
 	}}
 	for _, in := range c.informers {
-		_ = in.SetTransform(Digest) // cannot fail before the informers run
+		_ = in.SetTransform(toDigested) // cannot fail before the informers run
 	}
 	return c
 }

@@ -22,7 +22,7 @@ import (
 
 func TestDigestKeepsNoValues(t *testing.T) {
 	big := bytes.Repeat([]byte("s"), 1<<20)
-	obj, err := Digest(&corev1.Secret{
+	obj, err := toDigested(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", ResourceVersion: "7",
 			Labels: map[string]string{"l": "v"}, Annotations: map[string]string{confighash.AnnotationIgnore: "true", "big": string(big)},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
@@ -33,7 +33,7 @@ func TestDigestKeepsNoValues(t *testing.T) {
 	}
 	d, ok := obj.(*Digested)
 	if !ok {
-		t.Fatalf("Digest() returned %T", obj)
+		t.Fatalf("toDigested() returned %T", obj)
 	}
 	want := Digested{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", ResourceVersion: "7"}}
 	if d.Name != want.Name || d.Namespace != want.Namespace || d.ResourceVersion != want.ResourceVersion ||
@@ -50,8 +50,8 @@ func TestDigestKeepsNoValues(t *testing.T) {
 
 func TestDigestPassesOtherObjectsThrough(t *testing.T) {
 	in := "a tombstone"
-	if out, err := Digest(in); err != nil || out != in {
-		t.Fatalf("Digest(%v) = %v, %v", in, out, err)
+	if out, err := toDigested(in); err != nil || out != in {
+		t.Fatalf("toDigested(%v) = %v, %v", in, out, err)
 	}
 }
 
