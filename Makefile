@@ -33,10 +33,15 @@ image: ## build the container image (needs a Docker engine)
 
 .PHONY: control-plane
 control-plane: ## build the local control plane's binaries once per machine (cached in $CONFIGHASH_CACHE)
-	@tests/cluster/build-binaries.sh >/dev/null
+	@tests/cluster/build-binaries.sh etcd kwok kubernetes >/dev/null
+
+.PHONY: helm
+helm: ## build helm once per machine, for the chart tests
+	@tests/cluster/build-binaries.sh helm >/dev/null
 
 .PHONY: test
-test: control-plane ## unit and end-to-end tests against a real local control plane, and a short fuzz run
+test: control-plane helm ## unit and end-to-end tests against a real local control plane, and a short fuzz run
+	@echo "==> go test ./... (each package prints its result when it is done)"
 	go test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
@@ -78,5 +83,11 @@ cluster-down: ## stop the local control plane
 	go run ./tests/cluster/localcluster down --dir $(CLUSTER_DIR)
 
 .PHONY: run
-run: build control-plane ## the demo: local control plane, webhook, watcher, a ConfigMap change and its rollout; Ctrl-C stops all
-	go run ./tests/demo --binary bin/confighash
+run: ## the demo: local control plane, webhook, watcher, a ConfigMap change and its rollout; Ctrl-C stops all
+	@echo "==> compiling bin/confighash and the demo"; start=$$SECONDS; \
+	$(MAKE) --no-print-directory -s build; \
+	go build -o bin/confighash-demo ./tests/demo; \
+	s=$$((SECONDS - start)); printf '    compiled in %dm%02ds\n' $$((s / 60)) $$((s % 60))
+	@tests/cluster/build-binaries.sh etcd kwok kubernetes >/dev/null
+	@# exec: the demo alone receives Ctrl-C, stops what it started and exits 0, so make ends quietly.
+	@exec bin/confighash-demo --binary bin/confighash

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Builds the local control plane's binaries from the Go module proxy and caches them
-# outside the repository, one directory per component and version:
+# Usage: build-binaries.sh [COMPONENT...]
+#
+# Builds the named components (default: etcd kwok kubernetes, the local control plane)
+# from the Go module proxy and caches them outside the repository, one directory per
+# component and version:
 #
 #   $CONFIGHASH_CACHE/kubernetes-vX.Y.Z/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
 #   $CONFIGHASH_CACHE/etcd-vX.Y.Z/etcd
 #   $CONFIGHASH_CACHE/kwok-vX.Y.Z/kwok
-#   $CONFIGHASH_CACHE/helm-vX.Y.Z/helm (to lint and render the chart)
+#   $CONFIGHASH_CACHE/helm-vX.Y.Z/helm (only the tests need it, to lint and render the chart)
 #
 # Each directory is built under a temporary name and renamed into place, under a lock,
-# so concurrent runs never see or leave a half-built cache. Prints one line per component,
-# NAME=DIR, on stdout; build progress goes to stderr.
+# so concurrent runs never see or leave a half-built cache. Prints one line per named
+# component, NAME=DIR, on stdout; each build that runs, with its elapsed time, and any
+# failure go to stderr.
 set -euo pipefail
 
 KUBE_VERSION="${CONFIGHASH_KUBE_VERSION:-v1.36.3}"
@@ -30,11 +34,14 @@ build_once() {
 	if [[ ! -d "$final" ]]; then
 		local tmp
 		tmp="$(mktemp -d "$final.tmp.XXXXXX")"
-		echo "building $name $version into $final (one time, several minutes)" >&2
-		if ! "$builder" "$tmp" "$version"; then
+		echo "==> building $name $version from the Go module proxy (once per machine, cached in $CACHE)" >&2
+		local start=$SECONDS
+		if ! ("$builder" "$tmp" "$version"); then
 			rm -rf "$tmp"
+			echo "==> building $name $version failed" >&2
 			return 1
 		fi
+		echo "    built $name in $(elapsed $((SECONDS - start)))" >&2
 		rm -rf "$tmp/src"
 		chmod 755 "$tmp"
 		mv -T "$tmp" "$final"
@@ -42,6 +49,9 @@ build_once() {
 	flock -u "$lock"
 	exec {lock}>&-
 }
+
+# elapsed SECONDS: a duration as 12m34s.
+elapsed() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 # quiet CMD...: runs CMD, showing its output only if it fails.
 quiet() {
@@ -58,24 +68,25 @@ new_module() {
 	(cd "$1/src" && go mod init confighash.local/build >/dev/null 2>&1)
 }
 
+# The builders run where errexit does not apply (the caller checks their status), so
+# each step that can fail returns explicitly.
 build_kubernetes() {
 	local out="$1" version="$2"
 	local staging="v0.${version#v1.}"
-	new_module "$out"
-	cd "$out/src"
+	new_module "$out" && cd "$out/src" || return 1
 	# Kubernetes requires its staging modules at v0.0.0 with replaces into ./staging;
 	# replaces do not apply to a dependency, so map each to its published version.
-	local gomod
-	gomod="$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
-	local mods
-	mods="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod")"
+	local info gomod mods
+	info="$(go mod download -json "k8s.io/kubernetes@$version")" || { echo "$info" >&2; return 1; }
+	gomod="$(sed -n 's/.*"GoMod": "\(.*\)",/\1/p' <<<"$info")"
+	mods="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod")" || return 1
 	for m in $mods; do
-		go mod edit -replace "$m=$m@$staging"
+		go mod edit -replace "$m=$m@$staging" || return 1
 	done
 	local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 	local pkgs=()
 	for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-	quiet go get "${pkgs[@]/%/@$version}"
+	quiet go get "${pkgs[@]/%/@$version}" || return 1
 	CGO_ENABLED=0 go build -o "$out" \
 		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/client-go/pkg/version.gitVersion=$version" \
 		"${pkgs[@]}"
@@ -86,9 +97,8 @@ build_kubernetes() {
 # so that the requirements of everything it imports are added.
 build_main() {
 	local out="$1" version="$2" pkg="$3" binary="$4"
-	new_module "$out"
-	cd "$out/src"
-	quiet go get "$pkg@$version"
+	new_module "$out" && cd "$out/src" || return 1
+	quiet go get "$pkg@$version" || return 1
 	CGO_ENABLED=0 go build -o "$out/$binary" -ldflags "-s -w" "$pkg"
 }
 
@@ -96,11 +106,19 @@ build_etcd() { build_main "$1" "$2" go.etcd.io/etcd/server/v3 etcd; }
 build_kwok() { build_main "$1" "$2" sigs.k8s.io/kwok/cmd/kwok kwok; }
 build_helm() { build_main "$1" "$2" helm.sh/helm/v3/cmd/helm helm; }
 
-build_once etcd "$ETCD_VERSION" build_etcd
-build_once kwok "$KWOK_VERSION" build_kwok
-build_once kubernetes "$KUBE_VERSION" build_kubernetes
-build_once helm "$HELM_VERSION" build_helm
-echo "etcd=$CACHE/etcd-$ETCD_VERSION"
-echo "kwok=$CACHE/kwok-$KWOK_VERSION"
-echo "kubernetes=$CACHE/kubernetes-$KUBE_VERSION"
-echo "helm=$CACHE/helm-$HELM_VERSION"
+components=("$@")
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kwok kubernetes)
+for c in "${components[@]}"; do
+	case "$c" in
+	etcd) version="$ETCD_VERSION" ;;
+	kwok) version="$KWOK_VERSION" ;;
+	kubernetes) version="$KUBE_VERSION" ;;
+	helm) version="$HELM_VERSION" ;;
+	*)
+		echo "build-binaries.sh: unknown component $c (want etcd, kwok, kubernetes or helm)" >&2
+		exit 2
+		;;
+	esac
+	build_once "$c" "$version" "build_$c"
+	echo "$c=$CACHE/$c-$version"
+done

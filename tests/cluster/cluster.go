@@ -73,8 +73,6 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// KubectlPath is the kubectl binary of the same version as the API server.
 	KubectlPath string
-	// HelmPath is a helm binary, to lint and render the chart.
-	HelmPath string
 
 	processes []*process
 	ownsDir   bool
@@ -83,11 +81,11 @@ type Cluster struct {
 
 // Start builds the binaries if needed and starts a control plane with one Ready kwok node.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
-	bins, err := ensureBinaries(ctx)
+	bins, err := ensureBinaries(ctx, "etcd", "kwok", "kubernetes")
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Dir: opts.Dir, KubectlPath: filepath.Join(bins["kubernetes"], "kubectl"), HelmPath: filepath.Join(bins["helm"], "helm"), detached: opts.Detached}
+	c = &Cluster{Dir: opts.Dir, KubectlPath: filepath.Join(bins["kubernetes"], "kubectl"), detached: opts.Detached}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "confighash-cluster-"); err != nil {
 			return nil, fmt.Errorf("create cluster directory: %w", err)
@@ -418,10 +416,20 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]
 	return out, nil
 }
 
-// ensureBinaries runs build-binaries.sh, which builds whatever is not cached yet, and
-// returns each component's directory.
-func ensureBinaries(ctx context.Context) (map[string]string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(sourceDir(), "build-binaries.sh"))
+// Helm returns the path of a helm binary, to lint and render the chart, building it
+// first if needed. Only the tests need it, so a cluster does not build it.
+func Helm(ctx context.Context) (string, error) {
+	bins, err := ensureBinaries(ctx, "helm")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(bins["helm"], "helm"), nil
+}
+
+// ensureBinaries runs build-binaries.sh, which builds the named components that are not
+// cached yet, and returns each one's directory.
+func ensureBinaries(ctx context.Context, names ...string) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(sourceDir(), "build-binaries.sh"), names...)
 	cmd.Stderr = os.Stderr
 	// Cancelling stops the script's go commands too, not only the script.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -437,7 +445,7 @@ func ensureBinaries(ctx context.Context) (map[string]string, error) {
 			dirs[name] = dir
 		}
 	}
-	for _, name := range []string{"etcd", "kwok", "kubernetes", "helm"} {
+	for _, name := range names {
 		if dirs[name] == "" {
 			return nil, fmt.Errorf("build-binaries.sh did not report a %s directory", name)
 		}
@@ -532,12 +540,11 @@ const stateFile = "state.json"
 type state struct {
 	Kubeconfig string     `json:"kubeconfig"`
 	Kubectl    string     `json:"kubectl"`
-	Helm       string     `json:"helm"`
 	Processes  []*process `json:"processes"`
 }
 
 func (c *Cluster) writeState() error {
-	data, err := json.MarshalIndent(state{Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, Helm: c.HelmPath, Processes: c.processes}, "", "  ")
+	data, err := json.MarshalIndent(state{Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, Processes: c.processes}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode cluster state: %w", err)
 	}
@@ -558,7 +565,7 @@ func Attach(dir string) (*Cluster, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("decode cluster state %s: %w", filepath.Join(dir, stateFile), err)
 	}
-	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, HelmPath: s.Helm, processes: s.Processes}
+	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, processes: s.Processes}
 	if err := c.connect(); err != nil {
 		return nil, err
 	}

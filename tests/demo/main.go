@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(out, "==> "+format+"\n", a...) }
 
-	say("starting the local control plane (the first run builds it from the Go module proxy, about 10 minutes)")
+	say("starting the local control plane")
 	c, err := cluster.Start(ctx, cluster.Options{})
 	if err != nil {
 		return err
@@ -95,6 +95,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "\npod template hash: %s\n\n", before)
 
 	say("changing the ConfigMap: COLOR blue -> green")
+	changed := time.Now()
 	patch := `{"data":{"COLOR":"green"}}`
 	if _, err := c.Client.CoreV1().ConfigMaps(namespace).Patch(ctx, configMap, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return err
@@ -110,7 +111,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := c.WaitRolledOut(ctx, namespace, deployment); err != nil {
 		return err
 	}
-	show(ctx, out, c, "the new ReplicaSet took over", "-n", namespace, "get", "replicasets,pods", "-o", "wide")
+	show(ctx, out, c, fmt.Sprintf("the new ReplicaSet took over, %s after the change", time.Since(changed).Round(100*time.Millisecond)), "-n", namespace, "get", "replicasets,pods", "-o", "wide")
 	show(ctx, out, c, "the Event naming the ConfigMap", "-n", namespace, "get", "events", "--field-selector", "reason=ConfigChanged")
 
 	fmt.Fprintf(out, "\nThe control plane stays up. In another shell:\n\n")

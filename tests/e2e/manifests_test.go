@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -131,14 +130,18 @@ var chartOptional = []string{"--set", "metrics.serviceMonitor.enabled=true", "--
 func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
 	t.Helper()
 	chart := filepath.Join("..", "..", "manifests", "helm", "confighash")
-	if out, err := exec.Command(c.HelmPath, append([]string{"lint", "--strict", chart}, set...)...).CombinedOutput(); err != nil {
+	helm, err := cluster.Helm(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(helm, append([]string{"lint", "--strict", chart}, set...)...).CombinedOutput(); err != nil {
 		t.Fatalf("helm lint: %v\n%s", err, out)
 	}
 	version, err := c.Client.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(c.HelmPath, append([]string{"template", "confighash", chart, "--namespace", "confighash", "--kube-version", version.GitVersion}, set...)...)
+	cmd := exec.Command(helm, append([]string{"template", "confighash", chart, "--namespace", "confighash", "--kube-version", version.GitVersion}, set...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -545,7 +548,7 @@ func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) 
 	startComponent(t, c, "webhook", "--kubeconfig="+kubeconfig, "--namespace=confighash", "--namespaces="+ns,
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]), "--tls-self-signed-secret=confighash-webhook-tls",
 		"--tls-dns-names=localhost", "--webhook-configuration=confighash")
-	time.Sleep(1500 * time.Millisecond) // the API server reloads webhook configurations
+	waitAdmitting(t, c, ns)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
 	if templateHash(t, c, ns, "web") == "" {
