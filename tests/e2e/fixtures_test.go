@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
@@ -272,4 +274,100 @@ func expectedHash(t testing.TB, c *cluster.Cluster, key confighash.Key, ns strin
 		}
 	}
 	return confighash.Update(nil, confighash.Observe(key, policy, candidates, sources)).Hash(key)
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// replicaSets returns the number of ReplicaSets of Deployment name.
+func replicaSets(t testing.TB, c *cluster.Cluster, ns, name string) int {
+	t.Helper()
+	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// quietPeriod is how long a test watches for a rollout that must not happen: well past
+// the debounce and a touch.
+const quietPeriod = 2 * time.Second
+
+// expectReplicaSets waits until Deployment name has want ReplicaSets and has rolled
+// out, then checks that no other rollout follows within the quiet period.
+func expectReplicaSets(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want), func() bool { return replicaSets(t, c, ns, name) >= want })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := c.WaitRolledOut(ctx, ns, name); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(quietPeriod)
+	if got := replicaSets(t, c, ns, name); got != want {
+		t.Fatalf("%s has %d ReplicaSets, want %d", name, got, want)
+	}
+}
+
+func templateHash(t testing.TB, c *cluster.Cluster, ns, name string) string {
+	t.Helper()
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template.Annotations[confighash.AnnotationHash]
+}
+
+func updateConfigMap(t testing.TB, c *cluster.Cluster, ns, name string, change func(*corev1.ConfigMap)) {
+	t.Helper()
+	cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(cm)
+	if _, err := c.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func updateSecret(t testing.TB, c *cluster.Cluster, ns, name string, change func(*corev1.Secret)) {
+	t.Helper()
+	s, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(s)
+	if _, err := c.Client.CoreV1().Secrets(ns).Update(t.Context(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setKey changes one key of a ConfigMap or Secret.
+func setKey(t testing.TB, c *cluster.Cluster, ns string, ref confighash.SourceRef, key, value string) {
+	t.Helper()
+	if ref.Kind == confighash.ConfigMap {
+		updateConfigMap(t, c, ns, ref.Name, func(cm *corev1.ConfigMap) { cm.Data[key] = value })
+		return
+	}
+	updateSecret(t, c, ns, ref.Name, func(s *corev1.Secret) { s.Data[key] = []byte(value) })
+}
+
+func createDeployment(t testing.TB, c *cluster.Cluster, ns string, d *appsv1.Deployment) {
+	t.Helper()
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// envFromTemplate uses the whole ConfigMap through envFrom.
+func envFromTemplate(configMap string) corev1.PodTemplateSpec {
+	tmpl := plainTemplate()
+	tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}}}}
+	return tmpl
 }

@@ -24,8 +24,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/webhook"
@@ -185,8 +187,30 @@ func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), webhookConfigName, metav1.DeleteOptions{}) })
-	// The API server picks up a new webhook configuration within about a second.
-	time.Sleep(1500 * time.Millisecond)
+	waitAdmitting(t, c, probeNamespace(t, c))
+}
+
+// probeNamespace returns a labelled namespace kept for waitAdmitting's dry runs.
+func probeNamespace(t testing.TB, c *cluster.Cluster) string {
+	t.Helper()
+	const name = "confighash-e2e-probe"
+	ensureNamespaces(t, c, name)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, confighash.InjectionLabel, confighash.InjectionEnabled)
+	if _, err := c.Client.CoreV1().Namespaces().Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// waitAdmitting waits until the API server calls the webhook for namespace ns, which
+// must be labelled: it loads webhook configurations and caBundles asynchronously, in
+// about a second. A server-side dry-run create of an opted-in Deployment shows it.
+func waitAdmitting(t testing.TB, c *cluster.Cluster, ns string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the API server to call the webhook in "+ns, func() bool {
+		d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("probe", 0, plainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && d.Spec.Template.Annotations[confighash.AnnotationHash] != ""
+	})
 }
 
 // stop sends SIGTERM and waits for a graceful exit.
@@ -285,4 +309,23 @@ func certSerial(t testing.TB, certPEM []byte) string {
 		t.Fatal(err)
 	}
 	return cert.SerialNumber.String()
+}
+
+// testDebounce keeps tests short; the default is 1s.
+const testDebounce = "300ms"
+
+// watcherArgs runs `confighash watcher` with a short debounce and fast leader election;
+// extra flags win.
+func watcherArgs(extra ...string) []string {
+	return append([]string{"watcher", "--debounce=" + testDebounce, "--touch-rate=1000", "--heal-after=2",
+		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms"}, extra...)
+}
+
+// startWatcher runs the watcher with watcherArgs and waits until it leads.
+func startWatcher(t testing.TB, c *cluster.Cluster, extra ...string) *component {
+	t.Helper()
+	w := startComponent(t, c, watcherArgs(extra...)...)
+	// Ready means synced; leading follows within a retry period.
+	waitFor(t, 10*time.Second, "the watcher to lead", func() bool { return w.metric(t, "confighash_watcher_leader") == 1 })
+	return w
 }
