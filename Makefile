@@ -50,8 +50,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 2m)
 	for target in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) . ; done
 
 .PHONY: bench
-bench: ## benchmarks, with allocations
-	go test -run '^$$' -bench . -benchmem ./...
+bench: control-plane ## every benchmark and scenario (about N min); writes docs/benchmarks.md and .json; SCENARIOS=a,b for some
+	go run ./tests/bench/run -scenarios "$(SCENARIOS)"
 
 .PHONY: test-unit
 test-unit: ## unit tests only, no control plane

@@ -162,6 +162,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		// kwok's node heartbeats can lag on a loaded machine; the node lifecycle
 		// controller would then mark every pod not ready. It has nothing to do here.
 		"--controllers=*,-node-lifecycle-controller",
+		// Its default client limit (20 requests per second) and 5 Deployment workers
+		// leave thousands of new Deployments unobserved for minutes (193 of 2,000
+		// after 5 minutes); the benchmarks raise them as a large cluster would.
+		"--kube-api-qps=300", "--kube-api-burst=600", "--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20",
 		"--profiling=false",
 	); err != nil {
 		return c, err

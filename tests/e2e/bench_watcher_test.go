@@ -127,8 +127,8 @@ func watchGenerationBumps(b *testing.B, c *cluster.Cluster, ns string, gen map[s
 	}
 }
 
-// apiRequests reads the API server's request counters: "PATCH deployments" and the
-// sum of LISTs over every resource.
+// apiRequests reads the API server's request counters, summed by "VERB resource" (as
+// "PATCH deployments") and by verb alone (as "LIST").
 func apiRequests(b *testing.B, c *cluster.Cluster) map[string]float64 {
 	b.Helper()
 	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.Context())
@@ -136,13 +136,18 @@ func apiRequests(b *testing.B, c *cluster.Cluster) map[string]float64 {
 		b.Fatal(err)
 	}
 	out := map[string]float64{}
-	forEachSample(bytes.NewReader(raw), "apiserver_request_total{", func(line string, v float64) {
-		switch {
-		case strings.Contains(line, `verb="PATCH"`) && strings.Contains(line, `resource="deployments"`):
-			out["PATCH deployments"] += v
-		case strings.Contains(line, `verb="LIST"`):
-			out["LIST"] += v
+	label := func(line, name string) string {
+		_, rest, ok := strings.Cut(line, name+`="`)
+		if !ok {
+			return ""
 		}
+		v, _, _ := strings.Cut(rest, `"`)
+		return v
+	}
+	forEachSample(bytes.NewReader(raw), "apiserver_request_total{", func(line string, v float64) {
+		verb := label(line, "verb")
+		out[verb] += v
+		out[verb+" "+label(line, "resource")] += v
 	})
 	return out
 }

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/confighash/confighash/tests/bench"
+)
+
+// microGoals are the goals of the benchmarks that print standard lines, by name: what
+// must hold, and a check of the figures, named by unit.
+var microGoals = map[string]struct {
+	goal string
+	met  func(fig func(unit string) float64) bool
+}{
+	"BenchmarkMutatorWarmCache": {"p99 under 1 ms in process", func(f func(string) float64) bool { return f("p99-µs") < 1000 }},
+	"BenchmarkChangeToRollout/fanout-1": {"p50 under 50 ms; one PATCH per workload, no LIST",
+		func(f func(string) float64) bool {
+			return f("p50-ms") < 50 && f("PATCH/workload") == 1 && f("LIST/change") == 0
+		}},
+	"BenchmarkChangeToRollout/fanout-100": {"one PATCH per workload, no LIST",
+		func(f func(string) float64) bool { return f("PATCH/workload") == 1 && f("LIST/change") == 0 }},
+	"BenchmarkChangeToRollout/fanout-1000": {"all 1,000 rolled within 10 s with the touch rate raised; one PATCH per workload, no LIST",
+		func(f func(string) float64) bool {
+			return f("max-ms") < 10000 && f("PATCH/workload") == 1 && f("LIST/change") == 0
+		}},
+}
+
+// judgeMicro sets the goal of a benchmark that has one.
+func judgeMicro(s *bench.Scenario) {
+	g, ok := microGoals[s.Name]
+	if !ok || s.Met != nil {
+		return
+	}
+	s.Judge(g.goal, g.met(func(unit string) float64 {
+		for _, f := range s.Figures {
+			if f.Unit == unit {
+				return f.Value
+			}
+		}
+		return math.NaN()
+	}))
+}
+
+// markdown renders docs/benchmarks.md.
+func markdown(r *bench.Run) []byte {
+	var b bytes.Buffer
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	p("# Benchmarks")
+	p("")
+	p("Written by `make bench` (tests/bench/run) from what it measured; do not edit by hand.")
+	p("The same figures, for scripts: [benchmarks.json](benchmarks.json). `make bench SCENARIOS=burst,admission`")
+	p("measures only those and keeps the others.")
+	p("")
+	m := r.Machine
+	p("- **Machine:** %s, %d cores, %d GiB, %s.", m.CPU, m.Cores, m.MemoryGB, m.Kernel)
+	p("- **Versions:** confighash %s, Kubernetes %s, etcd %s, kwok %s, %s.", r.Versions["confighash"], r.Versions["kubernetes"], r.Versions["etcd"], r.Versions["kwok"], r.Versions["go"])
+	p("- **Last run:** %s, `%s`.", r.Date.Format("2006-01-02 15:04 MST"), r.Command)
+	p("")
+	p("The local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,")
+	p("kwok) runs on the same cores as confighash and the load, so every figure includes their")
+	p("competition for the CPU. The webhook and the watcher run as processes, with their")
+	p("default settings unless a scenario says otherwise.")
+	p("")
+	p("## Summary")
+	p("")
+	p("| scenario | goal | met |")
+	p("|---|---|---|")
+	for _, s := range r.Scenarios {
+		if s.Met == nil {
+			continue
+		}
+		p("| [%s](#%s) | %s | %s |", s.Title, anchor(s.Title), s.Goal, metText(s.Met))
+	}
+	for _, s := range r.Scenarios {
+		p("")
+		p("## %s", s.Title)
+		p("")
+		if s.Setup != "" {
+			p("- **Setup:** %s.", s.Setup)
+		}
+		if s.Load != "" {
+			p("- **Load:** %s.", s.Load)
+		}
+		p("- **Run:** `%s` (%s, %s).", s.Command, s.Date.Format("2006-01-02"), duration(s.Seconds))
+		if s.Goal != "" {
+			p("- **Goal:** %s. **%s.**", s.Goal, metText(s.Met))
+		}
+		p("")
+		p("| figure | value |")
+		p("|---|---|")
+		for _, f := range s.Figures {
+			p("| %s | %s |", f.Name, value(f))
+		}
+		for _, n := range s.Notes {
+			p("")
+			p("%s", n)
+		}
+	}
+	return b.Bytes()
+}
+
+func metText(met *bool) string {
+	switch {
+	case met == nil:
+		return "no goal"
+	case *met:
+		return "Met"
+	default:
+		return "Not met"
+	}
+}
+
+// anchor is GitHub's anchor for a heading.
+func anchor(title string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(title) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// value renders a figure: its value and unit, and the range of its repetitions.
+func value(f bench.Figure) string {
+	unit := f.Unit
+	if unit == "count" {
+		unit = ""
+	}
+	text := strings.TrimSpace(number(f.Value) + " " + unit)
+	if len(f.Runs) > 1 {
+		lo, hi := f.Runs[0], f.Runs[0]
+		for _, v := range f.Runs {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+		text += fmt.Sprintf(" (%s-%s over %d runs)", number(lo), number(hi), len(f.Runs))
+	}
+	return text
+}
+
+func number(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v == math.Trunc(v) && math.Abs(v) < 1e15:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case math.Abs(v) >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+}
+
+func duration(seconds float64) string {
+	if seconds < 60 {
+		return fmt.Sprintf("%.0f s", seconds)
+	}
+	return fmt.Sprintf("%.0f min", seconds/60)
+}
