@@ -3,12 +3,16 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -77,52 +81,63 @@ func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.S
 	return src, nil
 }
 
-// CachedReader answers from the cache when it provably holds what matters and reads
-// live otherwise (DESIGN rule 4). Only a watcher's touch names what matters: the
-// triggering source at its resourceVersion. A create or update by a user or a tool
-// names nothing, so the ConfigMap created just before in the same apply is read live.
+// CachedReader answers from the cache when it can prove that the cache holds each
+// source's current version (DESIGN rule 4), and reads live what it cannot:
+//   - A watcher's touch names what matters, the triggering source at its
+//     resourceVersion: the cache answers once it holds that version.
+//   - A create or update by a user or a tool names nothing, and a ConfigMap written just
+//     before it, in the same apply, must be seen. One consistent, metadata-only LIST per
+//     kind tells every source's current resourceVersion: the cache answers for each one
+//     it holds at that version (waiting briefly for it to catch up), and a source the
+//     list does not hold is absent.
 type CachedReader struct {
 	cache   *sourcecache.Cache
 	live    *LiveReader
+	meta    metadata.Interface
 	metrics Recorder
 }
 
 var _ SourceReader = (*CachedReader)(nil)
 
-// NewCachedReader returns a reader over cache that falls back to live.
-func NewCachedReader(c *sourcecache.Cache, live *LiveReader, metrics Recorder) *CachedReader {
+// NewCachedReader returns a reader over the cache that proves it current with meta and
+// falls back to live.
+func NewCachedReader(c *sourcecache.Cache, live *LiveReader, meta metadata.Interface, metrics Recorder) *CachedReader {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &CachedReader{cache: c, live: live, metrics: metrics}
+	return &CachedReader{cache: c, live: live, meta: meta, metrics: metrics}
 }
+
+// The bounds of proving the cache current. A namespace with more sources of a kind
+// than fit in one page proves only those in it; the others are read live.
+const (
+	versionsPageSize = 250
+	catchUpTimeout   = 100 * time.Millisecond
+	catchUpPoll      = 2 * time.Millisecond
+)
 
 // Read implements SourceReader.
 func (r *CachedReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
-	if len(triggers) == 0 || !r.cache.Synced() || !r.cache.Covers(namespace) {
+	if !r.cache.Synced() || !r.cache.Covers(namespace) {
 		return r.live.Read(ctx, namespace, refs, nil)
 	}
-	want := make(map[confighash.SourceRef]string, len(triggers))
-	for _, t := range triggers {
-		want[t.SourceRef] = t.ResourceVersion
+	var fresh func(confighash.SourceRef) (confighash.Source, bool)
+	if len(triggers) > 0 {
+		fresh = r.freshAsTriggered(namespace, triggers)
+	} else {
+		var err error
+		if fresh, err = r.freshAsListed(ctx, namespace, refs); err != nil {
+			return r.live.Read(ctx, namespace, refs, nil)
+		}
 	}
 	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
 	var misses []confighash.SourceRef
 	for _, ref := range refs {
-		d, ok := r.cache.Lookup(namespace, ref)
-		rv, triggered := want[ref]
-		switch {
-		case triggered && (!ok || !atLeast(d.ResourceVersion, rv)):
-			// The cache may not have seen the change that triggered the touch yet.
+		if src, ok := fresh(ref); ok {
+			r.metrics.SourceRead(ref.Kind, ReadFromCache)
+			out[ref] = src
+		} else {
 			misses = append(misses, ref)
-		case ok:
-			r.metrics.SourceRead(ref.Kind, ReadFromCache)
-			out[ref] = d.Source
-		default:
-			// Unknown to a synced cache: absent. If it was just created, its creation
-			// triggers a touch of its own.
-			r.metrics.SourceRead(ref.Kind, ReadFromCache)
-			out[ref] = confighash.AbsentSource(ref)
 		}
 	}
 	if len(misses) > 0 {
@@ -130,11 +145,100 @@ func (r *CachedReader) Read(ctx context.Context, namespace string, refs []config
 		if err != nil {
 			return nil, err
 		}
-		for ref, src := range live {
-			out[ref] = src
-		}
+		maps.Copy(out, live)
 	}
 	return out, nil
+}
+
+// freshAsTriggered answers for a source from the cache unless a trigger names it at a
+// version the cache does not hold yet. A source unknown to the synced cache is absent:
+// if it was just created, its creation triggers a touch of its own.
+func (r *CachedReader) freshAsTriggered(namespace string, triggers []confighash.Trigger) func(confighash.SourceRef) (confighash.Source, bool) {
+	want := make(map[confighash.SourceRef]string, len(triggers))
+	for _, t := range triggers {
+		want[t.SourceRef] = t.ResourceVersion
+	}
+	return func(ref confighash.SourceRef) (confighash.Source, bool) {
+		d, ok := r.cache.Lookup(namespace, ref)
+		rv, triggered := want[ref]
+		switch {
+		case triggered && (!ok || !atLeast(d.ResourceVersion, rv)):
+			return confighash.Source{}, false
+		case ok:
+			return d.Source, true
+		default:
+			return confighash.AbsentSource(ref), true
+		}
+	}
+}
+
+// freshAsListed lists the current resourceVersion of the namespace's sources of each
+// kind the refs name, and answers for a source from the cache once it holds that
+// version; a source the complete list does not hold is absent.
+func (r *CachedReader) freshAsListed(ctx context.Context, namespace string, refs []confighash.SourceRef) (func(confighash.SourceRef) (confighash.Source, bool), error) {
+	kinds := map[confighash.SourceKind]*listedVersions{}
+	for _, ref := range refs {
+		kinds[ref.Kind] = nil
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(kinds))
+	for kind := range kinds {
+		v := &listedVersions{}
+		kinds[kind] = v
+		wg.Go(func() {
+			if err := v.list(ctx, r.meta, namespace, kind); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(catchUpTimeout)
+	return func(ref confighash.SourceRef) (confighash.Source, bool) {
+		listed := kinds[ref.Kind]
+		rv, ok := listed.versions[ref.Name]
+		if !ok {
+			return confighash.AbsentSource(ref), listed.complete
+		}
+		for {
+			if d, ok := r.cache.Lookup(namespace, ref); ok && atLeast(d.ResourceVersion, rv) {
+				return d.Source, true
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return confighash.Source{}, false
+			}
+			time.Sleep(catchUpPoll)
+		}
+	}, nil
+}
+
+// listedVersions are the resourceVersions of the sources of one kind in a namespace,
+// by name, as a consistent read saw them.
+type listedVersions struct {
+	versions map[string]string
+	// complete is set when the list holds every source of the kind.
+	complete bool
+}
+
+func (v *listedVersions) list(ctx context.Context, meta metadata.Interface, namespace string, kind confighash.SourceKind) error {
+	opts := metav1.ListOptions{Limit: versionsPageSize} // no resourceVersion: a consistent read
+	resource := "configmaps"
+	if kind == confighash.Secret {
+		resource, opts.FieldSelector = "secrets", sourcecache.SecretFieldSelector
+	}
+	list, err := meta.Resource(corev1.SchemeGroupVersion.WithResource(resource)).Namespace(namespace).List(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("list %s versions: %w", resource, err)
+	}
+	v.versions = make(map[string]string, len(list.Items))
+	for _, item := range list.Items {
+		v.versions[item.Name] = item.ResourceVersion
+	}
+	v.complete = list.Continue == ""
+	return nil
 }
 
 // atLeast reports whether resourceVersion have is provably as new as want. Kubernetes

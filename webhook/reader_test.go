@@ -4,9 +4,13 @@ import (
 	"context"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -37,12 +41,62 @@ func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
 		t.Fatal("cache not synced")
 	}
 	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
-	reader := NewCachedReader(sources, NewLiveReader(client, nil), nil)
+	reader := NewCachedReader(sources, NewLiveReader(client, nil), nil, nil)
 	got, err := reader.Read(ctx, "other", []confighash.SourceRef{ref}, []confighash.Trigger{{SourceRef: confighash.SourceRef{Kind: confighash.Secret, Name: "x"}, ResourceVersion: "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !got[ref].Present {
 		t.Fatal("a ConfigMap in a namespace the cache does not watch was taken as absent; want it read live")
+	}
+}
+
+func TestCachedReaderProvesTheCacheWithTheListedVersions(t *testing.T) {
+	cm := func(name, rv string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv}, Data: map[string]string{"k": rv}}
+	}
+	listed := func(name, rv string) runtime.Object {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv}}
+	}
+	// The cache holds current, behind (the list has a newer version) and deleted (the
+	// list no longer has it); absent is in neither.
+	client := fake.NewClientset(cm("current", "5"), cm("behind", "5"), cm("deleted", "5"))
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	meta := metadatafake.NewSimpleMetadataClient(scheme, listed("current", "5"), listed("behind", "6"))
+	sources := sourcecache.New(client, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = sources.Run(ctx) }()
+	if !sources.WaitSynced(ctx) {
+		t.Fatal("cache not synced")
+	}
+	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := NewCachedReader(sources, NewLiveReader(client, rec), meta, rec)
+	ref := func(name string) confighash.SourceRef {
+		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
+	}
+	refs := []confighash.SourceRef{ref("current"), ref("behind"), ref("deleted"), ref("absent")}
+	got, err := reader.Read(ctx, "ns", refs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[ref("current")].Present || !got[ref("behind")].Present {
+		t.Error("current or behind read as absent")
+	}
+	if got[ref("deleted")].Present || got[ref("absent")].Present {
+		t.Error("a source the consistent list does not hold was read as present")
+	}
+	if n := testutil.ToFloat64(rec.reads.WithLabelValues("ConfigMap", ReadFromLive)); n != 1 {
+		t.Errorf("live reads = %v, want 1: only the source the cache holds at an older version than listed", n)
+	}
+	if n := testutil.ToFloat64(rec.reads.WithLabelValues("ConfigMap", ReadFromCache)); n != 3 {
+		t.Errorf("cache reads = %v, want 3", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/sourcecache"
@@ -106,7 +107,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	sources := sourcecache.New(client, cfg.watched)
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), recorder)
+	meta, err := metadata.NewForConfig(e.rest)
+	if err != nil {
+		return fmt.Errorf("kubernetes metadata client: %w", err)
+	}
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), meta, recorder)
 	handler, err := webhook.NewHandler(webhook.NewMutator(e.key, reader, recorder), log)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -85,7 +86,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 		b.Fatal("cache did not sync")
 	}
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{3}, 32))
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, nil), nil)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, nil), metadata.NewForConfigOrDie(c.Config), nil)
 	handler, err := webhook.NewHandler(webhook.NewMutator(key, reader, nil), zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)

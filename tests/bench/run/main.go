@@ -125,7 +125,9 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 		}
 		for _, m := range measured {
 			m.Date = start.UTC().Truncate(time.Second)
-			judgeMicro(&m)
+			if !s.scenario {
+				describeMicro(&m, time.Since(start))
+			}
 			runDoc.put(m)
 		}
 		fmt.Fprintf(log, "    took %s\n", time.Since(start).Round(time.Second))
