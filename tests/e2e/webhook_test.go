@@ -313,7 +313,9 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 
 	rec := &readCounter{}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, rec), metadata.NewForConfigOrDie(c.Config), rec)
-	ref := func(name string) confighash.SourceRef { return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name} }
+	ref := func(name string) confighash.SourceRef {
+		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
+	}
 	got, err := reader.Read(t.Context(), ns, []confighash.SourceRef{ref("changed"), ref("deleted"), ref("unchanged"), ref("created")}, nil)
 	if err != nil {
 		t.Fatal(err)
