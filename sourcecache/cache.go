@@ -18,10 +18,10 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// SecretFieldSelector selects the Secrets the cache holds: all but those Helm keeps
+// secretFieldSelector selects the Secrets the cache holds: all but those Helm keeps
 // releases in, which are large, many, and never used by a pod, so they are filtered out
 // on the server.
-const SecretFieldSelector = "type!=helm.sh/release.v1"
+const secretFieldSelector = "type!=helm.sh/release.v1"
 
 // Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
 // resourceVersion, and its digest-only view. Never a value.
@@ -70,7 +70,7 @@ type Cache struct {
 // New returns a cache fed by informers on client, for the given namespaces, or for the
 // whole cluster when there are none; Run starts them.
 func New(client kubernetes.Interface, namespaces []string) *Cache {
-	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = SecretFieldSelector }
+	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = secretFieldSelector }
 	c := &Cache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})

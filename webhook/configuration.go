@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"time"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +21,10 @@ const OptInCondition = `['` + confighash.AnnotationInject + `', '` + confighash.
   (has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) &&
     has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.metadata) &&
     has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations))`
+
+// Timeout is how long the API server waits for the webhook (timeoutSeconds) before it
+// gives up and, failing open, admits the workload unchanged.
+const Timeout = 5 * time.Second
 
 // Configuration returns the MutatingWebhookConfiguration that registers the webhook:
 // creates and updates of the supported kinds, in namespaces labelled for injection
@@ -59,7 +65,7 @@ func Configuration(name, installNamespace string, client admissionregistrationv1
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			TimeoutSeconds:          ptr.To[int32](5),
+			TimeoutSeconds:          ptr.To(int32(Timeout / time.Second)),
 			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}

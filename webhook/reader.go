@@ -2,17 +2,16 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -86,34 +85,33 @@ func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.S
 //   - A watcher's touch names what matters, the triggering source at its
 //     resourceVersion: the cache answers once it holds that version.
 //   - A create or update by a user or a tool names nothing, and a ConfigMap written just
-//     before it, in the same apply, must be seen. One consistent, metadata-only LIST per
-//     kind tells every source's current resourceVersion: the cache answers for each one
-//     it holds at that version (waiting briefly for it to catch up), and a source the
-//     list does not hold is absent.
+//     before it, in the same apply, must be seen. A consistent, metadata-only GET of
+//     each source tells its current resourceVersion (see Versions): the cache answers
+//     for a source it holds at that version, waiting briefly for it to catch up, and a
+//     source the API server does not have is absent.
 type CachedReader struct {
-	cache   *sourcecache.Cache
-	live    *LiveReader
-	meta    metadata.Interface
-	metrics Recorder
+	cache    *sourcecache.Cache
+	live     *LiveReader
+	versions *Versions
+	metrics  Recorder
 }
 
 var _ SourceReader = (*CachedReader)(nil)
 
-// NewCachedReader returns a reader over the cache that proves it current with meta and
-// falls back to live.
-func NewCachedReader(c *sourcecache.Cache, live *LiveReader, meta metadata.Interface, metrics Recorder) *CachedReader {
+// NewCachedReader returns a reader over the cache that proves it current with versions
+// and falls back to live.
+func NewCachedReader(c *sourcecache.Cache, live *LiveReader, versions *Versions, metrics Recorder) *CachedReader {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &CachedReader{cache: c, live: live, meta: meta, metrics: metrics}
+	return &CachedReader{cache: c, live: live, versions: versions, metrics: metrics}
 }
 
-// The bounds of proving the cache current. A namespace with more sources of a kind
-// than fit in one page proves only those in it; the others are read live.
+// How long a source the API server has at a version the cache does not hold yet may
+// take to reach the cache before it is read live: a watch event takes milliseconds.
 const (
-	versionsPageSize = 250
-	catchUpTimeout   = 100 * time.Millisecond
-	catchUpPoll      = 2 * time.Millisecond
+	catchUpTimeout = 100 * time.Millisecond
+	catchUpPoll    = 2 * time.Millisecond
 )
 
 // Read implements SourceReader.
@@ -126,7 +124,7 @@ func (r *CachedReader) Read(ctx context.Context, namespace string, refs []config
 		fresh = r.freshAsTriggered(namespace, triggers)
 	} else {
 		var err error
-		if fresh, err = r.freshAsListed(ctx, namespace, refs); err != nil {
+		if fresh, err = r.freshAsServed(ctx, namespace, refs); err != nil {
 			return r.live.Read(ctx, namespace, refs, nil)
 		}
 	}
@@ -172,39 +170,32 @@ func (r *CachedReader) freshAsTriggered(namespace string, triggers []confighash.
 	}
 }
 
-// freshAsListed lists the current resourceVersion of the namespace's sources of each
-// kind the refs name, and answers for a source from the cache once it holds that
-// version; a source the complete list does not hold is absent.
-func (r *CachedReader) freshAsListed(ctx context.Context, namespace string, refs []confighash.SourceRef) (func(confighash.SourceRef) (confighash.Source, bool), error) {
-	kinds := map[confighash.SourceKind]*listedVersions{}
-	for _, ref := range refs {
-		kinds[ref.Kind] = nil
-	}
+// freshAsServed reads the current version of each source and answers for it from the
+// cache once the cache holds that version; a source the API server does not have is
+// absent.
+func (r *CachedReader) freshAsServed(ctx context.Context, namespace string, refs []confighash.SourceRef) (func(confighash.SourceRef) (confighash.Source, bool), error) {
+	served := make([]Version, len(refs))
+	errs := make([]error, len(refs))
 	var wg sync.WaitGroup
-	errs := make(chan error, len(kinds))
-	for kind := range kinds {
-		v := &listedVersions{}
-		kinds[kind] = v
-		wg.Go(func() {
-			if err := v.list(ctx, r.meta, namespace, kind); err != nil {
-				errs <- err
-			}
-		})
+	for i, ref := range refs {
+		wg.Go(func() { served[i], errs[i] = r.versions.Get(ctx, namespace, ref) })
 	}
 	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	index := make(map[confighash.SourceRef]Version, len(refs))
+	for i, ref := range refs {
+		index[ref] = served[i]
 	}
 	deadline := time.Now().Add(catchUpTimeout)
 	return func(ref confighash.SourceRef) (confighash.Source, bool) {
-		listed := kinds[ref.Kind]
-		rv, ok := listed.versions[ref.Name]
-		if !ok {
-			return confighash.AbsentSource(ref), listed.complete
+		v := index[ref]
+		if !v.Exists {
+			return confighash.AbsentSource(ref), true
 		}
 		for {
-			if d, ok := r.cache.Lookup(namespace, ref); ok && atLeast(d.ResourceVersion, rv) {
+			if d, ok := r.cache.Lookup(namespace, ref); ok && atLeast(d.ResourceVersion, v.ResourceVersion) {
 				return d.Source, true
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
@@ -213,32 +204,6 @@ func (r *CachedReader) freshAsListed(ctx context.Context, namespace string, refs
 			time.Sleep(catchUpPoll)
 		}
 	}, nil
-}
-
-// listedVersions are the resourceVersions of the sources of one kind in a namespace,
-// by name, as a consistent read saw them.
-type listedVersions struct {
-	versions map[string]string
-	// complete is set when the list holds every source of the kind.
-	complete bool
-}
-
-func (v *listedVersions) list(ctx context.Context, meta metadata.Interface, namespace string, kind confighash.SourceKind) error {
-	opts := metav1.ListOptions{Limit: versionsPageSize} // no resourceVersion: a consistent read
-	resource := "configmaps"
-	if kind == confighash.Secret {
-		resource, opts.FieldSelector = "secrets", sourcecache.SecretFieldSelector
-	}
-	list, err := meta.Resource(corev1.SchemeGroupVersion.WithResource(resource)).Namespace(namespace).List(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("list %s versions: %w", resource, err)
-	}
-	v.versions = make(map[string]string, len(list.Items))
-	for _, item := range list.Items {
-		v.versions[item.Name] = item.ResourceVersion
-	}
-	v.complete = list.Continue == ""
-	return nil
 }
 
 // atLeast reports whether resourceVersion have is provably as new as want. Kubernetes

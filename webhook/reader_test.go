@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -78,7 +79,7 @@ func TestCachedReaderProvesTheCacheWithTheListedVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := NewCachedReader(sources, NewLiveReader(client, rec), meta, rec)
+	reader := NewCachedReader(sources, NewLiveReader(client, rec), NewVersions(meta, 5*time.Second), rec)
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}

@@ -59,6 +59,11 @@ type Options struct {
 	Dir string
 	// Detached lets the processes outlive the caller (make cluster-up).
 	Detached bool
+	// Large raises the controller-manager's client limits and workers, for thousands
+	// of workloads. Its defaults (20 requests per second, 5 Deployment workers) left
+	// 193 of 2,000 new Deployments unobserved after 5 minutes; raised, it competes for
+	// the CPU with everything else, which slows a small test down.
+	Large bool
 }
 
 // Cluster is a running control plane.
@@ -153,21 +158,22 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, c.startError("kube-apiserver", err)
 	}
 
-	if err := c.start("kube-controller-manager", filepath.Join(kube, "kube-controller-manager"),
-		"--kubeconfig="+c.Kubeconfig,
+	controllerManager := []string{
+		"--kubeconfig=" + c.Kubeconfig,
 		"--secure-port=0", "--leader-elect=false",
-		"--service-account-private-key-file="+c.path("sa.key"),
-		"--root-ca-file="+c.path("ca.crt"),
+		"--service-account-private-key-file=" + c.path("sa.key"),
+		"--root-ca-file=" + c.path("ca.crt"),
 		"--use-service-account-credentials=false",
 		// kwok's node heartbeats can lag on a loaded machine; the node lifecycle
 		// controller would then mark every pod not ready. It has nothing to do here.
 		"--controllers=*,-node-lifecycle-controller",
-		// Its default client limit (20 requests per second) and 5 Deployment workers
-		// leave thousands of new Deployments unobserved for minutes (193 of 2,000
-		// after 5 minutes); the benchmarks raise them as a large cluster would.
-		"--kube-api-qps=300", "--kube-api-burst=600", "--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20",
 		"--profiling=false",
-	); err != nil {
+	}
+	if opts.Large {
+		controllerManager = append(controllerManager, "--kube-api-qps=300", "--kube-api-burst=600",
+			"--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20")
+	}
+	if err := c.start("kube-controller-manager", filepath.Join(kube, "kube-controller-manager"), controllerManager...); err != nil {
 		return c, err
 	}
 	if err := c.start("kube-scheduler", filepath.Join(kube, "kube-scheduler"),

@@ -10,6 +10,10 @@ import (
 	"testing"
 )
 
+// LargeEnv, set to "true", makes Main start a control plane for thousands of workloads
+// (Options.Large).
+const LargeEnv = "CONFIGHASH_CLUSTER_LARGE"
+
 // SharedDirEnv names a directory holding a cluster started by `make cluster-up`; when
 // set, test packages use that cluster instead of starting their own.
 const SharedDirEnv = "CONFIGHASH_CLUSTER_DIR"
@@ -76,7 +80,7 @@ func startForTests(ctx context.Context) (c *Cluster, owned bool, err error) {
 		}
 		return c, false, nil
 	}
-	c, err = Start(ctx, Options{})
+	c, err = Start(ctx, Options{Large: os.Getenv(LargeEnv) == "true"})
 	return c, true, err
 }
 

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/confighash/confighash/tests/bench"
+	"github.com/confighash/confighash/tests/cluster"
 )
 
 // suite is one go test invocation that measures one or more scenarios.
@@ -44,6 +45,8 @@ type suite struct {
 	scenario bool
 	// command reproduces a suite that is not a scenario.
 	command string
+	// large starts the control plane for thousands of workloads (cluster.LargeEnv).
+	large bool
 }
 
 // suites is every suite, in the order they run: the quick ones first.
@@ -68,14 +71,19 @@ var suites = []suite{
 	scenarioSuite("mixed-kinds", "MixedKinds"),
 	scenarioSuite("restart", "Restart"),
 	scenarioSuite("admission", "Admission"),
-	scenarioSuite("many-namespaces", "ManyNamespaces"),
-	scenarioSuite("fan-out-2000", "FanOut2000"),
-	scenarioSuite("memory-at-rest", "MemoryAtRest"),
+	large(scenarioSuite("many-namespaces", "ManyNamespaces")),
+	large(scenarioSuite("fan-out-2000", "FanOut2000")),
+	large(scenarioSuite("memory-at-rest", "MemoryAtRest")),
 }
 
 func scenarioSuite(name, benchmark string) suite {
 	return suite{names: []string{name}, pkg: "./tests/e2e", scenario: true,
 		args: []string{"-test.bench", "^BenchmarkScenario" + benchmark + "$", "-test.benchtime", "1x", "-test.timeout", "2h"}}
+}
+
+func large(s suite) suite {
+	s.large = true
+	return s
 }
 
 func main() {
@@ -127,6 +135,9 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 			m.Date = start.UTC().Truncate(time.Second)
 			if !s.scenario {
 				describeMicro(&m, time.Since(start))
+			}
+			if s.large {
+				m.Notes = append(m.Notes, "The control plane's controller-manager runs with its client limits and workers raised (--kube-api-qps=300 --kube-api-burst=600 --concurrent-deployment-syncs=20 --concurrent-replicaset-syncs=20), as a cluster of this size needs.")
 			}
 			runDoc.put(m)
 		}
@@ -222,7 +233,7 @@ func (s suite) run(ctx context.Context, binary, tmp string, log io.Writer) ([]be
 	// The tests of the root package read testdata relative to it; the e2e tests, the
 	// manifests relative to theirs.
 	cmd.Dir = s.pkg
-	cmd.Env = append(os.Environ(), bench.OutEnv+"="+recorded)
+	cmd.Env = append(os.Environ(), bench.OutEnv+"="+recorded, fmt.Sprintf("%s=%t", cluster.LargeEnv, s.large))
 	var stdout bytes.Buffer
 	cmd.Stdout = io.MultiWriter(&stdout, log)
 	cmd.Stderr = log
