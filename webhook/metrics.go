@@ -14,6 +14,9 @@ type Recorder interface {
 	ObserveAdmission(kind, operation string, result Result, d time.Duration)
 	// SourceRead records where one source was read from: ReadFromCache or ReadFromLive.
 	SourceRead(kind confighash.SourceKind, from string)
+	// VersionRead records one GET of a source's current version, which proves the
+	// cache current for every admission that shares it.
+	VersionRead(kind confighash.SourceKind)
 	// BadRequest records a request refused before admission, by reason.
 	BadRequest(reason string)
 	// Panic records a recovered panic.
@@ -27,6 +30,7 @@ var _ Recorder = NoopRecorder{}
 
 func (NoopRecorder) ObserveAdmission(string, string, Result, time.Duration) {}
 func (NoopRecorder) SourceRead(confighash.SourceKind, string)               {}
+func (NoopRecorder) VersionRead(confighash.SourceKind)                      {}
 func (NoopRecorder) BadRequest(string)                                      {}
 func (NoopRecorder) Panic()                                                 {}
 
@@ -46,6 +50,7 @@ type PrometheusRecorder struct {
 	duration    *prometheus.HistogramVec
 	mutations   *prometheus.CounterVec
 	reads       *prometheus.CounterVec
+	versions    *prometheus.CounterVec
 	badRequests *prometheus.CounterVec
 	panics      prometheus.Counter
 }
@@ -68,6 +73,10 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "webhook", Name: "source_reads_total",
 			Help: "ConfigMaps and Secrets read during admission, by kind and where from: cache or live.",
 		}, []string{"kind", "from"}),
+		versions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "version_reads_total",
+			Help: "Consistent metadata-only GETs of a source's current version, sent to prove the cache current for a create or update; admissions that read the same source at the same time share one.",
+		}, []string{"kind"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "confighash", Subsystem: "webhook", Name: "bad_requests_total",
 			Help: "Requests refused before admission, by reason.",
@@ -77,7 +86,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Help: "Panics recovered while handling a request; the request was allowed unchanged.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.badRequests, r.panics} {
+	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.versions, r.badRequests, r.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -96,6 +105,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		for _, from := range []string{ReadFromCache, ReadFromLive} {
 			r.reads.WithLabelValues(string(k), from)
 		}
+		r.versions.WithLabelValues(string(k))
 	}
 	for _, reason := range badRequestReasons {
 		r.badRequests.WithLabelValues(reason)
@@ -110,6 +120,10 @@ func (r *PrometheusRecorder) ObserveAdmission(kind, operation string, result Res
 
 func (r *PrometheusRecorder) SourceRead(kind confighash.SourceKind, from string) {
 	r.reads.WithLabelValues(string(kind), from).Inc()
+}
+
+func (r *PrometheusRecorder) VersionRead(kind confighash.SourceKind) {
+	r.versions.WithLabelValues(string(kind)).Inc()
 }
 
 func (r *PrometheusRecorder) BadRequest(reason string) { r.badRequests.WithLabelValues(reason).Inc() }

@@ -79,7 +79,7 @@ func TestCachedReaderProvesTheCacheWithTheListedVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := NewCachedReader(sources, NewLiveReader(client, rec), NewVersions(meta, 5*time.Second), rec)
+	reader := NewCachedReader(sources, NewLiveReader(client, rec), NewVersions(meta, 5*time.Second, rec), rec)
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}

@@ -29,6 +29,7 @@ type Version struct {
 type Versions struct {
 	meta    metadata.Interface
 	timeout time.Duration
+	metrics Recorder
 
 	mu    sync.Mutex
 	calls map[versionKey]*versionCalls
@@ -50,8 +51,11 @@ type versionCall struct {
 
 // NewVersions returns a reader of versions through meta; a GET shared by several
 // admissions gives up after timeout.
-func NewVersions(meta metadata.Interface, timeout time.Duration) *Versions {
-	return &Versions{meta: meta, timeout: timeout, calls: map[versionKey]*versionCalls{}}
+func NewVersions(meta metadata.Interface, timeout time.Duration, metrics Recorder) *Versions {
+	if metrics == nil {
+		metrics = NoopRecorder{}
+	}
+	return &Versions{meta: meta, timeout: timeout, metrics: metrics, calls: map[versionKey]*versionCalls{}}
 }
 
 // Get returns the current version of the source, from a GET sent after Get was called.
@@ -105,6 +109,7 @@ func (v *Versions) send(key versionKey, call *versionCall) {
 }
 
 func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
+	v.metrics.VersionRead(key.ref.Kind)
 	resource := "configmaps"
 	if key.ref.Kind == confighash.Secret {
 		resource = "secrets"

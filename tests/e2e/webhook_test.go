@@ -312,7 +312,7 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 	created := createConfigMap(t, c, ns, "created", map[string]string{"k": "v"})
 
 	rec := &readCounter{}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, rec), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), 5*time.Second), rec)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, rec), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), 5*time.Second, rec), rec)
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}
