@@ -99,6 +99,7 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	only := fs.String("scenarios", "", "comma-separated scenarios to run; empty: all")
 	out := fs.String("out", "docs", "directory of benchmarks.json and benchmarks.md")
+	readme := fs.String("readme", "README.md", "README whose table of headline figures to update; empty: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -146,6 +147,11 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 		runDoc.Date = time.Now().UTC().Truncate(time.Second)
 		if err := write(*out, runDoc); err != nil {
 			return err
+		}
+		if *readme != "" {
+			if err := updateReadme(*readme, &runDoc.Run); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

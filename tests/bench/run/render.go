@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -192,4 +194,62 @@ func duration(seconds float64) string {
 		return fmt.Sprintf("%.0f s", seconds)
 	}
 	return fmt.Sprintf("%.0f min", seconds/60)
+}
+
+// headlines are the figures README shows, from the scenarios that measure them.
+var headlines = []struct {
+	scenario, what string
+	figures        []string
+}{
+	{"burst", "300 updates in 30 s to 10 ConfigMaps used by 10 Deployments", []string{"rollouts", "coalesced", "lost", "spurious", "latency p99"}},
+	{"restart", "watcher killed during a stream of updates", []string{"updates", "lost", "spurious"}},
+	{"fan-out-2000", "one ConfigMap used by 2,000 Deployments, touch rate raised", []string{"raised latency p50", "raised latency max"}},
+	{"memory-at-rest", "550 MiB of Secret and ConfigMap values, 2,000 workloads", []string{"all watcher RSS", "all webhook RSS"}},
+	{"admission", "1,000 creates, 16 in parallel, 5 sources each", []string{"added p50", "added p99"}},
+	{"BenchmarkChangeToRollout/fanout-1", "ConfigMap update to rollout, no debounce", []string{"p50-ms"}},
+}
+
+// readmeBlock renders the headline figures for README, between its bench markers.
+func readmeBlock(r *bench.Run) string {
+	var b strings.Builder
+	b.WriteString("| scenario | figures | goal met |\n|---|---|---|\n")
+	for _, h := range headlines {
+		i := slices.IndexFunc(r.Scenarios, func(s bench.Scenario) bool { return s.Name == h.scenario })
+		if i < 0 {
+			continue
+		}
+		s := r.Scenarios[i]
+		var figs []string
+		for _, name := range h.figures {
+			for _, f := range s.Figures {
+				if f.Name == name {
+					figs = append(figs, strings.TrimSuffix(strings.TrimSuffix(name, "-ms"), "-µs")+" "+value(f))
+				}
+			}
+		}
+		fmt.Fprintf(&b, "| [%s](docs/benchmarks.md#%s) | %s | %s |\n", h.what, anchor(s.Title), strings.Join(figs, ", "), metText(s.Met))
+	}
+	fmt.Fprintf(&b, "\n%s, %d cores; control plane on the same cores. From `make bench`, %s.\n", r.Machine.CPU, r.Machine.Cores, r.Date.Format("2006-01-02"))
+	return b.String()
+}
+
+// Markers around the block of README that make bench writes.
+const (
+	readmeBegin = "<!-- make bench writes this table -->\n"
+	readmeEnd   = "<!-- end of the table make bench writes -->\n"
+)
+
+// updateReadme replaces README's headline block.
+func updateReadme(path string, r *bench.Run) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	text := string(data)
+	begin, end := strings.Index(text, readmeBegin), strings.Index(text, readmeEnd)
+	if begin < 0 || end < begin {
+		return fmt.Errorf("%s has no block between %q and %q", path, strings.TrimSpace(readmeBegin), strings.TrimSpace(readmeEnd))
+	}
+	text = text[:begin+len(readmeBegin)] + readmeBlock(r) + text[end:]
+	return os.WriteFile(path, []byte(text), 0o644)
 }
