@@ -68,6 +68,20 @@ func createUsers(t testing.TB, c *cluster.Cluster, l *ledger, ns string, n int, 
 	}
 }
 
+// oneToOne starts the webhook, creates n ConfigMaps and n Deployments of 1 replica
+// each using one of them in a new namespace, starts the watcher, and returns the
+// namespace, the ledger watching the Deployments, and the watcher.
+func oneToOne(t testing.TB, c *cluster.Cluster, n int) (string, *ledger, *component) {
+	t.Helper()
+	startWebhook(t, c, benchLogLevel)
+	ns := labeledNamespace(t, c)
+	l := newLedger(t, c)
+	createUsers(t, c, l, ns, n, 1)
+	w := startBenchWatcher(t, c)
+	l.watch(t, confighash.Deployment)
+	return ns, l, w
+}
+
 // drive updates a ConfigMap that pick chooses every interval for d, each time to a
 // new value. It returns at the first failed update.
 func drive(ctx context.Context, c *cluster.Cluster, l *ledger, interval, d time.Duration, pick func() (ns, name string)) error {
@@ -116,12 +130,7 @@ func BenchmarkScenarioBurst(b *testing.B) {
 		Setup: "10 ConfigMaps, 10 Deployments of 1 replica, each using one ConfigMap (envFrom)",
 		Load:  "a random ConfigMap updated every 100 ms for 30 s",
 	}, func(s *bench.Scenario) {
-		startWebhook(b, c, benchLogLevel)
-		ns := labeledNamespace(b, c)
-		l := newLedger(b, c)
-		createUsers(b, c, l, ns, 10, 1)
-		startBenchWatcher(b, c)
-		l.watch(b, confighash.Deployment)
+		ns, l, _ := oneToOne(b, c, 10)
 		rng := rand.New(rand.NewPCG(1, 1))
 		mustDrive(b, c, l, 100*time.Millisecond, 30*time.Second, func() (string, string) { return ns, fmt.Sprintf("cm-%d", rng.IntN(10)) })
 		l.settle(2 * time.Minute)
@@ -136,12 +145,7 @@ func BenchmarkScenarioNoOp(b *testing.B) {
 		Setup: "10 ConfigMaps, 10 Deployments of 1 replica, each using one ConfigMap (envFrom)",
 		Load:  "a label of a random ConfigMap changed every 100 ms for 30 s; the data never changes",
 	}, func(s *bench.Scenario) {
-		startWebhook(b, c, benchLogLevel)
-		ns := labeledNamespace(b, c)
-		l := newLedger(b, c)
-		createUsers(b, c, l, ns, 10, 1)
-		w := startBenchWatcher(b, c)
-		l.watch(b, confighash.Deployment)
+		ns, l, w := oneToOne(b, c, 10)
 		rng := rand.New(rand.NewPCG(2, 2))
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -249,12 +253,7 @@ func BenchmarkScenarioRestart(b *testing.B) {
 		Setup: "20 ConfigMaps, 20 Deployments of 1 replica, each using one ConfigMap (envFrom)",
 		Load:  "a random ConfigMap updated every 200 ms for 40 s; at 10 s the leading watcher is killed (SIGKILL) and a new one started, which leads once the dead one's 15 s Lease expires",
 	}, func(s *bench.Scenario) {
-		startWebhook(b, c, benchLogLevel)
-		ns := labeledNamespace(b, c)
-		l := newLedger(b, c)
-		createUsers(b, c, l, ns, 20, 1)
-		first := startBenchWatcher(b, c)
-		l.watch(b, confighash.Deployment)
+		ns, l, first := oneToOne(b, c, 20)
 		rng := rand.New(rand.NewPCG(4, 4))
 		driven := make(chan error, 1)
 		go func() {
