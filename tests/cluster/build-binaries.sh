@@ -62,6 +62,22 @@ quiet() {
 	fi
 }
 
+# fetch CMD...: runs a step that downloads modules with a time limit, up to 5 times. A
+# connection to the module proxy can stall (seen here: a zip stuck at 0 bytes for 8
+# minutes, which curl then fetched in under a second); each attempt keeps what the
+# ones before it downloaded.
+fetch() {
+	local attempt status
+	for attempt in 1 2 3 4 5; do
+		# --foreground keeps the command in this process group, where Ctrl-C reaches it.
+		status=0
+		timeout --foreground 180 "$@" || status=$?
+		[[ $status -eq 124 ]] || return "$status" # done, or failed for another reason
+		echo "    $* did not finish in 3 minutes (attempt $attempt of 5)" >&2
+	done
+	return 1
+}
+
 # new_module DIR: an empty throwaway module to resolve and build one component in.
 new_module() {
 	mkdir -p "$1/src"
@@ -77,7 +93,7 @@ build_kubernetes() {
 	# Kubernetes requires its staging modules at v0.0.0 with replaces into ./staging;
 	# replaces do not apply to a dependency, so map each to its published version.
 	local info gomod mods
-	info="$(go mod download -json "k8s.io/kubernetes@$version")" || { echo "$info" >&2; return 1; }
+	info="$(fetch go mod download -json "k8s.io/kubernetes@$version")" || { echo "$info" >&2; return 1; }
 	gomod="$(sed -n 's/.*"GoMod": "\(.*\)",/\1/p' <<<"$info")"
 	mods="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod")" || return 1
 	for m in $mods; do
@@ -86,7 +102,7 @@ build_kubernetes() {
 	local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 	local pkgs=()
 	for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-	quiet go get "${pkgs[@]/%/@$version}" || return 1
+	quiet fetch go get "${pkgs[@]/%/@$version}" || return 1
 	CGO_ENABLED=0 go build -o "$out" \
 		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/client-go/pkg/version.gitVersion=$version" \
 		"${pkgs[@]}"
@@ -98,7 +114,7 @@ build_kubernetes() {
 build_main() {
 	local out="$1" version="$2" pkg="$3" binary="$4"
 	new_module "$out" && cd "$out/src" || return 1
-	quiet go get "$pkg@$version" || return 1
+	quiet fetch go get "$pkg@$version" || return 1
 	CGO_ENABLED=0 go build -o "$out/$binary" -ldflags "-s -w" "$pkg"
 }
 
