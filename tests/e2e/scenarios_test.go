@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -509,11 +510,18 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 			s.AddLatencies(round.name+" latency", o.latencies)
 			s.Add(round.name+" rolled", float64(len(o.latencies)), "count")
 			s.Add(round.name+" spurious", float64(o.spurious), "count")
-			for _, verb := range []string{"GET", "LIST", "WATCH", "CREATE", "UPDATE", "PATCH", "DELETE"} {
-				s.Add(round.name+" requests "+verb, after[verb]-before[verb], "count")
+			// Every verb the API server counted (POST is a create, PUT an update), and
+			// the requests the touches and the webhook's reads make.
+			var verbs []string
+			for k := range after {
+				if !strings.Contains(k, " ") && after[k] > before[k] {
+					verbs = append(verbs, k)
+				}
 			}
-			s.Add(round.name+" requests PATCH deployments", after["PATCH deployments"]-before["PATCH deployments"], "count")
-			s.Add(round.name+" requests GET configmaps", after["GET configmaps"]-before["GET configmaps"], "count")
+			slices.Sort(verbs)
+			for _, k := range append(verbs, "PATCH deployments", "GET configmaps", "POST replicasets") {
+				s.Add(round.name+" requests "+k, after[k]-before[k], "count")
+			}
 			last := bench.Quantile(o.latencies, 1)
 			spread := float64(n) / round.rate // the touch rate's floor on the last rollout
 			met = met && len(o.latencies) == n && o.spurious == 0 && o.lost == 0 && last.Seconds() >= 0.9*spread
@@ -522,6 +530,7 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 			}
 			w.stop(b)
 		}
+		s.Notes = append(s.Notes, "Each touch is an admission, and each rollout costs the Deployment controller a ReplicaSet and status writes, all on the same cores as the API server and etcd: the raised round is bounded by the machine, not by the touch rate.")
 		s.Judge(fmt.Sprintf("each Deployment rolls exactly once per update; at the default rate the touches are spread over about %d s (%d / %d per second), never faster; raised, all %d roll within 20 s",
 			n/defaultRate, n, defaultRate, n), met)
 	})
