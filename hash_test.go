@@ -211,8 +211,8 @@ func TestWebhookAndWatcherAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {
 		cms, secs, tmpl := randomWorld(rng)
-		policy, _ := ParsePolicy(map[string]string{AnnotationInject: "true"}, nil)
-		candidates := policy.Candidates(References(tmpl))
+		policy, _ := Vocabulary{}.ParsePolicy(map[string]string{AnnotationInject: "true"}, nil)
+		candidates := policy.Candidates(References(tmpl), nil)
 
 		full := map[SourceRef]Source{}
 		for _, cm := range cms {

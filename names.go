@@ -29,6 +29,9 @@ const (
 	AnnotationExcludeSecrets    = Domain + "/exclude-secrets"
 	// AnnotationSearch makes only sources that carry AnnotationMatch count.
 	AnnotationSearch = Domain + "/search"
+	// AnnotationPausePeriod holds further touches of a workload for this duration
+	// after one, so that the changes made meanwhile roll it once.
+	AnnotationPausePeriod = Domain + "/pause-period"
 
 	// AnnotationMatch on a ConfigMap or Secret makes it count for workloads in search mode.
 	AnnotationMatch = Domain + "/match"

@@ -2,30 +2,55 @@ package confighash
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Policy is what a workload's annotations say about which sources count.
 type Policy struct {
-	// Inject is set by AnnotationInject.
-	Inject bool
-	// Only restricts discovery in the pod template to one kind; empty allows both.
-	Only SourceKind
+	// OptOut is set by AnnotationInject or ReloaderAuto "false": it wins over every
+	// opt-in.
+	OptOut bool
+	// Discover holds the source kinds whose uses in the pod template count: both for
+	// AnnotationInject, an include list, ReloaderAuto or ReloaderSearch; one for a
+	// typed Reloader auto; narrowed by AnnotationOnly.
+	Discover map[SourceKind]bool
 	// Include lists sources to hash even if the pod template does not use them.
 	Include []SourceRef
+	// Patterns include the existing sources whose whole name matches one of them.
+	Patterns []NamePattern
 	// Exclude lists sources never to hash.
 	Exclude map[SourceRef]bool
-	// Search makes only sources that carry AnnotationMatch count.
+	// Search makes only the discovered sources that carry a match annotation count.
 	Search bool
+	// PausePeriod holds further touches of the workload for this long after one, so
+	// that the changes made meanwhile roll it once.
+	PausePeriod time.Duration
+
+	reloader bool // read the sources' Reloader annotations too
 }
 
-// Enabled reports whether the workload opted in, by AnnotationInject or by naming
-// sources to include.
-func (p Policy) Enabled() bool { return p.Inject || len(p.Include) > 0 }
+// NamePattern is a regular expression that must match a source's whole name.
+type NamePattern struct {
+	Kind SourceKind
+	Expr *regexp.Regexp
+}
+
+// Matches reports whether the pattern matches the source.
+func (p NamePattern) Matches(ref SourceRef) bool {
+	return p.Kind == ref.Kind && p.Expr.MatchString(ref.Name)
+}
+
+// Enabled reports whether the workload opted in and did not opt out.
+func (p Policy) Enabled() bool {
+	return !p.OptOut && (len(p.Discover) > 0 || len(p.Include) > 0 || len(p.Patterns) > 0)
+}
 
 // Problem is a bad annotation value. The annotation is ignored; every other setting
 // still applies. Adapters surface it as an admission warning or an Event.
@@ -46,108 +71,239 @@ func (p Problem) Error() string {
 // ParsePolicy reads the policy from a workload's annotations. Each annotation is read
 // from the workload's metadata, or else from its pod template. Bad values are returned
 // as problems and ignored, one by one: a bad list entry does not drop the valid ones.
-func ParsePolicy(metadata, template map[string]string) (Policy, []Problem) {
-	p := Policy{Exclude: map[SourceRef]bool{}}
-	var problems []Problem
-	get := func(name string) (string, bool) {
-		if v, ok := metadata[name]; ok {
-			return v, true
-		}
-		v, ok := template[name]
-		return v, ok
-	}
-	boolean := func(name string) bool {
-		v, ok := get(name)
-		if !ok {
-			return false
-		}
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			problems = append(problems, Problem{name, v, `want "true" or "false"`})
-		}
-		return b
-	}
-	names := func(name string, kind SourceKind) []SourceRef {
-		v, ok := get(name)
-		if !ok {
-			return nil
-		}
-		refs, bad := parseNames(name, v, kind)
-		problems = append(problems, bad...)
-		return refs
-	}
+func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, []Problem) {
+	r := policyReader{metadata: metadata, template: template}
+	p := Policy{Discover: map[SourceKind]bool{}, Exclude: map[SourceRef]bool{}, reloader: v.Reloader}
 
-	p.Inject = boolean(AnnotationInject)
-	p.Search = boolean(AnnotationSearch)
-	if v, ok := get(AnnotationOnly); ok {
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "configmaps":
-			p.Only = ConfigMap
-		case "secrets":
-			p.Only = Secret
-		default:
-			problems = append(problems, Problem{AnnotationOnly, v, `want "configmaps" or "secrets"; both kinds count`})
+	inject, injectSet := r.boolean(AnnotationInject)
+	includeCM := r.names(AnnotationIncludeConfigMaps, ConfigMap)
+	includeSecrets := r.names(AnnotationIncludeSecrets, Secret)
+	p.Include = append(includeCM, includeSecrets...)
+	all := inject || len(p.Include) > 0
+	p.OptOut = injectSet && !inject
+	p.Search, _ = r.boolean(AnnotationSearch)
+	for _, ref := range append(r.names(AnnotationExcludeConfigMaps, ConfigMap), r.names(AnnotationExcludeSecrets, Secret)...) {
+		p.Exclude[ref] = true
+	}
+	p.PausePeriod = r.duration(AnnotationPausePeriod)
+
+	if v.Reloader {
+		auto, autoSet := r.boolean(ReloaderAuto)
+		search, _ := r.boolean(ReloaderSearch)
+		configMaps, _ := r.boolean(ReloaderConfigMapAuto)
+		secrets, _ := r.boolean(ReloaderSecretAuto)
+		p.OptOut = p.OptOut || autoSet && !auto
+		all = all || auto || search
+		p.Search = p.Search || search
+		p.Discover[ConfigMap] = configMaps
+		p.Discover[Secret] = secrets
+		for _, l := range []struct {
+			annotation string
+			kind       SourceKind
+		}{{ReloaderConfigMapReload, ConfigMap}, {ReloaderSecretReload, Secret}} {
+			refs, patterns := r.patterns(l.annotation, l.kind)
+			p.Include = append(p.Include, refs...)
+			p.Patterns = append(p.Patterns, patterns...)
+		}
+		for _, ref := range append(r.names(ReloaderConfigMapExclude, ConfigMap), r.names(ReloaderSecretExclude, Secret)...) {
+			p.Exclude[ref] = true
+		}
+		if p.PausePeriod == 0 {
+			p.PausePeriod = r.duration(ReloaderPausePeriod)
+		}
+		for _, u := range reloaderUnsupported {
+			if value, ok := r.get(u.annotation); ok {
+				r.problem(u.annotation, value, "has no confighash equivalent and is ignored: "+u.reason)
+			}
 		}
 	}
-	p.Include = append(names(AnnotationIncludeConfigMaps, ConfigMap), names(AnnotationIncludeSecrets, Secret)...)
-	for _, r := range append(names(AnnotationExcludeConfigMaps, ConfigMap), names(AnnotationExcludeSecrets, Secret)...) {
-		p.Exclude[r] = true
+	if all {
+		p.Discover[ConfigMap], p.Discover[Secret] = true, true
 	}
-	return p, problems
+	if only, ok := r.only(); ok {
+		for kind := range p.Discover {
+			p.Discover[kind] = p.Discover[kind] && kind == only
+		}
+	}
+	maps.DeleteFunc(p.Discover, func(_ SourceKind, on bool) bool { return !on })
+	slices.SortFunc(p.Include, func(a, b SourceRef) int { return a.compare(b) })
+	p.Include = slices.Compact(p.Include)
+	return p, r.problems
 }
 
-// parseNames parses a comma-separated list of object names of one kind.
-func parseNames(annotation, value string, kind SourceKind) ([]SourceRef, []Problem) {
+// policyReader reads a workload's annotations and collects their problems.
+type policyReader struct {
+	metadata, template map[string]string
+	problems           []Problem
+}
+
+func (r *policyReader) get(name string) (string, bool) {
+	if v, ok := r.metadata[name]; ok {
+		return v, true
+	}
+	v, ok := r.template[name]
+	return v, ok
+}
+
+func (r *policyReader) problem(annotation, value, reason string) {
+	r.problems = append(r.problems, Problem{annotation, value, reason})
+}
+
+// boolean returns the annotation's value, and whether it is set to a valid one.
+func (r *policyReader) boolean(name string) (value, set bool) {
+	v, ok := r.get(name)
+	if !ok {
+		return false, false
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		r.problem(name, v, `want "true" or "false"`)
+		return false, false
+	}
+	return b, true
+}
+
+func (r *policyReader) only() (SourceKind, bool) {
+	v, ok := r.get(AnnotationOnly)
+	if !ok {
+		return "", false
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "configmaps":
+		return ConfigMap, true
+	case "secrets":
+		return Secret, true
+	}
+	r.problem(AnnotationOnly, v, `want "configmaps" or "secrets"; both kinds count`)
+	return "", false
+}
+
+func (r *policyReader) duration(name string) time.Duration {
+	v, ok := r.get(name)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < 0 {
+		r.problem(name, v, `want a duration such as "5m"`)
+		return 0
+	}
+	return d
+}
+
+// names parses a comma-separated list of object names of one kind.
+func (r *policyReader) names(annotation string, kind SourceKind) []SourceRef {
+	value, ok := r.get(annotation)
+	if !ok {
+		return nil
+	}
 	var refs []SourceRef
-	var problems []Problem
+	bad := false
 	for _, field := range strings.Split(value, ",") {
 		name := strings.TrimSpace(field)
 		switch {
 		case name == "":
 			continue
 		case strings.Contains(name, "/"):
-			problems = append(problems, Problem{annotation, name, "references are same-namespace only; a namespace/name is never read"})
+			r.problem(annotation, name, "references are same-namespace only; a namespace/name is never read")
 		case len(validation.IsDNS1123Subdomain(name)) > 0:
-			problems = append(problems, Problem{annotation, name, "not a valid object name"})
+			r.problem(annotation, name, "not a valid object name")
 		default:
 			refs = append(refs, SourceRef{kind, name})
+			continue
+		}
+		bad = true
+	}
+	if len(refs) == 0 && !bad {
+		r.problem(annotation, value, "empty list")
+	}
+	return refs
+}
+
+// patterns parses a Reloader list, whose entries are regular expressions anchored at
+// both ends. An entry without any regular expression syntax is a plain name: the
+// common case, that needs no listing of the namespace.
+func (r *policyReader) patterns(annotation string, kind SourceKind) ([]SourceRef, []NamePattern) {
+	value, ok := r.get(annotation)
+	if !ok {
+		return nil, nil
+	}
+	var refs []SourceRef
+	var patterns []NamePattern
+	for _, field := range strings.Split(value, ",") {
+		entry := strings.TrimSpace(field)
+		switch {
+		case entry == "":
+			continue
+		case regexp.QuoteMeta(entry) == entry && strings.Contains(entry, "/"):
+			r.problem(annotation, entry, "references are same-namespace only; a namespace/name is never read")
+		case regexp.QuoteMeta(entry) == entry && len(validation.IsDNS1123Subdomain(entry)) > 0:
+			r.problem(annotation, entry, "not a valid object name")
+		case regexp.QuoteMeta(entry) == entry:
+			refs = append(refs, SourceRef{kind, entry})
+		default:
+			expr, err := regexp.Compile("^(?:" + entry + ")$")
+			if err != nil {
+				r.problem(annotation, entry, "not a valid regular expression: "+err.Error())
+				continue
+			}
+			patterns = append(patterns, NamePattern{kind, expr})
 		}
 	}
-	if len(refs) == 0 && len(problems) == 0 {
-		problems = append(problems, Problem{annotation, value, "empty list"})
-	}
-	return refs, problems
+	return refs, patterns
 }
 
 // Candidates returns the sources that may count for the workload: the pod template's
-// references of the kinds Only allows, plus the included sources (whole objects,
-// optional unless the pod template requires them), minus the excluded ones. Whether a
-// candidate counts also depends on its own annotations: see Counts.
-func (p Policy) Candidates(refs []Reference) []Reference {
+// references of the kinds it discovers, plus the included sources (whole objects,
+// optional unless the pod template requires them), minus the excluded ones. names are
+// the sources the patterns are matched against: those that exist in the namespace,
+// and those in the workload's record, so that a deleted one stays as absent; nil when
+// the policy has no patterns. Whether a candidate counts also depends on its own
+// annotations: see Observe.
+func (p Policy) Candidates(refs []Reference, names []SourceRef) []Reference {
 	out := make([]Reference, 0, len(refs)+len(p.Include))
 	for _, r := range refs {
-		if (p.Only == "" || p.Only == r.Kind) && !p.Exclude[r.SourceRef] {
+		if p.Discover[r.Kind] && !p.Exclude[r.SourceRef] {
 			out = append(out, r)
 		}
 	}
-	for _, inc := range p.Include {
+	include := func(inc SourceRef) {
 		if p.Exclude[inc] {
-			continue
+			return
 		}
 		i, found := slices.BinarySearchFunc(out, inc, func(r Reference, t SourceRef) int { return r.compare(t) })
-		if found {
-			out[i].AllKeys, out[i].Keys = true, nil
-			continue
+		switch {
+		case found && out[i].Named:
+		case found:
+			out[i].AllKeys, out[i].Keys, out[i].Named = true, nil, true
+		default:
+			// Optional unless the pod template requires it.
+			optional := true
+			if j, used := slices.BinarySearchFunc(refs, inc, func(r Reference, t SourceRef) int { return r.compare(t) }); used {
+				optional = refs[j].Optional
+			}
+			out = slices.Insert(out, i, Reference{SourceRef: inc, AllKeys: true, Optional: optional, Named: true})
 		}
-		out = slices.Insert(out, i, Reference{SourceRef: inc, AllKeys: true, Optional: true})
+	}
+	for _, inc := range p.Include {
+		include(inc)
+	}
+	for _, name := range names {
+		if slices.ContainsFunc(p.Patterns, func(pat NamePattern) bool { return pat.Matches(name) }) {
+			include(name)
+		}
 	}
 	return out
 }
 
-// Counts reports whether an existing source counts: never when it carries
-// AnnotationIgnore, and in search mode only when it carries AnnotationMatch.
-func (p Policy) Counts(src Source) bool {
-	return !src.Ignore && (!p.Search || src.Match)
+// counts reports whether an existing source counts for the workload: never when it
+// is ignored, and in search mode only when it matches or the workload names it.
+func (p Policy) counts(ref Reference, src Source) bool {
+	ignore, match := src.Ignore, src.Match
+	if p.reloader {
+		ignore, match = ignore || src.ReloaderIgnore, match || src.ReloaderMatch
+	}
+	return !ignore && (!p.Search || match || ref.Named)
 }
 
 func isTrue(v string) bool {

@@ -2,9 +2,14 @@ package confighash
 
 import (
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
+
+// both is the Discover of an opt-in to every used source.
+var both = map[SourceKind]bool{ConfigMap: true, Secret: true}
 
 func TestParsePolicy(t *testing.T) {
 	tests := []struct {
@@ -17,103 +22,226 @@ func TestParsePolicy(t *testing.T) {
 		{
 			"no annotations: not enabled",
 			nil, nil,
-			Policy{Exclude: map[SourceRef]bool{}}, nil,
+			Policy{}, nil,
 		},
 		{
 			"inject on the metadata opts in",
 			map[string]string{AnnotationInject: "true"}, nil,
-			Policy{Inject: true, Exclude: map[SourceRef]bool{}}, nil,
+			Policy{Discover: both}, nil,
 		},
 		{
 			"inject on the pod template opts in",
 			nil, map[string]string{AnnotationInject: "true"},
-			Policy{Inject: true, Exclude: map[SourceRef]bool{}}, nil,
+			Policy{Discover: both}, nil,
 		},
 		{
-			"the metadata wins over the pod template",
+			"the metadata wins over the pod template, and false opts out",
 			map[string]string{AnnotationInject: "false"}, map[string]string{AnnotationInject: "true"},
-			Policy{Exclude: map[SourceRef]bool{}}, nil,
+			Policy{OptOut: true}, nil,
 		},
 		{
 			"only configmaps, any case and spacing",
 			map[string]string{AnnotationInject: "true", AnnotationOnly: " ConfigMaps "}, nil,
-			Policy{Inject: true, Only: ConfigMap, Exclude: map[SourceRef]bool{}}, nil,
+			Policy{Discover: map[SourceKind]bool{ConfigMap: true}}, nil,
 		},
 		{
 			"only secrets",
 			map[string]string{AnnotationInject: "true", AnnotationOnly: "secrets"}, nil,
-			Policy{Inject: true, Only: Secret, Exclude: map[SourceRef]bool{}}, nil,
+			Policy{Discover: map[SourceKind]bool{Secret: true}}, nil,
 		},
 		{
-			"include lists of both kinds, with spaces and an empty field",
+			"include lists of both kinds, with spaces and an empty field, opt in",
 			map[string]string{AnnotationIncludeConfigMaps: "a, b,", AnnotationIncludeSecrets: "s"}, nil,
-			Policy{Include: []SourceRef{{ConfigMap, "a"}, {ConfigMap, "b"}, {Secret, "s"}}, Exclude: map[SourceRef]bool{}}, nil,
+			Policy{Discover: both, Include: []SourceRef{{ConfigMap, "a"}, {ConfigMap, "b"}, {Secret, "s"}}}, nil,
 		},
 		{
-			"exclude lists of both kinds, and search",
-			map[string]string{AnnotationInject: "true", AnnotationExcludeConfigMaps: "a", AnnotationExcludeSecrets: "s,t", AnnotationSearch: "true"}, nil,
-			Policy{Inject: true, Search: true, Exclude: map[SourceRef]bool{{ConfigMap, "a"}: true, {Secret, "s"}: true, {Secret, "t"}: true}}, nil,
+			"exclude lists of both kinds, search and a pause period",
+			map[string]string{AnnotationInject: "true", AnnotationExcludeConfigMaps: "a", AnnotationExcludeSecrets: "s,t", AnnotationSearch: "true", AnnotationPausePeriod: "90s"}, nil,
+			Policy{Discover: both, Search: true, PausePeriod: 90 * time.Second, Exclude: map[SourceRef]bool{{ConfigMap, "a"}: true, {Secret, "s"}: true, {Secret, "t"}: true}}, nil,
 		},
 		{
 			"a bad inject value is a problem and does not opt in",
 			map[string]string{AnnotationInject: "yes please"}, nil,
-			Policy{Exclude: map[SourceRef]bool{}}, []string{`confighash.dev/inject="yes please": want "true" or "false"`},
+			Policy{}, []string{`confighash.dev/inject="yes please": want "true" or "false"`},
 		},
 		{
 			"a bad inject value does not drop an include that opts in by itself",
 			map[string]string{AnnotationInject: "maybe", AnnotationIncludeSecrets: "s"}, nil,
-			Policy{Include: []SourceRef{{Secret, "s"}}, Exclude: map[SourceRef]bool{}}, []string{"confighash.dev/inject"},
+			Policy{Discover: both, Include: []SourceRef{{Secret, "s"}}}, []string{"confighash.dev/inject"},
 		},
 		{
 			"an unknown only value is a problem and both kinds count",
 			map[string]string{AnnotationInject: "true", AnnotationOnly: "pods"}, nil,
-			Policy{Inject: true, Exclude: map[SourceRef]bool{}}, []string{`confighash.dev/only="pods"`},
+			Policy{Discover: both}, []string{`confighash.dev/only="pods"`},
 		},
 		{
 			"an empty list is a problem",
 			map[string]string{AnnotationInject: "true", AnnotationExcludeSecrets: " , "}, nil,
-			Policy{Inject: true, Exclude: map[SourceRef]bool{}}, []string{`confighash.dev/exclude-secrets=" , ": empty list`},
+			Policy{Discover: both}, []string{`confighash.dev/exclude-secrets=" , ": empty list`},
 		},
 		{
 			"a cross-namespace name is a problem; the valid names stay",
 			map[string]string{AnnotationIncludeConfigMaps: "good,other/cm"}, nil,
-			Policy{Include: []SourceRef{{ConfigMap, "good"}}, Exclude: map[SourceRef]bool{}}, []string{`"other/cm": references are same-namespace only`},
+			Policy{Discover: both, Include: []SourceRef{{ConfigMap, "good"}}}, []string{`"other/cm": references are same-namespace only`},
 		},
 		{
 			"an invalid name is a problem; the valid names stay",
 			map[string]string{AnnotationInject: "true", AnnotationExcludeConfigMaps: "Bad_Name,ok"}, nil,
-			Policy{Inject: true, Exclude: map[SourceRef]bool{{ConfigMap, "ok"}: true}}, []string{`"Bad_Name": not a valid object name`},
+			Policy{Discover: both, Exclude: map[SourceRef]bool{{ConfigMap, "ok"}: true}}, []string{`"Bad_Name": not a valid object name`},
 		},
 		{
 			"a bad search value is a problem and search stays off",
 			map[string]string{AnnotationInject: "true", AnnotationSearch: "on"}, nil,
-			Policy{Inject: true, Exclude: map[SourceRef]bool{}}, []string{"confighash.dev/search"},
+			Policy{Discover: both}, []string{"confighash.dev/search"},
+		},
+		{
+			"a bad pause period is a problem",
+			map[string]string{AnnotationInject: "true", AnnotationPausePeriod: "-5m"}, nil,
+			Policy{Discover: both}, []string{`confighash.dev/pause-period="-5m": want a duration`},
+		},
+		{
+			"Reloader's annotations are not read unless asked for",
+			map[string]string{ReloaderAuto: "true"}, nil,
+			Policy{}, nil,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, problems := ParsePolicy(tt.metadata, tt.template)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("ParsePolicy() = %+v, want %+v", got, tt.want)
-			}
-			if len(problems) != len(tt.problems) {
-				t.Fatalf("problems = %v, want %d matching %q", problems, len(tt.problems), tt.problems)
-			}
-			for i, want := range tt.problems {
-				if !strings.Contains(problems[i].Error(), want) {
-					t.Fatalf("problem %d = %q, want it to contain %q", i, problems[i].Error(), want)
-				}
-			}
+			checkPolicy(t, Vocabulary{}, tt.metadata, tt.template, tt.want, tt.problems)
+		})
+	}
+}
+
+// checkPolicy parses the annotations and compares the policy and its problems.
+func checkPolicy(t *testing.T, v Vocabulary, metadata, template map[string]string, want Policy, problems []string) {
+	t.Helper()
+	got, gotProblems := v.ParsePolicy(metadata, template)
+	if want.Discover == nil {
+		want.Discover = map[SourceKind]bool{}
+	}
+	if want.Exclude == nil {
+		want.Exclude = map[SourceRef]bool{}
+	}
+	want.reloader = v.Reloader
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ParsePolicy() = %+v, want %+v", got, want)
+	}
+	if len(gotProblems) != len(problems) {
+		t.Fatalf("problems = %v, want %d matching %q", gotProblems, len(problems), problems)
+	}
+	for i, w := range problems {
+		if !strings.Contains(gotProblems[i].Error(), w) {
+			t.Fatalf("problem %d = %q, want it to contain %q", i, gotProblems[i].Error(), w)
+		}
+	}
+}
+
+// TestReloaderAliases: Reloader's annotations, as its documentation describes them,
+// read into the same policy as confighash's own.
+func TestReloaderAliases(t *testing.T) {
+	pattern := func(kind SourceKind, expr string) NamePattern {
+		return NamePattern{kind, regexp.MustCompile("^(?:" + expr + ")$")}
+	}
+	tests := []struct {
+		name     string
+		metadata map[string]string
+		template map[string]string
+		want     Policy
+		problems []string
+	}{
+		{
+			"auto opts in to every used source",
+			map[string]string{ReloaderAuto: "true"}, nil,
+			Policy{Discover: both}, nil,
+		},
+		{
+			"auto on the pod template",
+			nil, map[string]string{ReloaderAuto: "true"},
+			Policy{Discover: both}, nil,
+		},
+		{
+			"auto false opts out, winning over confighash's inject and Reloader's named list",
+			map[string]string{ReloaderAuto: "false", AnnotationInject: "true", ReloaderConfigMapReload: "app"}, nil,
+			Policy{OptOut: true, Discover: both, Include: []SourceRef{{ConfigMap, "app"}}}, nil,
+		},
+		{
+			"typed auto opts in for its kind only",
+			map[string]string{ReloaderConfigMapAuto: "true"}, nil,
+			Policy{Discover: map[SourceKind]bool{ConfigMap: true}}, nil,
+		},
+		{
+			"both typed autos",
+			map[string]string{ReloaderConfigMapAuto: "true", ReloaderSecretAuto: "true"}, nil,
+			Policy{Discover: both}, nil,
+		},
+		{
+			"named lists include without discovering, plain names stay names",
+			map[string]string{ReloaderConfigMapReload: "app-config, shared", ReloaderSecretReload: "db"}, nil,
+			Policy{Include: []SourceRef{{ConfigMap, "app-config"}, {ConfigMap, "shared"}, {Secret, "db"}}}, nil,
+		},
+		{
+			"an entry with regular expression syntax is a pattern",
+			map[string]string{ReloaderConfigMapReload: "app-.*,fixed", ReloaderSecretReload: "db.example.com"}, nil,
+			Policy{Include: []SourceRef{{ConfigMap, "fixed"}}, Patterns: []NamePattern{pattern(ConfigMap, "app-.*"), pattern(Secret, "db.example.com")}}, nil,
+		},
+		{
+			"an invalid regular expression is a problem; the rest applies",
+			map[string]string{ReloaderSecretReload: "db-(, api"}, nil,
+			Policy{Include: []SourceRef{{Secret, "api"}}}, []string{`"db-(": not a valid regular expression`},
+		},
+		{
+			"exclude lists",
+			map[string]string{ReloaderAuto: "true", ReloaderConfigMapExclude: "big", ReloaderSecretExclude: "tls"}, nil,
+			Policy{Discover: both, Exclude: map[SourceRef]bool{{ConfigMap, "big"}: true, {Secret, "tls"}: true}}, nil,
+		},
+		{
+			"search opts in, counting only matching sources",
+			map[string]string{ReloaderSearch: "true"}, nil,
+			Policy{Discover: both, Search: true}, nil,
+		},
+		{
+			"pause period, confighash's winning",
+			map[string]string{ReloaderAuto: "true", ReloaderPausePeriod: "5m"}, map[string]string{AnnotationPausePeriod: "1m"},
+			Policy{Discover: both, PausePeriod: time.Minute}, nil,
+		},
+		{
+			"Reloader's pause period",
+			map[string]string{ReloaderAuto: "true", ReloaderPausePeriod: "5m"}, nil,
+			Policy{Discover: both, PausePeriod: 5 * time.Minute}, nil,
+		},
+		{
+			"an annotation without equivalent is a problem, the rest applies",
+			map[string]string{ReloaderAuto: "true", "reloader.stakater.com/rollout-strategy": "restart"}, nil,
+			Policy{Discover: both}, []string{"rollout-strategy=\"restart\": has no confighash equivalent"},
+		},
+		{
+			"only narrows a typed auto",
+			map[string]string{ReloaderConfigMapAuto: "true", AnnotationOnly: "secrets"}, nil,
+			Policy{}, nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkPolicy(t, Vocabulary{Reloader: true}, tt.metadata, tt.template, tt.want, tt.problems)
 		})
 	}
 }
 
 func TestEnabled(t *testing.T) {
-	if (Policy{}).Enabled() {
-		t.Fatal("an empty policy is enabled")
+	tests := []struct {
+		policy Policy
+		want   bool
+	}{
+		{Policy{}, false},
+		{Policy{Discover: both}, true},
+		{Policy{Include: []SourceRef{{Secret, "s"}}}, true},
+		{Policy{Patterns: []NamePattern{{Secret, regexp.MustCompile("s.*")}}}, true},
+		{Policy{OptOut: true, Discover: both, Include: []SourceRef{{Secret, "s"}}}, false},
 	}
-	if !(Policy{Inject: true}).Enabled() || !(Policy{Include: []SourceRef{{Secret, "s"}}}).Enabled() {
-		t.Fatal("inject or an include does not enable")
+	for _, tt := range tests {
+		if got := tt.policy.Enabled(); got != tt.want {
+			t.Errorf("%+v.Enabled() = %v, want %v", tt.policy, got, tt.want)
+		}
 	}
 }
 
@@ -130,40 +258,58 @@ func TestCandidates(t *testing.T) {
 		{SourceRef: SourceRef{ConfigMap, "c"}, AllKeys: true, Optional: true},
 		{SourceRef: SourceRef{Secret, "s"}, AllKeys: true},
 	}
+	named := func(kind SourceKind, name string) Reference {
+		return Reference{SourceRef: SourceRef{kind, name}, AllKeys: true, Optional: true, Named: true}
+	}
+	configMaps := map[SourceKind]bool{ConfigMap: true}
 	tests := []struct {
 		name   string
 		policy Policy
+		names  []SourceRef
 		want   []Reference
 	}{
-		{"every reference is a candidate by default", Policy{Inject: true}, refs},
-		{"only configmaps drops secrets", Policy{Inject: true, Only: ConfigMap}, refs[:2]},
-		{"only secrets drops configmaps", Policy{Inject: true, Only: Secret}, refs[2:]},
-		{"exclude drops the named source", Policy{Inject: true, Exclude: map[SourceRef]bool{{ConfigMap, "c"}: true}}, []Reference{refs[0], refs[2]}},
+		{"every reference is a candidate when both kinds are discovered", Policy{Discover: both}, nil, refs},
+		{"discovering configmaps drops secrets", Policy{Discover: configMaps}, nil, refs[:2]},
+		{"discovering secrets drops configmaps", Policy{Discover: map[SourceKind]bool{Secret: true}}, nil, refs[2:]},
+		{"exclude drops the named source", Policy{Discover: both, Exclude: map[SourceRef]bool{{ConfigMap, "c"}: true}}, nil, []Reference{refs[0], refs[2]}},
 		{
 			"an include adds a whole, optional source in order",
-			Policy{Include: []SourceRef{{ConfigMap, "b"}}},
-			[]Reference{refs[0], {SourceRef: SourceRef{ConfigMap, "b"}, AllKeys: true, Optional: true}, refs[1], refs[2]},
+			Policy{Discover: both, Include: []SourceRef{{ConfigMap, "b"}}}, nil,
+			[]Reference{refs[0], named(ConfigMap, "b"), refs[1], refs[2]},
 		},
 		{
 			"an include of a used source takes all its keys and keeps it required",
-			Policy{Include: []SourceRef{{ConfigMap, "a"}}},
-			[]Reference{{SourceRef: SourceRef{ConfigMap, "a"}, AllKeys: true}, refs[1], refs[2]},
+			Policy{Discover: both, Include: []SourceRef{{ConfigMap, "a"}}}, nil,
+			[]Reference{{SourceRef: SourceRef{ConfigMap, "a"}, AllKeys: true, Named: true}, refs[1], refs[2]},
 		},
 		{
-			"an include is not subject to only",
-			Policy{Only: Secret, Include: []SourceRef{{ConfigMap, "x"}}},
-			[]Reference{{SourceRef: SourceRef{ConfigMap, "x"}, AllKeys: true, Optional: true}, refs[2]},
+			"an include alone discovers nothing else",
+			Policy{Include: []SourceRef{{Secret, "s"}}}, nil,
+			[]Reference{{SourceRef: SourceRef{Secret, "s"}, AllKeys: true, Named: true}},
+		},
+		{
+			"an include is not subject to the kinds discovered",
+			Policy{Discover: map[SourceKind]bool{Secret: true}, Include: []SourceRef{{ConfigMap, "x"}}}, nil,
+			[]Reference{named(ConfigMap, "x"), refs[2]},
 		},
 		{
 			"exclude wins over include",
-			Policy{Include: []SourceRef{{Secret, "t"}}, Exclude: map[SourceRef]bool{{Secret, "t"}: true}},
+			Policy{Discover: both, Include: []SourceRef{{Secret, "t"}}, Exclude: map[SourceRef]bool{{Secret, "t"}: true}}, nil,
 			refs,
+		},
+		{
+			"patterns include the names they match whole, of their kind, once",
+			Policy{Include: []SourceRef{{ConfigMap, "app-1"}}, Patterns: []NamePattern{
+				{ConfigMap, regexp.MustCompile("^(?:app-.*)$")}, {ConfigMap, regexp.MustCompile("^(?:app-[0-9])$")},
+			}},
+			[]SourceRef{{ConfigMap, "app-1"}, {ConfigMap, "app-2"}, {ConfigMap, "my-app-3"}, {Secret, "app-4"}},
+			[]Reference{named(ConfigMap, "app-1"), named(ConfigMap, "app-2")},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := append([]Reference(nil), refs...)
-			if got := tt.policy.Candidates(in); !reflect.DeepEqual(got, tt.want) {
+			if got := tt.policy.Candidates(in, tt.names); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("Candidates() =\n %+v\nwant\n %+v", got, tt.want)
 			}
 		})
@@ -171,40 +317,52 @@ func TestCandidates(t *testing.T) {
 }
 
 func TestCounts(t *testing.T) {
+	used := Reference{SourceRef: SourceRef{ConfigMap, "a"}, AllKeys: true}
+	named := Reference{SourceRef: SourceRef{ConfigMap, "a"}, AllKeys: true, Named: true}
 	tests := []struct {
 		name   string
-		search bool
+		policy Policy
+		ref    Reference
 		src    Source
 		want   bool
 	}{
-		{"a plain source counts", false, Source{Present: true}, true},
-		{"an ignored source never counts", false, Source{Present: true, Ignore: true}, false},
-		{"in search mode a source without match does not count", true, Source{Present: true}, false},
-		{"in search mode a matching source counts", true, Source{Present: true, Match: true}, true},
-		{"ignore wins over match", true, Source{Present: true, Match: true, Ignore: true}, false},
+		{"a plain source counts", Policy{}, used, Source{Present: true}, true},
+		{"an ignored source never counts", Policy{}, used, Source{Present: true, Ignore: true}, false},
+		{"an ignored named source never counts", Policy{}, named, Source{Present: true, Ignore: true}, false},
+		{"in search mode a source without match does not count", Policy{Search: true}, used, Source{Present: true}, false},
+		{"in search mode a matching source counts", Policy{Search: true}, used, Source{Present: true, Match: true}, true},
+		{"in search mode a named source counts without match", Policy{Search: true}, named, Source{Present: true}, true},
+		{"ignore wins over match", Policy{Search: true}, used, Source{Present: true, Match: true, Ignore: true}, false},
+		{"Reloader's ignore counts when read", Policy{reloader: true}, used, Source{Present: true, ReloaderIgnore: true}, false},
+		{"Reloader's ignore is nothing when not read", Policy{}, used, Source{Present: true, ReloaderIgnore: true}, true},
+		{"Reloader's match counts when read", Policy{reloader: true, Search: true}, used, Source{Present: true, ReloaderMatch: true}, true},
+		{"Reloader's match is nothing when not read", Policy{Search: true}, used, Source{Present: true, ReloaderMatch: true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := (Policy{Inject: true, Search: tt.search}).Counts(tt.src); got != tt.want {
-				t.Fatalf("Counts() = %v, want %v", got, tt.want)
+			if got := tt.policy.counts(tt.ref, tt.src); got != tt.want {
+				t.Fatalf("counts() = %v, want %v", got, tt.want)
 			}
 		})
 	}
 }
 
-// FuzzParsePolicy: any annotation values yield a policy and problems, never a panic,
-// and every accepted name is a valid same-namespace name.
+// FuzzParsePolicy: any annotation values yield a policy and problems, never a panic;
+// every accepted name is a valid same-namespace name, and an opt-out is never enabled.
 func FuzzParsePolicy(f *testing.F) {
-	f.Add("true", "configmaps", "a,b", "other/x", "true")
-	f.Add("", "", ",,", "Bad_Name", "no")
-	f.Fuzz(func(t *testing.T, inject, only, include, exclude, search string) {
-		p, problems := ParsePolicy(map[string]string{
-			AnnotationInject: inject, AnnotationOnly: only, AnnotationIncludeConfigMaps: include,
-		}, map[string]string{AnnotationExcludeSecrets: exclude, AnnotationSearch: search})
+	f.Add("true", "configmaps", "a,b", "other/x", "true", "app-.*,b")
+	f.Add("", "", ",,", "Bad_Name", "no", "(")
+	f.Fuzz(func(t *testing.T, inject, only, include, exclude, search, reload string) {
+		p, problems := Vocabulary{Reloader: true}.ParsePolicy(map[string]string{
+			AnnotationInject: inject, AnnotationOnly: only, AnnotationIncludeConfigMaps: include, ReloaderSecretReload: reload,
+		}, map[string]string{AnnotationExcludeSecrets: exclude, AnnotationSearch: search, ReloaderAuto: inject})
 		for _, r := range p.Include {
 			if r.Name == "" || strings.ContainsAny(r.Name, "/, ") {
 				t.Fatalf("accepted include %q", r.Name)
 			}
+		}
+		if p.OptOut && p.Enabled() {
+			t.Fatal("an opted-out policy is enabled")
 		}
 		for _, pr := range problems {
 			_ = pr.Error()

@@ -46,7 +46,7 @@ type Observation struct {
 
 // Observe returns the observations of the candidates: absent candidates are kept, since
 // whether they count is known only once they exist; existing ones are kept if they
-// count (Policy.Counts) and carry their digest. Sources missing from the map are absent.
+// count for the policy and carry their digest. Sources missing from the map are absent.
 func Observe(key Key, p Policy, candidates []Reference, sources map[SourceRef]Source) []Observation {
 	obs := make([]Observation, 0, len(candidates))
 	for _, ref := range candidates {
@@ -54,7 +54,7 @@ func Observe(key Key, p Policy, candidates []Reference, sources map[SourceRef]So
 		switch {
 		case !ok || !src.Present:
 			obs = append(obs, Observation{Reference: ref})
-		case p.Counts(src):
+		case p.counts(ref, src):
 			obs = append(obs, Observation{Reference: ref, Present: true, Digest: SourceDigest(key, ref, src)})
 		}
 	}
@@ -96,6 +96,15 @@ func Update(prev Record, observations []Observation) Record {
 		next = append(next, e)
 	}
 	return next
+}
+
+// Sources returns the sources the record names.
+func (r Record) Sources() []SourceRef {
+	refs := make([]SourceRef, len(r))
+	for i, e := range r {
+		refs[i] = e.SourceRef
+	}
+	return refs
 }
 
 // Record text format, one space-separated entry per source after the version:

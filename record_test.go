@@ -141,10 +141,10 @@ func TestObserve(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	if got, want := names(Observe(testKey, Policy{Inject: true}, candidates, sources)), "ConfigMap/missing ConfigMap/present Secret/plain"; got != want {
+	if got, want := names(Observe(testKey, Policy{}, candidates, sources)), "ConfigMap/missing ConfigMap/present Secret/plain"; got != want {
 		t.Errorf("Observe() = %s, want %s: ignored sources never count", got, want)
 	}
-	if got, want := names(Observe(testKey, Policy{Inject: true, Search: true}, candidates, sources)), "ConfigMap/missing ConfigMap/present"; got != want {
+	if got, want := names(Observe(testKey, Policy{Search: true}, candidates, sources)), "ConfigMap/missing ConfigMap/present"; got != want {
 		t.Errorf("search mode Observe() = %s, want %s: absent sources stay until known", got, want)
 	}
 }

@@ -38,6 +38,9 @@ type Reference struct {
 	Keys []string
 	// Optional is set when every use is optional: pods can start without the source.
 	Optional bool
+	// Named is set when the workload's annotations name the source (an include list):
+	// it counts in search mode without a match annotation.
+	Named bool
 }
 
 // References returns every ConfigMap and Secret the pod template uses, from containers,

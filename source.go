@@ -16,9 +16,10 @@ type Source struct {
 	SourceRef
 	// Present is set when the object exists.
 	Present bool
-	// Ignore and Match are its AnnotationIgnore and AnnotationMatch.
-	Ignore bool
-	Match  bool
+	// Ignore and Match are its AnnotationIgnore and AnnotationMatch; ReloaderIgnore
+	// and ReloaderMatch, Reloader's, which count when the policy reads Reloader's.
+	Ignore, Match                 bool
+	ReloaderIgnore, ReloaderMatch bool
 	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
 	Data       map[string]Sum
 	BinaryData map[string]Sum
@@ -52,10 +53,12 @@ func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
 
 func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
 	return Source{
-		SourceRef: SourceRef{kind, name},
-		Present:   true,
-		Ignore:    isTrue(annotations[AnnotationIgnore]),
-		Match:     isTrue(annotations[AnnotationMatch]),
+		SourceRef:      SourceRef{kind, name},
+		Present:        true,
+		Ignore:         isTrue(annotations[AnnotationIgnore]),
+		Match:          isTrue(annotations[AnnotationMatch]),
+		ReloaderIgnore: isTrue(annotations[ReloaderIgnore]),
+		ReloaderMatch:  isTrue(annotations[ReloaderMatch]),
 	}
 }
 

@@ -18,10 +18,10 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// secretFieldSelector selects the Secrets the cache holds: all but those Helm keeps
+// SecretFieldSelector selects the Secrets the cache holds: all but those Helm keeps
 // releases in, which are large, many, and never used by a pod, so they are filtered out
 // on the server.
-const secretFieldSelector = "type!=helm.sh/release.v1"
+const SecretFieldSelector = "type!=helm.sh/release.v1"
 
 // Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
 // resourceVersion, and its digest-only view. Never a value.
@@ -70,13 +70,14 @@ type Cache struct {
 // New returns a cache fed by informers on client, for the given namespaces, or for the
 // whole cluster when there are none; Run starts them.
 func New(client kubernetes.Interface, namespaces []string) *Cache {
-	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = secretFieldSelector }
+	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = SecretFieldSelector }
+	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	c := &Cache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewConfigMapInformer(client, ns, 0, cache.Indexers{})
+			return coreinformers.NewConfigMapInformer(client, ns, 0, byNamespace)
 		}),
 		confighash.Secret: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredSecretInformer(client, ns, 0, cache.Indexers{}, noHelm)
+			return coreinformers.NewFilteredSecretInformer(client, ns, 0, byNamespace, noHelm)
 		}),
 	}}
 	for _, in := range c.informers {
@@ -142,4 +143,21 @@ func (c *Cache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, b
 	}
 	d, ok := obj.(*Digested)
 	return d, ok
+}
+
+// Names returns every source of the namespace the cache holds.
+func (c *Cache) Names(namespace string) []confighash.SourceRef {
+	var refs []confighash.SourceRef
+	for kind, in := range c.informers {
+		inf := in.For(namespace)
+		if inf == nil {
+			continue
+		}
+		keys, _ := inf.GetIndexer().IndexKeys(cache.NamespaceIndex, namespace)
+		for _, key := range keys {
+			_, name, _ := cache.SplitMetaNamespaceKey(key)
+			refs = append(refs, confighash.SourceRef{Kind: kind, Name: name})
+		}
+	}
+	return refs
 }

@@ -118,7 +118,7 @@ func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*vi
 	if err != nil {
 		return nil, fmt.Errorf("patch %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
 	}
-	admitted, err := toView(obj)
+	admitted, err := w.toView(obj)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,8 @@ type Config struct {
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface // for Argo Rollouts; nil to skip them
 	Key     confighash.Key
+	// Vocabulary is which annotations workloads and sources are read in.
+	Vocabulary confighash.Vocabulary
 	// Debounce delays a touch after the first change, so that changes made together
 	// roll a workload once.
 	Debounce time.Duration
@@ -78,6 +80,7 @@ func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" +
 // Watcher touches the workloads whose used sources changed.
 type Watcher struct {
 	cfg        Config
+	toView     cache.TransformFunc
 	sources    *sourcecache.Cache
 	workloads  map[string]*sourcecache.Informers
 	namespaces namespaceGate
@@ -91,6 +94,8 @@ type Watcher struct {
 	firstSeen map[workloadKey]time.Time
 	// warned remembers the resourceVersion a bad-annotation Event was sent for.
 	warned map[workloadKey]string
+	// pausedUntil is when the pause period after a workload's last touch ends.
+	pausedUntil map[workloadKey]time.Time
 }
 
 // New returns a Watcher; Run starts its caches and Lead its work.
@@ -102,12 +107,14 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil {
 		cfg.Log.Warn().Err(err).Msg("cannot tell whether Argo Rollouts is served; watching without Rollouts until it is")
 	}
-	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Namespaces, rollouts)
+	toView := viewTransform(cfg.Vocabulary)
+	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Namespaces, rollouts, toView)
 	if err != nil {
 		return nil, err
 	}
 	w := &Watcher{
 		cfg:       cfg,
+		toView:    toView,
 		sources:   sourcecache.New(cfg.Client, cfg.Namespaces),
 		workloads: workloads,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -116,10 +123,11 @@ func New(cfg Config) (*Watcher, error) {
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		firstSeen:     map[workloadKey]time.Time{},
 		warned:        map[workloadKey]string{},
+		pausedUntil:   map[workloadKey]time.Time{},
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date.
-	checkNamespace := func(ns string) { w.enqueueIndexed(ns, cache.NamespaceIndex, ns) }
+	checkNamespace := func(ns string) { w.enqueueIndexed(ns, cache.NamespaceIndex, ns, nil) }
 	if len(cfg.Namespaces) > 0 {
 		w.namespaces = newListedNamespaces(cfg.Client, cfg.Namespaces, namespacePollInterval, checkNamespace, cfg.Log)
 	} else if w.namespaces, err = newClusterNamespaces(cfg.Client, checkNamespace); err != nil {
@@ -225,13 +233,17 @@ func sameSource(a, b confighash.Source) bool {
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
 func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
 	if w.namespaces.enabled(namespace) {
-		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref))
+		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
+		w.enqueueIndexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
+			return slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
+		})
 	}
 }
 
 // enqueueIndexed enqueues the opted-in workloads of the namespace that an index of the
-// workload informers lists under value, spread at TouchRate.
-func (w *Watcher) enqueueIndexed(namespace, index, value string) {
+// workload informers lists under value, and that match when it is given, spread at
+// TouchRate.
+func (w *Watcher) enqueueIndexed(namespace, index, value string, match func(*view) bool) {
 	i := 0
 	for _, in := range w.workloads {
 		inf := in.For(namespace)
@@ -240,8 +252,8 @@ func (w *Watcher) enqueueIndexed(namespace, index, value string) {
 		}
 		objs, _ := inf.GetIndexer().ByIndex(index, value)
 		for _, obj := range objs {
-			if v, ok := obj.(*view); ok && v.Policy.Enabled() && v.DeletionTimestamp == nil {
-				w.enqueue(keyOf(v), w.cfg.Debounce+time.Duration(i)*w.touchInterval)
+			if v, ok := obj.(*view); ok && v.Policy.Enabled() && v.DeletionTimestamp == nil && (match == nil || match(v)) {
+				w.enqueue(v, w.cfg.Debounce+time.Duration(i)*w.touchInterval)
 				i++
 			}
 		}
@@ -259,19 +271,40 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 		return
 	}
 	if v.Policy.Enabled() && w.namespaces.enabled(v.Namespace) {
-		w.enqueue(keyOf(v), w.cfg.Debounce)
+		w.enqueue(v, w.cfg.Debounce)
 	}
 }
 
 func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
 
-func (w *Watcher) enqueue(key workloadKey, after time.Duration) {
+// enqueue queues the workload for a check after the delay, or, while its pause
+// period holds it, when that ends.
+func (w *Watcher) enqueue(v *view, after time.Duration) {
+	key := keyOf(v)
+	now := time.Now()
 	w.mu.Lock()
 	if _, ok := w.firstSeen[key]; !ok {
-		w.firstSeen[key] = time.Now()
+		w.firstSeen[key] = now
+	}
+	if until, ok := w.pausedUntil[key]; ok {
+		if held := until.Sub(now); held > after {
+			after = held
+		} else if held <= 0 {
+			delete(w.pausedUntil, key)
+		}
 	}
 	w.mu.Unlock()
 	w.queue.AddAfter(key, after)
+}
+
+// pause holds further touches of the workload for its pause period.
+func (w *Watcher) pause(v *view) {
+	if v.Policy.PausePeriod <= 0 {
+		return
+	}
+	w.mu.Lock()
+	w.pausedUntil[keyOf(v)] = time.Now().Add(v.Policy.PausePeriod)
+	w.mu.Unlock()
 }
 
 // resync enqueues every workload that drifted while no watcher led.
@@ -284,7 +317,7 @@ func (w *Watcher) resync() {
 				continue
 			}
 			if _, converged := w.expected(v); !converged {
-				w.enqueue(keyOf(v), time.Duration(drifted)*w.touchInterval)
+				w.enqueue(v, time.Duration(drifted)*w.touchInterval)
 				drifted++
 			}
 		}
@@ -296,13 +329,17 @@ func (w *Watcher) resync() {
 // expected returns the record the workload must have for the sources as cached, and
 // whether it has it, with the matching hash.
 func (w *Watcher) expected(v *view) (confighash.Record, bool) {
-	sources := make(map[confighash.SourceRef]confighash.Source, len(v.Candidates))
-	for _, c := range v.Candidates {
+	candidates := v.Candidates
+	if len(v.Policy.Patterns) > 0 {
+		candidates = v.Policy.Candidates(v.References, append(w.sources.Names(v.Namespace), v.Record.Sources()...))
+	}
+	sources := make(map[confighash.SourceRef]confighash.Source, len(candidates))
+	for _, c := range candidates {
 		if d, ok := w.sources.Lookup(v.Namespace, c.SourceRef); ok {
 			sources[c.SourceRef] = d.Source
 		}
 	}
-	want := confighash.Update(v.Record, confighash.Observe(w.cfg.Key, v.Policy, v.Candidates, sources))
+	want := confighash.Update(v.Record, confighash.Observe(w.cfg.Key, v.Policy, candidates, sources))
 	return want, v.RecordErr == nil && slices.Equal(want, v.Record) && v.Hash == want.Hash(w.cfg.Key)
 }
 
@@ -378,6 +415,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	w.cfg.Metrics.Touch(TouchConverged)
 	if admitted.Hash != v.Hash {
 		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+changedSources(v.Record, want))
+		w.pause(v)
 	}
 	w.converged(key)
 	return nil
@@ -409,5 +447,6 @@ func (w *Watcher) done(key workloadKey) {
 	w.mu.Lock()
 	delete(w.firstSeen, key)
 	delete(w.warned, key)
+	delete(w.pausedUntil, key)
 	w.mu.Unlock()
 }

@@ -27,6 +27,9 @@ type view struct {
 	Policy     confighash.Policy
 	Problems   []confighash.Problem
 	Candidates []confighash.Reference
+	// References are the pod template's, kept only when the policy has name patterns:
+	// their candidates depend on which sources exist, known only when checked.
+	References []confighash.Reference
 	Record     confighash.Record
 	RecordErr  error
 	Hash       string
@@ -42,37 +45,45 @@ func (v *view) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// toView is the workload informers' transform.
-func toView(obj any) (any, error) {
-	o, ok := obj.(runtime.Object)
-	if !ok {
-		return obj, nil
+// viewTransform returns the workload informers' transform, which reads annotations in
+// vocabulary.
+func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		o, ok := obj.(runtime.Object)
+		if !ok {
+			return obj, nil
+		}
+		if _, isView := o.(*view); isView {
+			return obj, nil
+		}
+		w, err := confighash.WorkloadOf(o)
+		if err != nil {
+			return obj, nil // a tombstone or an object we cannot read: left as is
+		}
+		meta, err := metaOf(o)
+		if err != nil {
+			return obj, nil
+		}
+		v := &view{
+			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
+				UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
+			Kind: w.Kind,
+			Hash: w.Template.Annotations[confighash.AnnotationHash],
+		}
+		if text, ok := w.Annotations[confighash.AnnotationSources]; ok {
+			v.Record, v.RecordErr = confighash.ParseRecord(text)
+		}
+		v.Policy, v.Problems = vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
+		if v.Policy.Enabled() {
+			refs := confighash.References(w.Template)
+			if len(v.Policy.Patterns) > 0 {
+				v.References = refs
+			}
+			// With patterns, the sources in the record: enough to index the view.
+			v.Candidates = v.Policy.Candidates(refs, v.Record.Sources())
+		}
+		return v, nil
 	}
-	if _, isView := o.(*view); isView {
-		return obj, nil
-	}
-	w, err := confighash.WorkloadOf(o)
-	if err != nil {
-		return obj, nil // a tombstone or an object we cannot read: left as is
-	}
-	meta, err := metaOf(o)
-	if err != nil {
-		return obj, nil
-	}
-	v := &view{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
-			UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
-		Kind: w.Kind,
-		Hash: w.Template.Annotations[confighash.AnnotationHash],
-	}
-	v.Policy, v.Problems = confighash.ParsePolicy(w.Annotations, w.Template.Annotations)
-	if v.Policy.Enabled() {
-		v.Candidates = v.Policy.Candidates(confighash.References(w.Template))
-	}
-	if text, ok := w.Annotations[confighash.AnnotationSources]; ok {
-		v.Record, v.RecordErr = confighash.ParseRecord(text)
-	}
-	return v, nil
 }
 
 func metaOf(o runtime.Object) (metav1.Object, error) {
@@ -85,11 +96,14 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 
 // sameView reports whether two views would get the same decision.
 func sameView(a, b *view) bool {
+	sameRef := func(x, y confighash.Reference) bool {
+		return x.SourceRef == y.SourceRef && x.AllKeys == y.AllKeys && x.Optional == y.Optional && x.Named == y.Named && slices.Equal(x.Keys, y.Keys)
+	}
+	samePattern := func(x, y confighash.NamePattern) bool { return x.Kind == y.Kind && x.Expr.String() == y.Expr.String() }
 	return a.Hash == b.Hash && slices.Equal(a.Record, b.Record) && (a.RecordErr == nil) == (b.RecordErr == nil) &&
 		a.Policy.Enabled() == b.Policy.Enabled() && a.Policy.Search == b.Policy.Search &&
-		slices.EqualFunc(a.Candidates, b.Candidates, func(x, y confighash.Reference) bool {
-			return x.SourceRef == y.SourceRef && x.AllKeys == y.AllKeys && x.Optional == y.Optional && slices.Equal(x.Keys, y.Keys)
-		})
+		slices.EqualFunc(a.Candidates, b.Candidates, sameRef) && slices.EqualFunc(a.References, b.References, sameRef) &&
+		slices.EqualFunc(a.Policy.Patterns, b.Policy.Patterns, samePattern)
 }
 
 // sourceIndex indexes workloads by the sources that may count for them:
@@ -100,21 +114,28 @@ func sourceKey(namespace string, ref confighash.SourceRef) string {
 	return namespace + "/" + string(ref.Kind) + "/" + ref.Name
 }
 
+// patternKey indexes the workloads with name patterns: any source of their namespace
+// may count for them.
+func patternKey(namespace string) string { return namespace + "/*" }
+
 func indexBySource(obj any) ([]string, error) {
 	v, ok := obj.(*view)
 	if !ok {
 		return nil, nil
 	}
-	keys := make([]string, len(v.Candidates))
+	keys := make([]string, len(v.Candidates), len(v.Candidates)+1)
 	for i, c := range v.Candidates {
 		keys[i] = sourceKey(v.Namespace, c.SourceRef)
+	}
+	if len(v.Policy.Patterns) > 0 {
+		keys = append(keys, patternKey(v.Namespace))
 	}
 	return keys, nil
 }
 
 // newWorkloadInformers returns the informers of each supported kind, for the given
 // namespaces or the whole cluster; Rollouts only when asked.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, rollouts bool) (map[string]*sourcecache.Informers, error) {
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, rollouts bool, transform cache.TransformFunc) (map[string]*sourcecache.Informers, error) {
 	indexers := cache.Indexers{sourceIndex: indexBySource, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	informers := map[string]*sourcecache.Informers{
 		confighash.Deployment.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
@@ -137,7 +158,7 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 		})
 	}
 	for _, in := range informers {
-		if err := in.SetTransform(toView); err != nil {
+		if err := in.SetTransform(transform); err != nil {
 			return nil, err
 		}
 	}

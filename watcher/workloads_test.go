@@ -12,6 +12,9 @@ import (
 	"github.com/confighash/confighash"
 )
 
+// toView is the transform as the watcher runs it by default.
+var toView = viewTransform(confighash.Vocabulary{Reloader: true})
+
 func deploymentUsing(annotations map[string]string, cm string) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", ResourceVersion: "5", Annotations: annotations},

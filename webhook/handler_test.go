@@ -34,6 +34,16 @@ func (s stubReader) Read(_ context.Context, _ string, refs []confighash.SourceRe
 	return s.sources, s.err
 }
 
+func (s stubReader) Names(_ context.Context, _ string, kind confighash.SourceKind) ([]string, error) {
+	var names []string
+	for ref, src := range s.sources {
+		if ref.Kind == kind && src.Present {
+			names = append(names, ref.Name)
+		}
+	}
+	return names, s.err
+}
+
 func newTestHandler(t *testing.T, reader SourceReader) (http.Handler, *PrometheusRecorder) {
 	t.Helper()
 	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
@@ -44,7 +54,7 @@ func newTestHandler(t *testing.T, reader SourceReader) (http.Handler, *Prometheu
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHandler(NewMutator(key, reader, rec), zerolog.Nop())
+	h, err := NewHandler(NewMutator(key, confighash.Vocabulary{Reloader: true}, reader, rec), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +230,7 @@ func TestHandlerSendsNoPatchWhenNothingChanged(t *testing.T) {
 	src := confighash.Source{SourceRef: cfg, Present: true, Data: map[string]confighash.Sum{"k": {1}}}
 	h, rec := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: src}})
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
-	policy := confighash.Policy{Inject: true}
+	policy, _ := confighash.Vocabulary{}.ParsePolicy(map[string]string{confighash.AnnotationInject: "true"}, nil)
 	record := confighash.Update(nil, confighash.Observe(key, policy, []confighash.Reference{{SourceRef: cfg, AllKeys: true}}, map[confighash.SourceRef]confighash.Source{cfg: src}))
 	obj := strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true","`+confighash.AnnotationSources+`":"`+record.String()+`"`, 1)
 	obj = strings.Replace(obj, `"labels":{"app":"web"}`, `"labels":{"app":"web"},"annotations":{"`+confighash.AnnotationHash+`":"`+record.Hash(key)+`"}`, 1)
@@ -231,5 +241,30 @@ func TestHandlerSendsNoPatchWhenNothingChanged(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(rec.mutations.WithLabelValues("Deployment", string(ResultUnchanged))); n != 1 {
 		t.Fatalf("mutations_total{unchanged} = %v, want 1", n)
+	}
+}
+
+// TestHandlerHashesTheSourcesAReloaderPatternMatches: Reloader's named list with a
+// regular expression counts the existing sources whose whole name matches, and only
+// those: a workload that names sources does not count the others it uses.
+func TestHandlerHashesTheSourcesAReloaderPatternMatches(t *testing.T) {
+	present := func(name string) confighash.Source {
+		return confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}, Present: true}
+	}
+	sources := map[confighash.SourceRef]confighash.Source{}
+	for _, name := range []string{"cfg", "app-a", "app-b", "my-app-c"} {
+		sources[confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}] = present(name)
+	}
+	h, _ := newTestHandler(t, stubReader{sources: sources})
+	body := review(strings.Replace(deploymentJSON, "%s", `"`+confighash.ReloaderConfigMapReload+`":"app-.*"`, 1))
+	resp := decodeResponse(t, post(h, "application/json", body))
+	var record string
+	for _, op := range jsonPatch(t, resp) {
+		if op["path"] == "/metadata/annotations/confighash.dev~1sources" {
+			record, _ = op["value"].(string)
+		}
+	}
+	if !strings.HasPrefix(record, "v1 configmap/app-a=") || !strings.Contains(record, " configmap/app-b=") || strings.Count(record, "configmap/") != 2 {
+		t.Fatalf("sources record = %q, want configmap/app-a and configmap/app-b only", record)
 	}
 }

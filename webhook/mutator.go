@@ -25,6 +25,8 @@ import (
 // digest-only views. A source that does not exist is returned with Present unset.
 type SourceReader interface {
 	Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error)
+	// Names lists the sources of a kind the namespace has now, for name patterns.
+	Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error)
 }
 
 // Result is the outcome of one admission, for metrics.
@@ -42,19 +44,21 @@ const (
 // kubewebhook Webhook that builds its JSON patch from the two annotations it sets,
 // rather than by serializing and diffing the whole object.
 type Mutator struct {
-	key     confighash.Key
-	reader  SourceReader
-	metrics Recorder
+	key        confighash.Key
+	vocabulary confighash.Vocabulary
+	reader     SourceReader
+	metrics    Recorder
 }
 
 var _ kwhwebhook.Webhook = (*Mutator)(nil)
 
-// NewMutator returns a mutator hashing with key the sources reader reads.
-func NewMutator(key confighash.Key, reader SourceReader, metrics Recorder) *Mutator {
+// NewMutator returns a mutator that reads workloads' annotations in vocabulary and
+// hashes with key the sources reader reads.
+func NewMutator(key confighash.Key, vocabulary confighash.Vocabulary, reader SourceReader, metrics Recorder) *Mutator {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &Mutator{key: key, reader: reader, metrics: metrics}
+	return &Mutator{key: key, vocabulary: vocabulary, reader: reader, metrics: metrics}
 }
 
 // ID implements kwhwebhook.Webhook.
@@ -116,7 +120,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	}
 	kind = w.Kind.Kind
 
-	policy, problems := confighash.ParsePolicy(w.Annotations, w.Template.Annotations)
+	policy, problems := m.vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
 	for _, p := range problems {
 		warnings = append(warnings, warningPrefix+p.Error())
 	}
@@ -129,7 +133,11 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if warning != "" {
 		warnings = append(warnings, warningPrefix+warning)
 	}
-	candidates := policy.Candidates(confighash.References(w.Template))
+	names, err := m.patternNames(ctx, w.Namespace, policy, prev)
+	if err != nil {
+		return fail("could not list the sources its name patterns may match, the hash was not updated: " + err.Error())
+	}
+	candidates := policy.Candidates(confighash.References(w.Template), names)
 	refs := make([]confighash.SourceRef, len(candidates))
 	for i, c := range candidates {
 		refs[i] = c.SourceRef
@@ -149,6 +157,31 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		result = ResultPatched
 	}
 	return ops, warnings
+}
+
+// patternNames returns what the policy's name patterns are matched against: the
+// sources of their kinds that exist now, and those in the record, so that a deleted
+// one stays in it as absent.
+func (m *Mutator) patternNames(ctx context.Context, namespace string, policy confighash.Policy, prev confighash.Record) ([]confighash.SourceRef, error) {
+	if len(policy.Patterns) == 0 {
+		return nil, nil
+	}
+	names := prev.Sources()
+	listed := map[confighash.SourceKind]bool{}
+	for _, p := range policy.Patterns {
+		if listed[p.Kind] {
+			continue
+		}
+		listed[p.Kind] = true
+		found, err := m.reader.Names(ctx, namespace, p.Kind)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range found {
+			names = append(names, confighash.SourceRef{Kind: p.Kind, Name: name})
+		}
+	}
+	return names, nil
 }
 
 // previousRecord returns the sources record of the object, or else of the old object:

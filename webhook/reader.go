@@ -53,6 +53,31 @@ func (r *LiveReader) Read(ctx context.Context, namespace string, refs []configha
 	return out, nil
 }
 
+// Names implements SourceReader with a list of whole objects: LiveReader serves tests
+// and the fallback; the webhook lists through Versions, metadata only.
+func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
+	var names []string
+	switch kind {
+	case confighash.ConfigMap:
+		list, err := r.client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			names = append(names, o.Name)
+		}
+	case confighash.Secret:
+		list, err := r.client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{FieldSelector: sourcecache.SecretFieldSelector})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			names = append(names, o.Name)
+		}
+	}
+	return names, nil
+}
+
 func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.SourceRef) (confighash.Source, error) {
 	r.metrics.SourceRead(ref.Kind, ReadFromLive)
 	var src confighash.Source
@@ -105,6 +130,15 @@ func NewCachedReader(c *sourcecache.Cache, live *LiveReader, versions *Versions,
 		metrics = NoopRecorder{}
 	}
 	return &CachedReader{cache: c, live: live, versions: versions, metrics: metrics}
+}
+
+// Names implements SourceReader: the cache could miss a source created just before
+// the workload, so the names come from a consistent list.
+func (r *CachedReader) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
+	if r.versions == nil {
+		return r.live.Names(ctx, namespace, kind)
+	}
+	return r.versions.Names(ctx, namespace, kind)
 }
 
 // How long a source the API server has at a version the cache does not hold yet may

@@ -9,9 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // Version is what the API server has of a source now.
@@ -110,12 +112,8 @@ func (v *Versions) send(key versionKey, call *versionCall) {
 
 func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
 	v.metrics.VersionRead(key.ref.Kind)
-	resource := "configmaps"
-	if key.ref.Kind == confighash.Secret {
-		resource = "secrets"
-	}
 	// No resourceVersion: a consistent read, served by etcd.
-	obj, err := v.meta.Resource(corev1.SchemeGroupVersion.WithResource(resource)).Namespace(key.namespace).Get(ctx, key.ref.Name, metav1.GetOptions{})
+	obj, err := v.meta.Resource(resourceOf(key.ref.Kind)).Namespace(key.namespace).Get(ctx, key.ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return Version{}, nil
@@ -123,4 +121,30 @@ func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
 		return Version{}, fmt.Errorf("read the version of %s: %w", key.ref, err)
 	}
 	return Version{Exists: true, ResourceVersion: obj.ResourceVersion}, nil
+}
+
+// Names lists the sources of a kind that exist in the namespace now, with a
+// consistent, metadata-only list: what Reloader's name patterns are matched against.
+// The Secrets Helm keeps releases in are left out, as in the source cache.
+func (v *Versions) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
+	opts := metav1.ListOptions{}
+	if kind == confighash.Secret {
+		opts.FieldSelector = sourcecache.SecretFieldSelector
+	}
+	list, err := v.meta.Resource(resourceOf(kind)).Namespace(namespace).List(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)
+	}
+	names := make([]string, len(list.Items))
+	for i, item := range list.Items {
+		names[i] = item.Name
+	}
+	return names, nil
+}
+
+func resourceOf(kind confighash.SourceKind) schema.GroupVersionResource {
+	if kind == confighash.Secret {
+		return corev1.SchemeGroupVersion.WithResource("secrets")
+	}
+	return corev1.SchemeGroupVersion.WithResource("configmaps")
 }

@@ -32,6 +32,7 @@ type common struct {
 	hashKeyFile          string
 	logFormat, logLevel  string
 	shutdownTimeout      time.Duration
+	reloaderAnnotations  bool
 }
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
@@ -46,6 +47,12 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", shutdownTimeout, "how long in-flight requests may take to finish on SIGTERM")
+	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
+}
+
+// vocabulary is which annotations workloads and sources are read in.
+func (c *common) vocabulary() confighash.Vocabulary {
+	return confighash.Vocabulary{Reloader: c.reloaderAnnotations}
 }
 
 // parse parses the command line; done is set when it only asked for help.

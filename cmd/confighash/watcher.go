@@ -105,7 +105,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: watcher.FieldManager})
 
 	w, err := watcher.New(watcher.Config{
-		Client: client, Dynamic: dyn, Key: e.key,
+		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Namespaces: cfg.watched, Events: events, Metrics: recorder, Log: log,
 	})

@@ -112,7 +112,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), webhook.NewVersions(meta, webhook.Timeout, recorder), recorder)
-	handler, err := webhook.NewHandler(webhook.NewMutator(e.key, reader, recorder), log)
+	handler, err := webhook.NewHandler(webhook.NewMutator(e.key, cfg.vocabulary(), reader, recorder), log)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := webhook.Configuration("confighash", "confighash", admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM})
+	cfg := webhook.Configuration("confighash", admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
+		webhook.Scope{InstallNamespace: "confighash", Vocabulary: confighash.Vocabulary{Reloader: true}})
 	if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("register the webhook: %w", err)
 	}

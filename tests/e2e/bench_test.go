@@ -87,7 +87,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	}
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{3}, 32))
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), 5*time.Second, nil), nil)
-	handler, err := webhook.NewHandler(webhook.NewMutator(key, reader, nil), zerolog.Nop())
+	handler, err := webhook.NewHandler(webhook.NewMutator(key, confighash.Vocabulary{Reloader: true}, reader, nil), zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -255,11 +255,11 @@ func hashKey(t testing.TB, c *cluster.Cluster) confighash.Key {
 // template and metadata annotations must get from the sources as they are now.
 func expectedHash(t testing.TB, c *cluster.Cluster, key confighash.Key, ns string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) string {
 	t.Helper()
-	policy, problems := confighash.ParsePolicy(annotations, tmpl.Annotations)
+	policy, problems := confighash.Vocabulary{Reloader: true}.ParsePolicy(annotations, tmpl.Annotations)
 	if len(problems) > 0 {
 		t.Fatalf("fixture has bad annotations: %v", problems)
 	}
-	candidates := policy.Candidates(confighash.References(tmpl))
+	candidates := policy.Candidates(confighash.References(tmpl), nil)
 	sources := map[confighash.SourceRef]confighash.Source{}
 	for _, ref := range candidates {
 		switch ref.Kind {

@@ -35,6 +35,11 @@ import (
 
 var testCluster *cluster.Cluster
 
+// defaultScope is the webhook configuration's scope as installed by default.
+func defaultScope() webhook.Scope {
+	return webhook.Scope{InstallNamespace: installNamespace, Vocabulary: confighash.Vocabulary{Reloader: true}}
+}
+
 func TestMain(m *testing.M) { cluster.Main(m, &testCluster) }
 
 // installNamespace holds the hash key Secret, as the install namespace does.
@@ -180,7 +185,7 @@ const webhookConfigName = "confighash-e2e"
 
 func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
-	cfg := webhook.Configuration(webhookConfigName, installNamespace, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr + "/mutate"), CABundle: w.ca.CertPEM})
+	cfg := webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr + "/mutate"), CABundle: w.ca.CertPEM}, defaultScope())
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	_ = api.Delete(t.Context(), webhookConfigName, metav1.DeleteOptions{})
 	if _, err := api.Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {

@@ -256,7 +256,7 @@ func checkWebhookConfiguration(t *testing.T, rendered []byte, namespaces ...stri
 	if installed == nil || len(installed.Webhooks) != 1 {
 		t.Fatalf("the install has no MutatingWebhookConfiguration with one webhook: %+v", installed)
 	}
-	want := webhook.Configuration("confighash", "confighash", installed.Webhooks[0].ClientConfig, namespaces...)
+	want := webhook.Configuration("confighash", installed.Webhooks[0].ClientConfig, webhook.Scope{InstallNamespace: "confighash", Namespaces: namespaces, Vocabulary: confighash.Vocabulary{Reloader: true}})
 	if !equality.Semantic.DeepEqual(installed.Webhooks, want.Webhooks) {
 		got, _ := json.MarshalIndent(installed.Webhooks, "", "  ")
 		exp, _ := json.MarshalIndent(want.Webhooks, "", "  ")
@@ -538,7 +538,7 @@ func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) 
 	}
 	url := fmt.Sprintf("https://localhost:%d/mutate", ports[0])
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	if _, err := api.Create(ctx, webhook.Configuration("confighash", "confighash", admissionregistrationv1.WebhookClientConfig{URL: &url}, ns), metav1.CreateOptions{}); err != nil {
+	if _, err := api.Create(ctx, webhook.Configuration("confighash", admissionregistrationv1.WebhookClientConfig{URL: &url}, webhook.Scope{InstallNamespace: "confighash", Namespaces: []string{ns}, Vocabulary: confighash.Vocabulary{Reloader: true}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

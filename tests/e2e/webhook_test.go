@@ -585,7 +585,7 @@ func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
 	url := fmt.Sprintf("https://localhost:%d/mutate", ports[0])
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	_ = api.Delete(ctx, webhookConfigName, metav1.DeleteOptions{})
-	if _, err := api.Create(ctx, webhook.Configuration(webhookConfigName, installNamespace, admissionregistrationv1.WebhookClientConfig{URL: &url}), metav1.CreateOptions{}); err != nil {
+	if _, err := api.Create(ctx, webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: &url}, defaultScope()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), webhookConfigName, metav1.DeleteOptions{}) })

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// usingTemplate takes the ConfigMaps through envFrom and mounts the Secrets.
+func usingTemplate(configMaps, secrets []string) corev1.PodTemplateSpec {
+	tmpl := plainTemplate()
+	for _, name := range configMaps {
+		tmpl.Spec.Containers[0].EnvFrom = append(tmpl.Spec.Containers[0].EnvFrom,
+			corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}})
+	}
+	for _, name := range secrets {
+		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
+			corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}})
+	}
+	return tmpl
+}
+
+// annotatedDeployment is a Deployment of no pods carrying only the given annotations.
+func annotatedDeployment(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) *appsv1.Deployment {
+	d := deployment(name, 0, tmpl)
+	d.Annotations = maps.Clone(annotations)
+	return d
+}
+
+// expectRollouts waits until each Deployment has the number of ReplicaSets given and
+// has rolled out, then checks that none rolls again within the quiet period.
+func expectRollouts(t testing.TB, c *cluster.Cluster, ns string, want map[string]int) {
+	t.Helper()
+	names := slices.Sorted(maps.Keys(want))
+	for _, name := range names {
+		waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want[name]), func() bool { return replicaSets(t, c, ns, name) >= want[name] })
+	}
+	time.Sleep(quietPeriod)
+	for _, name := range names {
+		if got := replicaSets(t, c, ns, name); got != want[name] {
+			t.Errorf("%s has %d ReplicaSets, want %d", name, got, want[name])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// TestReloaderDocumentedExamples: workloads annotated as Reloader's documentation
+// shows, untouched, roll exactly when Reloader's documentation says, once per change.
+func TestReloaderDocumentedExamples(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	for _, name := range []string{"app-config", "feature-flags-1", "feature-flags-2", "unrelated-flags"} {
+		createConfigMap(t, c, ns, name, map[string]string{"k": "v1"})
+	}
+	matched := createConfigMap(t, c, ns, "matched-config", map[string]string{"k": "v1"})
+	matched.Annotations = map[string]string{confighash.ReloaderMatch: "true"}
+	if _, err := c.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), matched, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ignored := createConfigMap(t, c, ns, "ignored-config", map[string]string{"k": "v1"})
+	ignored.Annotations = map[string]string{confighash.ReloaderIgnore: "true"}
+	if _, err := c.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), ignored, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"app-secret", "db-secret"} {
+		createSecret(t, c, ns, name, map[string]string{"k": "v1"})
+	}
+
+	uses := usingTemplate([]string{"app-config", "matched-config", "ignored-config"}, []string{"app-secret"})
+	workloads := map[string]map[string]string{
+		"auto":     {confighash.ReloaderAuto: "true"},
+		"typed":    {confighash.ReloaderConfigMapAuto: "true"},
+		"named":    {confighash.ReloaderConfigMapReload: "feature-flags-[0-9]+", confighash.ReloaderSecretReload: "db-secret"},
+		"exclude":  {confighash.ReloaderAuto: "true", confighash.ReloaderConfigMapExclude: "app-config"},
+		"search":   {confighash.ReloaderSearch: "true"},
+		"opts-out": {confighash.ReloaderAuto: "false", confighash.AnnotationInject: "true"},
+	}
+	rollouts := map[string]int{}
+	for name, annotations := range workloads {
+		createDeployment(t, c, ns, annotatedDeployment(name, annotations, uses))
+		rollouts[name] = 1
+	}
+	expectRollouts(t, c, ns, rollouts)
+
+	changes := []struct {
+		source confighash.SourceRef
+		rolls  []string
+	}{
+		// auto and typed auto use it; exclude excludes it; named only names others;
+		// search wants a match; the opted-out workload is not opted in.
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, []string{"auto", "typed"}},
+		// typed auto is for ConfigMaps only.
+		{confighash.SourceRef{Kind: confighash.Secret, Name: "app-secret"}, []string{"auto", "exclude"}},
+		// The named regular expression matches whole names only: not unrelated-flags.
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "feature-flags-2"}, []string{"named"}},
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "unrelated-flags"}, nil},
+		{confighash.SourceRef{Kind: confighash.Secret, Name: "db-secret"}, []string{"named"}},
+		// Used and matched: search rolls, and so do those that use it.
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "matched-config"}, []string{"auto", "exclude", "search", "typed"}},
+		// Ignored: used by all, counted by none.
+		{confighash.SourceRef{Kind: confighash.ConfigMap, Name: "ignored-config"}, nil},
+	}
+	for _, change := range changes {
+		setKey(t, c, ns, change.source, "k", "v2")
+		for _, name := range change.rolls {
+			rollouts[name]++
+		}
+		t.Logf("%s changed: rolling %v", change.source, change.rolls)
+		expectRollouts(t, c, ns, rollouts)
+	}
+}
+
+// TestReloaderPausePeriodRollsChangesMadeDuringItOnce: after a rollout, changes made
+// within the pause period are held and roll the workload once, when it ends.
+func TestReloaderPausePeriodRollsChangesMadeDuringItOnce(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "app-config", map[string]string{"k": "v0"})
+	const pause = 8 * time.Second
+	createDeployment(t, c, ns, annotatedDeployment("web", map[string]string{
+		confighash.ReloaderAuto: "true", confighash.ReloaderPausePeriod: pause.String(),
+	}, envFromTemplate("app-config")))
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+
+	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
+	setKey(t, c, ns, ref, "k", "v1")
+	waitFor(t, 30*time.Second, "the first change to roll", func() bool { return replicaSets(t, c, ns, "web") == 2 })
+	touched := time.Now()
+	setKey(t, c, ns, ref, "k", "v2")
+	time.Sleep(time.Second)
+	setKey(t, c, ns, ref, "k", "v3")
+	time.Sleep(pause / 2)
+	if got := replicaSets(t, c, ns, "web"); got != 2 {
+		t.Fatalf("%d ReplicaSets %v after the touch, want 2: the pause period holds the changes", got, time.Since(touched).Round(time.Second))
+	}
+	waitFor(t, 30*time.Second, "the held changes to roll", func() bool { return replicaSets(t, c, ns, "web") >= 3 })
+	// touched was taken once the first rollout was seen, a little after the touch.
+	if held := time.Since(touched); held < pause-2*time.Second {
+		t.Fatalf("the held changes rolled %v after the touch, before the pause period of %v ended", held.Round(time.Second), pause)
+	}
+	expectRollouts(t, c, ns, map[string]int{"web": 3})
+}
