@@ -12,9 +12,12 @@ const Domain = "confighash.dev"
 
 // Labels and annotations, as documented in docs/annotations.md.
 const (
-	// InjectionLabel on a Namespace enables confighash there, with value InjectionEnabled.
+	// InjectionLabel on a Namespace enables confighash there: with InjectionEnabled for
+	// the workloads that opt in, with InjectionEvery for every workload that does not
+	// opt out (see Policy.ForEveryWorkload).
 	InjectionLabel   = Domain + "/injection"
 	InjectionEnabled = "enabled"
+	InjectionEvery   = "all"
 
 	// AnnotationInject opts a workload in, on its metadata or its pod template.
 	AnnotationInject = Domain + "/inject"
@@ -42,6 +45,10 @@ const (
 	AnnotationHash = Domain + "/hash"
 	// AnnotationSources is written on the workload's metadata: the sources record.
 	AnnotationSources = Domain + "/sources"
+	// AnnotationAdopted is written on the metadata of a running workload confighash
+	// adopted without rolling it: the hash of the data its pods already have, which its
+	// pod template does not carry. See Settled.
+	AnnotationAdopted = Domain + "/adopted"
 	// AnnotationTrigger is written by the watcher on the workload's metadata when it
 	// touches the workload: the source change that triggered it (see Trigger).
 	AnnotationTrigger = Domain + "/trigger"

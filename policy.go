@@ -34,6 +34,27 @@ type Policy struct {
 	PausePeriod time.Duration
 
 	reloader bool // read the sources' Reloader annotations too
+	// decided holds the kinds for which an annotation says whether used sources count.
+	decided map[SourceKind]bool
+	// only is AnnotationOnly's kind, if set.
+	only SourceKind
+}
+
+// ForEveryWorkload returns the policy in a namespace that opts every workload in (see
+// InjectionEvery): a workload whose annotations do not say which of its used sources
+// count has them all count, as with AnnotationInject. One that opts out stays out.
+func (p Policy) ForEveryWorkload() Policy {
+	if p.OptOut {
+		return p
+	}
+	discover := maps.Clone(p.Discover)
+	for _, kind := range []SourceKind{ConfigMap, Secret} {
+		if !p.decided[kind] && (p.only == "" || p.only == kind) {
+			discover[kind] = true
+		}
+	}
+	p.Discover = discover
+	return p
 }
 
 // NamePattern is a regular expression that must match a source's whole name.
@@ -81,7 +102,9 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	p.Include = append(includeCM, includeSecrets...)
 	all := inject || len(p.Include) > 0
 	p.OptOut = injectSet && !inject
-	p.Search, _ = r.boolean(AnnotationSearch)
+	search, searchSet := r.boolean(AnnotationSearch)
+	p.Search = search
+	p.decided = map[SourceKind]bool{ConfigMap: injectSet || searchSet, Secret: injectSet || searchSet}
 	for _, ref := range append(r.names(AnnotationExcludeConfigMaps, ConfigMap), r.names(AnnotationExcludeSecrets, Secret)...) {
 		p.Exclude[ref] = true
 	}
@@ -89,9 +112,11 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 
 	if v.Reloader {
 		auto, autoSet := r.boolean(ReloaderAuto)
-		search, _ := r.boolean(ReloaderSearch)
-		configMaps, _ := r.boolean(ReloaderConfigMapAuto)
-		secrets, _ := r.boolean(ReloaderSecretAuto)
+		search, searchSet := r.boolean(ReloaderSearch)
+		configMaps, configMapsSet := r.boolean(ReloaderConfigMapAuto)
+		secrets, secretsSet := r.boolean(ReloaderSecretAuto)
+		p.decided[ConfigMap] = p.decided[ConfigMap] || autoSet || searchSet || configMapsSet
+		p.decided[Secret] = p.decided[Secret] || autoSet || searchSet || secretsSet
 		p.OptOut = p.OptOut || autoSet && !auto
 		all = all || auto || search
 		p.Search = p.Search || search
@@ -121,6 +146,7 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 		p.Discover[ConfigMap], p.Discover[Secret] = true, true
 	}
 	if only, ok := r.only(); ok {
+		p.only = only
 		for kind := range p.Discover {
 			p.Discover[kind] = p.Discover[kind] && kind == only
 		}

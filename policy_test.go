@@ -122,7 +122,8 @@ func checkPolicy(t *testing.T, v Vocabulary, metadata, template map[string]strin
 	if want.Exclude == nil {
 		want.Exclude = map[SourceRef]bool{}
 	}
-	want.reloader = v.Reloader
+	// The unexported fields serve ForEveryWorkload and counts, tested on their own.
+	got.reloader, got.decided, got.only = false, nil, ""
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ParsePolicy() = %+v, want %+v", got, want)
 	}
@@ -223,6 +224,34 @@ func TestReloaderAliases(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkPolicy(t, Vocabulary{Reloader: true}, tt.metadata, tt.template, tt.want, tt.problems)
+		})
+	}
+}
+
+func TestForEveryWorkload(t *testing.T) {
+	configMaps := map[SourceKind]bool{ConfigMap: true}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		discover    map[SourceKind]bool
+		enabled     bool
+	}{
+		{"no annotation: every used source counts", nil, both, true},
+		{"only still narrows", map[string]string{AnnotationOnly: "configmaps"}, configMaps, true},
+		{"a named list alone: it and every used source", map[string]string{ReloaderSecretReload: "db"}, both, true},
+		{"a typed auto decides its kind only", map[string]string{ReloaderConfigMapAuto: "true"}, both, true},
+		{"inject decides both", map[string]string{AnnotationInject: "true", AnnotationOnly: "configmaps"}, configMaps, true},
+		{"a typed auto of false opts that kind out", map[string]string{ReloaderConfigMapAuto: "false"}, map[SourceKind]bool{Secret: true}, true},
+		{"inject false opts out", map[string]string{AnnotationInject: "false"}, map[SourceKind]bool{}, false},
+		{"Reloader's auto false opts out", map[string]string{ReloaderAuto: "false"}, map[SourceKind]bool{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := Vocabulary{Reloader: true}.ParsePolicy(tt.annotations, nil)
+			every := p.ForEveryWorkload()
+			if !reflect.DeepEqual(every.Discover, tt.discover) || every.Enabled() != tt.enabled {
+				t.Fatalf("ForEveryWorkload() discovers %v, enabled %v; want %v, %v", every.Discover, every.Enabled(), tt.discover, tt.enabled)
+			}
 		})
 	}
 }

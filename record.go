@@ -36,6 +36,13 @@ type Record []RecordEntry
 // Hash returns the workload hash written in AnnotationHash: "v1:" and 64 hex digits.
 func (r Record) Hash(key Key) string { return workloadHash(key, r) }
 
+// Settled reports whether a workload needs no rollout for the hash want: its pod
+// template carries want, or carries no hash and the workload was adopted at want
+// (DESIGN rule 8: turning confighash on rolls nothing that is current).
+func Settled(templateHash, adopted, want string) bool {
+	return templateHash == want || templateHash == "" && adopted == want
+}
+
 // Observation is a candidate source as it is now.
 type Observation struct {
 	Reference

@@ -223,3 +223,23 @@ func FuzzParseRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestSettled(t *testing.T) {
+	tests := []struct {
+		name                    string
+		template, adopted, want string
+		settled                 bool
+	}{
+		{"the template carries the hash", "v1:a", "", "v1:a", true},
+		{"the template carries another hash", "v1:a", "", "v1:b", false},
+		{"never hashed", "", "", "v1:a", false},
+		{"adopted at this hash", "", "v1:a", "v1:a", true},
+		{"adopted, then a source changed", "", "v1:a", "v1:b", false},
+		{"a template hash wins over a stale adoption", "v1:b", "v1:a", "v1:b", true},
+	}
+	for _, tt := range tests {
+		if got := Settled(tt.template, tt.adopted, tt.want); got != tt.settled {
+			t.Errorf("%s: Settled(%q, %q, %q) = %v, want %v", tt.name, tt.template, tt.adopted, tt.want, got, tt.settled)
+		}
+	}
+}

@@ -6,6 +6,7 @@ package sourcecache
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,10 +25,13 @@ import (
 const SecretFieldSelector = "type!=helm.sh/release.v1"
 
 // Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
-// resourceVersion, and its digest-only view. Never a value.
+// resourceVersion, when it was last written, and its digest-only view. Never a value.
 type Digested struct {
 	metav1.ObjectMeta
-	Source confighash.Source
+	// Written is the time of its last write that the API server recorded: the latest
+	// of its creation and of its managed fields' times (to the second).
+	Written time.Time
+	Source  confighash.Source
 }
 
 var _ runtime.Object = (*Digested)(nil)
@@ -58,8 +62,20 @@ func toDigested(obj any) (any, error) {
 	}
 	return &Digested{
 		ObjectMeta: metav1.ObjectMeta{Name: meta.Name, Namespace: meta.Namespace, ResourceVersion: meta.ResourceVersion},
+		Written:    lastWritten(&meta),
 		Source:     src,
 	}, nil
+}
+
+// lastWritten is when the object was last written, as far as its metadata tells.
+func lastWritten(meta *metav1.ObjectMeta) time.Time {
+	t := meta.CreationTimestamp.Time
+	for _, f := range meta.ManagedFields {
+		if f.Time != nil && f.Time.After(t) {
+			t = f.Time.Time
+		}
+	}
+	return t
 }
 
 // Cache keeps every ConfigMap and Secret of the watched namespaces as a Digested.

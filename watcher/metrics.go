@@ -30,6 +30,7 @@ const (
 	TouchConverged    TouchResult = "converged"     // the webhook wrote the new hash
 	TouchNotConverged TouchResult = "not_converged" // it did not; retried with backoff
 	TouchHealed       TouchResult = "healed"        // the watcher wrote the hash itself
+	TouchAdopted      TouchResult = "adopted"       // a running workload, current, recorded without a rollout
 	TouchError        TouchResult = "error"         // the write failed
 )
 
@@ -90,7 +91,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, k := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		r.changes.WithLabelValues(string(k))
 	}
-	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchError} {
+	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchError} {
 		r.touches.WithLabelValues(string(res))
 	}
 	return r, nil

@@ -18,32 +18,75 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// namespaceGate tells whether confighash acts in a namespace: labelled for injection,
-// and not being deleted (its sources and workloads are going away; touching them is
-// waste).
+// namespaceMode is how confighash acts in a namespace.
+type namespaceMode int
+
+const (
+	modeOff     namespaceMode = iota
+	modeOptedIn               // on the workloads that opt in
+	modeEvery                 // on every workload that does not opt out
+)
+
+// NamespaceSelectors select the namespaces confighash acts in.
+type NamespaceSelectors struct {
+	// OptedIn selects those where it acts on the workloads that opt in.
+	OptedIn labels.Selector
+	// Every selects those where it acts on every workload that does not opt out; it
+	// wins where both select.
+	Every labels.Selector
+}
+
+// DefaultNamespaceSelectors select namespaces by confighash's injection label.
+func DefaultNamespaceSelectors() NamespaceSelectors {
+	return NamespaceSelectors{
+		OptedIn: labels.SelectorFromSet(labels.Set{confighash.InjectionLabel: confighash.InjectionEnabled}),
+		Every:   labels.SelectorFromSet(labels.Set{confighash.InjectionLabel: confighash.InjectionEvery}),
+	}
+}
+
+// modeOf is the namespace's mode. One being deleted is off: its sources and workloads
+// are going away, and touching them is waste.
+func (s NamespaceSelectors) modeOf(n *corev1.Namespace) namespaceMode {
+	if n == nil || n.DeletionTimestamp != nil {
+		return modeOff
+	}
+	set := labels.Set(n.Labels)
+	switch {
+	case s.Every != nil && s.Every.Matches(set):
+		return modeEvery
+	case s.OptedIn != nil && s.OptedIn.Matches(set):
+		return modeOptedIn
+	}
+	return modeOff
+}
+
+// namespaceGate tells how confighash acts in a namespace.
 type namespaceGate interface {
-	enabled(namespace string) bool
+	mode(namespace string) namespaceMode
 	hasSynced() bool
 	run(ctx context.Context)
 }
 
-func enabledNamespace(n *corev1.Namespace) bool {
-	return n.Labels[confighash.InjectionLabel] == confighash.InjectionEnabled && n.DeletionTimestamp == nil
+// clusterNamespaces watches every namespace: few, small objects.
+type clusterNamespaces struct {
+	informer  cache.SharedIndexInformer
+	selectors NamespaceSelectors
 }
 
-// clusterNamespaces watches every labelled namespace.
-type clusterNamespaces struct{ informer cache.SharedIndexInformer }
-
-// newClusterNamespaces calls onEnabled when a namespace is labelled after the first list.
-func newClusterNamespaces(client kubernetes.Interface, onEnabled func(namespace string)) (*clusterNamespaces, error) {
-	labelled := func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.Set{confighash.InjectionLabel: confighash.InjectionEnabled}.String()
-	}
-	c := &clusterNamespaces{coreinformers.NewFilteredNamespaceInformer(client, 0, cache.Indexers{}, labelled)}
-	// A label added shows as an addition: the informer lists labelled namespaces only.
+// newClusterNamespaces calls onEnabled when a namespace starts being acted in, or in
+// another mode, after the first list.
+func newClusterNamespaces(client kubernetes.Interface, selectors NamespaceSelectors, onEnabled func(namespace string)) (*clusterNamespaces, error) {
+	c := &clusterNamespaces{coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{}), selectors}
 	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
-			if n, ok := obj.(*corev1.Namespace); ok && !initial && enabledNamespace(n) {
+			if n, ok := obj.(*corev1.Namespace); ok && !initial && selectors.modeOf(n) != modeOff {
+				onEnabled(n.Name)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			o, _ := old.(*corev1.Namespace)
+			n, ok := obj.(*corev1.Namespace)
+			if now := selectors.modeOf(n); ok && now != modeOff && now != selectors.modeOf(o) {
 				onEnabled(n.Name)
 			}
 		},
@@ -51,10 +94,13 @@ func newClusterNamespaces(client kubernetes.Interface, onEnabled func(namespace 
 	return c, err
 }
 
-func (c *clusterNamespaces) enabled(ns string) bool {
+func (c *clusterNamespaces) mode(ns string) namespaceMode {
 	obj, exists, err := c.informer.GetStore().GetByKey(ns)
 	n, ok := obj.(*corev1.Namespace)
-	return err == nil && exists && ok && enabledNamespace(n)
+	if err != nil || !exists || !ok {
+		return modeOff
+	}
+	return c.selectors.modeOf(n)
 }
 
 func (c *clusterNamespaces) hasSynced() bool { return c.informer.HasSynced() }
@@ -70,6 +116,7 @@ const namespacePollInterval = 10 * time.Second
 // watch of namespaces needs a cluster-wide grant, so an informer cannot be used.
 type listedNamespaces struct {
 	client    kubernetes.Interface
+	selectors NamespaceSelectors
 	names     []string
 	interval  time.Duration
 	onEnabled func(namespace string)
@@ -79,16 +126,16 @@ type listedNamespaces struct {
 	read, failing map[string]bool
 
 	mu     sync.RWMutex
-	state  map[string]bool
+	state  map[string]namespaceMode
 	synced bool
 }
 
-func newListedNamespaces(client kubernetes.Interface, names []string, interval time.Duration, onEnabled func(string), log zerolog.Logger) *listedNamespaces {
-	return &listedNamespaces{client: client, names: names, interval: interval, onEnabled: onEnabled, log: log,
-		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]bool{}}
+func newListedNamespaces(client kubernetes.Interface, selectors NamespaceSelectors, names []string, interval time.Duration, onEnabled func(string), log zerolog.Logger) *listedNamespaces {
+	return &listedNamespaces{client: client, selectors: selectors, names: names, interval: interval, onEnabled: onEnabled, log: log,
+		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]namespaceMode{}}
 }
 
-func (l *listedNamespaces) enabled(ns string) bool {
+func (l *listedNamespaces) mode(ns string) namespaceMode {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.state[ns]
@@ -115,9 +162,10 @@ func (l *listedNamespaces) run(ctx context.Context) {
 	}()
 }
 
-// refresh reads every namespace once. One that is gone or refused counts as not
-// enabled; after any other error, such as a timeout, it keeps its last state. Once all
-// have been read, a namespace that becomes enabled is passed to onEnabled.
+// refresh reads every namespace once. One that is gone or refused counts as off;
+// after any other error, such as a timeout, it keeps its last state. Once all have
+// been read, a namespace that starts being acted in, or in another mode, is passed to
+// onEnabled.
 func (l *listedNamespaces) refresh(ctx context.Context) {
 	l.mu.RLock()
 	state, wasSynced := maps.Clone(l.state), l.synced
@@ -135,8 +183,11 @@ func (l *listedNamespaces) refresh(ctx context.Context) {
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			continue
 		}
-		now := err == nil && enabledNamespace(n)
-		if wasSynced && now && !state[name] {
+		now := modeOff
+		if err == nil {
+			now = l.selectors.modeOf(n)
+		}
+		if wasSynced && now != modeOff && now != state[name] {
 			enabled = append(enabled, name)
 		}
 		state[name], l.read[name] = now, true

@@ -26,9 +26,10 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unlabelled"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "terminating", Labels: labelled, DeletionTimestamp: &now}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-listed", Labels: labelled}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "every", Labels: map[string]string{confighash.InjectionLabel: confighash.InjectionEvery}}},
 	)
 	var enabled []string
-	l := newListedNamespaces(client, []string{"labelled", "unlabelled", "terminating", "missing"}, time.Hour,
+	l := newListedNamespaces(client, DefaultNamespaceSelectors(), []string{"labelled", "unlabelled", "terminating", "missing", "every"}, time.Hour,
 		func(ns string) { enabled = append(enabled, ns) }, zerolog.Nop())
 	if l.hasSynced() {
 		t.Fatal("synced before the first read")
@@ -37,10 +38,10 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 	if !l.hasSynced() {
 		t.Fatal("not synced after the first read")
 	}
-	want := map[string]bool{"labelled": true, "unlabelled": false, "terminating": false, "missing": false, "not-listed": false}
-	for ns, on := range want {
-		if got := l.enabled(ns); got != on {
-			t.Errorf("enabled(%q) = %v, want %v", ns, got, on)
+	want := map[string]namespaceMode{"labelled": modeOptedIn, "every": modeEvery, "unlabelled": modeOff, "terminating": modeOff, "missing": modeOff, "not-listed": modeOff}
+	for ns, mode := range want {
+		if got := l.mode(ns); got != mode {
+			t.Errorf("mode(%q) = %v, want %v", ns, got, mode)
 		}
 	}
 	if len(enabled) != 0 {
@@ -57,8 +58,8 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 	setLabels("labelled", nil)
 	setLabels("unlabelled", labelled)
 	l.refresh(t.Context())
-	if l.enabled("labelled") || !l.enabled("unlabelled") {
-		t.Errorf("after relabelling: labelled %v, unlabelled %v; want false, true", l.enabled("labelled"), l.enabled("unlabelled"))
+	if l.mode("labelled") != modeOff || l.mode("unlabelled") != modeOptedIn {
+		t.Errorf("after relabelling: labelled %v, unlabelled %v; want off, opted in", l.mode("labelled"), l.mode("unlabelled"))
 	}
 	if !slices.Equal(enabled, []string{"unlabelled"}) {
 		t.Errorf("newly enabled: %v, want [unlabelled]", enabled)
@@ -74,7 +75,7 @@ func TestListedNamespacesKeepTheirStateThroughATransientError(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	l := newListedNamespaces(client, []string{"shop"}, time.Hour, func(string) {}, zerolog.Nop())
+	l := newListedNamespaces(client, DefaultNamespaceSelectors(), []string{"shop"}, time.Hour, func(string) {}, zerolog.Nop())
 
 	failing = true
 	l.refresh(t.Context())
@@ -83,12 +84,12 @@ func TestListedNamespacesKeepTheirStateThroughATransientError(t *testing.T) {
 	}
 	failing = false
 	l.refresh(t.Context())
-	if !l.hasSynced() || !l.enabled("shop") {
-		t.Fatalf("after a good read: synced %v, enabled %v", l.hasSynced(), l.enabled("shop"))
+	if !l.hasSynced() || l.mode("shop") != modeOptedIn {
+		t.Fatalf("after a good read: synced %v, mode %v", l.hasSynced(), l.mode("shop"))
 	}
 	failing = true
 	l.refresh(t.Context())
-	if !l.enabled("shop") {
+	if l.mode("shop") != modeOptedIn {
 		t.Error("a timeout turned the namespace off: changes in it would be dropped")
 	}
 }

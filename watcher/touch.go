@@ -72,7 +72,9 @@ func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger)
 func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, want confighash.Record) error {
 	hash := want.Hash(w.cfg.Key)
 	tmplMeta := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
-	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationSources: want.String()}}}
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		confighash.AnnotationSources: want.String(), confighash.AnnotationAdopted: nil,
+	}}}
 	// Nest the template part along the kind's template path, below the root.
 	nested := tmplMeta
 	for i := len(v.Kind.TemplatePath) - 1; i >= 1; i-- {

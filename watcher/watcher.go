@@ -49,9 +49,11 @@ type Config struct {
 	// Namespaces limits the watcher to these namespaces, for an install bound by
 	// RoleBindings; empty means the whole cluster.
 	Namespaces []string
-	Events     record.EventRecorder
-	Metrics    Recorder
-	Log        zerolog.Logger
+	// NamespaceSelectors select the namespaces it acts in, and how.
+	NamespaceSelectors NamespaceSelectors
+	Events             record.EventRecorder
+	Metrics            Recorder
+	Log                zerolog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -60,6 +62,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Debounce < 0 || c.TouchRate <= 0 || c.Workers <= 0 || c.HealAfter <= 0 {
 		return errors.New("debounce must be >= 0; touch rate, workers and heal-after must be > 0")
+	}
+	if c.NamespaceSelectors.OptedIn == nil {
+		c.NamespaceSelectors = DefaultNamespaceSelectors()
 	}
 	if c.Metrics == nil {
 		c.Metrics = NoopRecorder{}
@@ -129,8 +134,8 @@ func New(cfg Config) (*Watcher, error) {
 	// have no hash yet, or one that may be out of date.
 	checkNamespace := func(ns string) { w.enqueueIndexed(ns, cache.NamespaceIndex, ns, nil) }
 	if len(cfg.Namespaces) > 0 {
-		w.namespaces = newListedNamespaces(cfg.Client, cfg.Namespaces, namespacePollInterval, checkNamespace, cfg.Log)
-	} else if w.namespaces, err = newClusterNamespaces(cfg.Client, checkNamespace); err != nil {
+		w.namespaces = newListedNamespaces(cfg.Client, cfg.NamespaceSelectors, cfg.Namespaces, namespacePollInterval, checkNamespace, cfg.Log)
+	} else if w.namespaces, err = newClusterNamespaces(cfg.Client, cfg.NamespaceSelectors, checkNamespace); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -232,7 +237,7 @@ func sameSource(a, b confighash.Source) bool {
 
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
 func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
-	if w.namespaces.enabled(namespace) {
+	if w.namespaces.mode(namespace) != modeOff {
 		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
 		w.enqueueIndexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
 			return slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
@@ -252,7 +257,10 @@ func (w *Watcher) enqueueIndexed(namespace, index, value string, match func(*vie
 		}
 		objs, _ := inf.GetIndexer().ByIndex(index, value)
 		for _, obj := range objs {
-			if v, ok := obj.(*view); ok && v.Policy.Enabled() && v.DeletionTimestamp == nil && (match == nil || match(v)) {
+			if v, ok := obj.(*view); ok && (match == nil || match(v)) {
+				if _, enabled := w.policy(v); !enabled {
+					continue
+				}
 				w.enqueue(v, w.cfg.Debounce+time.Duration(i)*w.touchInterval)
 				i++
 			}
@@ -270,7 +278,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if prev, ok := old.(*view); ok && sameView(prev, v) {
 		return
 	}
-	if v.Policy.Enabled() && w.namespaces.enabled(v.Namespace) {
+	if _, enabled := w.policy(v); enabled {
 		w.enqueue(v, w.cfg.Debounce)
 	}
 }
@@ -313,10 +321,12 @@ func (w *Watcher) resync() {
 	for _, in := range w.workloads {
 		for _, obj := range in.List() {
 			v, ok := obj.(*view)
-			if !ok || v.DeletionTimestamp != nil || !v.Policy.Enabled() || !w.namespaces.enabled(v.Namespace) {
+			if !ok {
 				continue
 			}
-			if _, converged := w.expected(v); !converged {
+			if p, enabled := w.policy(v); !enabled {
+				continue
+			} else if _, converged := w.expected(v, p); !converged {
 				w.enqueue(v, time.Duration(drifted)*w.touchInterval)
 				drifted++
 			}
@@ -326,21 +336,35 @@ func (w *Watcher) resync() {
 	w.cfg.Log.Info().Int("drifted", drifted).Msg("resync done")
 }
 
+// policy returns the workload's policy in its namespace, and whether the watcher acts
+// on it: enabled there, and not being deleted.
+func (w *Watcher) policy(v *view) (confighash.Policy, bool) {
+	p := v.Policy
+	switch w.namespaces.mode(v.Namespace) {
+	case modeOff:
+		return p, false
+	case modeEvery:
+		p = p.ForEveryWorkload()
+	}
+	return p, p.Enabled() && v.DeletionTimestamp == nil
+}
+
 // expected returns the record the workload must have for the sources as cached, and
 // whether it has it, with the matching hash.
-func (w *Watcher) expected(v *view) (confighash.Record, bool) {
-	candidates := v.Candidates
-	if len(v.Policy.Patterns) > 0 {
-		candidates = v.Policy.Candidates(v.References, append(w.sources.Names(v.Namespace), v.Record.Sources()...))
+func (w *Watcher) expected(v *view, p confighash.Policy) (confighash.Record, bool) {
+	var names []confighash.SourceRef
+	if len(p.Patterns) > 0 {
+		names = append(w.sources.Names(v.Namespace), v.Record.Sources()...)
 	}
+	candidates := p.Candidates(v.References, names)
 	sources := make(map[confighash.SourceRef]confighash.Source, len(candidates))
 	for _, c := range candidates {
 		if d, ok := w.sources.Lookup(v.Namespace, c.SourceRef); ok {
 			sources[c.SourceRef] = d.Source
 		}
 	}
-	want := confighash.Update(v.Record, confighash.Observe(w.cfg.Key, v.Policy, candidates, sources))
-	return want, v.RecordErr == nil && slices.Equal(want, v.Record) && v.Hash == want.Hash(w.cfg.Key)
+	want := confighash.Update(v.Record, confighash.Observe(w.cfg.Key, p, candidates, sources))
+	return want, v.RecordErr == nil && slices.Equal(want, v.Record) && confighash.Settled(v.Hash, v.Adopted, want.Hash(w.cfg.Key))
 }
 
 func (w *Watcher) processNext(ctx context.Context) bool {
@@ -377,8 +401,12 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	v, isView := obj.(*view)
 	// A namespace whose sources cannot be listed is left alone: the record computed
 	// from a cache without them would be wrong, and healing would write it.
-	if err != nil || !exists || !isView || v.DeletionTimestamp != nil || !v.Policy.Enabled() ||
-		!w.namespaces.enabled(key.Namespace) || !w.sources.Covers(key.Namespace) {
+	if err != nil || !exists || !isView || !w.sources.Covers(key.Namespace) {
+		w.done(key)
+		return nil
+	}
+	p, enabled := w.policy(v)
+	if !enabled {
 		w.done(key)
 		return nil
 	}
@@ -390,11 +418,20 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		}
 		w.cfg.Events.Event(ref, corev1.EventTypeWarning, "BadAnnotation", "ignored: "+strings.Join(msgs, "; "))
 	}
-	want, converged := w.expected(v)
+	want, converged := w.expected(v, p)
 	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", converged).Str("record", v.Record.String()).Str("want", want.String()).Msg("checked")
 	if converged {
 		w.converged(key)
 		return nil
+	}
+	if firstMet(v) {
+		adopt, err := w.adoptable(ctx, v, want)
+		if err != nil {
+			return err
+		}
+		if adopt {
+			return w.adopt(ctx, key, v, want)
+		}
 	}
 	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {
 		return w.heal(ctx, key, v, want)
@@ -408,7 +445,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		w.done(key) // deleted meanwhile
 		return nil
 	}
-	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, want) || admitted.Hash != want.Hash(w.cfg.Key) {
+	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, want) || !confighash.Settled(admitted.Hash, admitted.Adopted, want.Hash(w.cfg.Key)) {
 		w.cfg.Metrics.Touch(TouchNotConverged)
 		return errNotConverged
 	}

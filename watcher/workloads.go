@@ -23,16 +23,17 @@ import (
 // check it has converged, never its pod template.
 type view struct {
 	metav1.ObjectMeta
-	Kind       confighash.Kind
-	Policy     confighash.Policy
-	Problems   []confighash.Problem
-	Candidates []confighash.Reference
-	// References are the pod template's, kept only when the policy has name patterns:
-	// their candidates depend on which sources exist, known only when checked.
+	Kind     confighash.Kind
+	Policy   confighash.Policy
+	Problems []confighash.Problem
+	// References are the pod template's, unless the workload opts out: which of them
+	// count depends on the policy and on its namespace (see Watcher.policy).
 	References []confighash.Reference
 	Record     confighash.Record
 	RecordErr  error
 	Hash       string
+	// Adopted is the hash it was adopted at, without one on its pod template.
+	Adopted string
 }
 
 var _ runtime.Object = (*view)(nil)
@@ -67,20 +68,16 @@ func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
 		v := &view{
 			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
 				UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
-			Kind: w.Kind,
-			Hash: w.Template.Annotations[confighash.AnnotationHash],
+			Kind:    w.Kind,
+			Hash:    w.Template.Annotations[confighash.AnnotationHash],
+			Adopted: w.Annotations[confighash.AnnotationAdopted],
 		}
 		if text, ok := w.Annotations[confighash.AnnotationSources]; ok {
 			v.Record, v.RecordErr = confighash.ParseRecord(text)
 		}
 		v.Policy, v.Problems = vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
-		if v.Policy.Enabled() {
-			refs := confighash.References(w.Template)
-			if len(v.Policy.Patterns) > 0 {
-				v.References = refs
-			}
-			// With patterns, the sources in the record: enough to index the view.
-			v.Candidates = v.Policy.Candidates(refs, v.Record.Sources())
+		if !v.Policy.OptOut {
+			v.References = confighash.References(w.Template)
 		}
 		return v, nil
 	}
@@ -94,16 +91,20 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 	return m, nil
 }
 
-// sameView reports whether two views would get the same decision.
+// sameView reports whether two views would get the same decision, in a namespace of
+// either kind.
 func sameView(a, b *view) bool {
 	sameRef := func(x, y confighash.Reference) bool {
 		return x.SourceRef == y.SourceRef && x.AllKeys == y.AllKeys && x.Optional == y.Optional && x.Named == y.Named && slices.Equal(x.Keys, y.Keys)
 	}
 	samePattern := func(x, y confighash.NamePattern) bool { return x.Kind == y.Kind && x.Expr.String() == y.Expr.String() }
-	return a.Hash == b.Hash && slices.Equal(a.Record, b.Record) && (a.RecordErr == nil) == (b.RecordErr == nil) &&
-		a.Policy.Enabled() == b.Policy.Enabled() && a.Policy.Search == b.Policy.Search &&
-		slices.EqualFunc(a.Candidates, b.Candidates, sameRef) && slices.EqualFunc(a.References, b.References, sameRef) &&
-		slices.EqualFunc(a.Policy.Patterns, b.Policy.Patterns, samePattern)
+	samePolicy := func(p, q confighash.Policy) bool {
+		return p.Enabled() == q.Enabled() && p.Search == q.Search && p.PausePeriod == q.PausePeriod &&
+			slices.EqualFunc(p.Candidates(a.References, nil), q.Candidates(b.References, nil), sameRef) &&
+			slices.EqualFunc(p.Patterns, q.Patterns, samePattern)
+	}
+	return a.Hash == b.Hash && a.Adopted == b.Adopted && slices.Equal(a.Record, b.Record) && (a.RecordErr == nil) == (b.RecordErr == nil) &&
+		samePolicy(a.Policy, b.Policy) && samePolicy(a.Policy.ForEveryWorkload(), b.Policy.ForEveryWorkload())
 }
 
 // sourceIndex indexes workloads by the sources that may count for them:
@@ -123,9 +124,14 @@ func indexBySource(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	keys := make([]string, len(v.Candidates), len(v.Candidates)+1)
-	for i, c := range v.Candidates {
-		keys[i] = sourceKey(v.Namespace, c.SourceRef)
+	// What may count in a namespace of either kind: every reference and every named
+	// source.
+	keys := make([]string, 0, len(v.References)+len(v.Policy.Include)+1)
+	for _, r := range v.References {
+		keys = append(keys, sourceKey(v.Namespace, r.SourceRef))
+	}
+	for _, ref := range v.Policy.Include {
+		keys = append(keys, sourceKey(v.Namespace, ref))
 	}
 	if len(v.Policy.Patterns) > 0 {
 		keys = append(keys, patternKey(v.Namespace))

@@ -39,8 +39,8 @@ func TestViewKeepsWhatTheIndexAndTheCheckNeed(t *testing.T) {
 	if v.Kind.Kind != "Deployment" || v.Namespace != "ns" || v.Name != "web" || v.ResourceVersion != "5" {
 		t.Fatalf("view = %+v", v)
 	}
-	if len(v.Candidates) != 1 || v.Candidates[0].Name != "cfg" || len(v.Record) != 1 || v.RecordErr != nil {
-		t.Fatalf("candidates %+v, record %v (%v)", v.Candidates, v.Record, v.RecordErr)
+	if len(v.References) != 1 || v.References[0].Name != "cfg" || len(v.Record) != 1 || v.RecordErr != nil {
+		t.Fatalf("references %+v, record %v (%v)", v.References, v.Record, v.RecordErr)
 	}
 	keys, _ := indexBySource(v)
 	if !slices.Equal(keys, []string{"ns/ConfigMap/cfg"}) {
@@ -48,10 +48,16 @@ func TestViewKeepsWhatTheIndexAndTheCheckNeed(t *testing.T) {
 	}
 }
 
-func TestWorkloadsNotOptedInAreNotIndexed(t *testing.T) {
+// A workload without annotations may count in a namespace that opts every workload
+// in; one that opts out never does.
+func TestWorkloadsThatOptOutAreNotIndexed(t *testing.T) {
 	obj, _ := toView(deploymentUsing(nil, "cfg"))
+	if keys, _ := indexBySource(obj); !slices.Equal(keys, []string{"ns/ConfigMap/cfg"}) {
+		t.Fatalf("index keys of a workload without annotations = %v", keys)
+	}
+	obj, _ = toView(deploymentUsing(map[string]string{confighash.ReloaderAuto: "false"}, "cfg"))
 	if keys, _ := indexBySource(obj); len(keys) != 0 {
-		t.Fatalf("index keys = %v, want none", keys)
+		t.Fatalf("index keys of a workload that opts out = %v, want none", keys)
 	}
 }
 

@@ -29,6 +29,13 @@ func OptInCondition(v confighash.Vocabulary) string {
 // gives up and, failing open, admits the workload unchanged.
 const Timeout = 5 * time.Second
 
+// The webhook's paths: for namespaces where workloads opt in, and for those where
+// every workload that does not opt out counts.
+const (
+	Path      = "/mutate"
+	EveryPath = "/mutate/every"
+)
+
 // Scope is where, and for which workloads, the API server calls the webhook.
 type Scope struct {
 	// InstallNamespace is never in scope: the webhook must not depend on itself.
@@ -37,15 +44,28 @@ type Scope struct {
 	Namespaces []string
 	// Vocabulary names the annotations that opt a workload in.
 	Vocabulary confighash.Vocabulary
+	// NamespaceSelector selects the namespaces where workloads opt in; default:
+	// labelled confighash.dev/injection=enabled.
+	NamespaceSelector *metav1.LabelSelector
+	// EveryNamespaceSelector selects those where every workload counts unless it
+	// opts out; default: labelled confighash.dev/injection=all.
+	EveryNamespaceSelector *metav1.LabelSelector
 }
 
+// DefaultNamespaceSelector and DefaultEveryNamespaceSelector are the selectors of
+// Scope's defaults, in label-selector syntax.
+const (
+	DefaultNamespaceSelector      = confighash.InjectionLabel + "=" + confighash.InjectionEnabled
+	DefaultEveryNamespaceSelector = confighash.InjectionLabel + "=" + confighash.InjectionEvery
+)
+
 // Configuration returns the MutatingWebhookConfiguration that registers the webhook:
-// creates and updates of the supported kinds, in namespaces labelled for injection
-// within the scope, that carry an annotation that may opt them in; failing open,
-// without side effects, and called again if a later webhook changes the object. The
-// install manifests hold the same, checked by a test.
+// creates and updates of the supported kinds, within the scope; in the namespaces
+// where workloads opt in, only those that carry an annotation that may opt them in;
+// failing open, without side effects, and called again if a later webhook changes the
+// object. client is the webhook's Service, or its URL, without a path. The install
+// manifests hold the same, checked by a test.
 func Configuration(name string, client admissionregistrationv1.WebhookClientConfig, scope Scope) *admissionregistrationv1.MutatingWebhookConfiguration {
-	installNamespace, namespaces := scope.InstallNamespace, scope.Namespaces
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range confighash.Kinds {
 		rules = append(rules, admissionregistrationv1.RuleWithOperations{
@@ -56,31 +76,56 @@ func Configuration(name string, client admissionregistrationv1.WebhookClientConf
 			},
 		})
 	}
-	selected := []metav1.LabelSelectorRequirement{{
-		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{installNamespace},
-	}}
-	if len(namespaces) > 0 {
-		selected = append(selected, metav1.LabelSelectorRequirement{
-			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: namespaces,
+	inScope := func(selector *metav1.LabelSelector, defaultValue string) *metav1.LabelSelector {
+		if selector == nil {
+			selector = &metav1.LabelSelector{MatchLabels: map[string]string{confighash.InjectionLabel: defaultValue}}
+		}
+		selector = selector.DeepCopy()
+		selector.MatchExpressions = append(selector.MatchExpressions, metav1.LabelSelectorRequirement{
+			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{scope.InstallNamespace},
 		})
+		if len(scope.Namespaces) > 0 {
+			selector.MatchExpressions = append(selector.MatchExpressions, metav1.LabelSelectorRequirement{
+				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: scope.Namespaces,
+			})
+		}
+		return selector
 	}
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         "hash.confighash.dev",
-			ClientConfig: client,
-			Rules:        rules,
-			NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels:      map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled},
-				MatchExpressions: selected,
-			},
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: OptInCondition(scope.Vocabulary)}},
+	entry := func(name, path string, selector *metav1.LabelSelector, conditions []admissionregistrationv1.MatchCondition) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name:                    name,
+			ClientConfig:            withPath(client, path),
+			Rules:                   rules,
+			NamespaceSelector:       selector,
+			MatchConditions:         conditions,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			TimeoutSeconds:          ptr.To(int32(Timeout / time.Second)),
 			AdmissionReviewVersions: []string{"v1"},
-		}},
+		}
 	}
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{
+			entry("hash.confighash.dev", Path, inScope(scope.NamespaceSelector, confighash.InjectionEnabled),
+				[]admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: OptInCondition(scope.Vocabulary)}}),
+			// A matchCondition cannot see the namespace's labels: the namespaces that
+			// opt every workload in take their own entry.
+			entry("every.hash.confighash.dev", EveryPath, inScope(scope.EveryNamespaceSelector, confighash.InjectionEvery), nil),
+		},
+	}
+}
+
+// withPath returns the client configuration with the path set.
+func withPath(client admissionregistrationv1.WebhookClientConfig, path string) admissionregistrationv1.WebhookClientConfig {
+	c := *client.DeepCopy()
+	if c.Service != nil {
+		c.Service.Path = ptr.To(path)
+	}
+	if c.URL != nil {
+		c.URL = ptr.To(strings.TrimSuffix(*c.URL, "/") + path)
+	}
+	return c
 }

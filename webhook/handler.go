@@ -28,6 +28,20 @@ func NewHandler(m *Mutator, log zerolog.Logger) (http.Handler, error) {
 	return &guard{next: inner, metrics: m.metrics, log: log}, nil
 }
 
+// NewServeMux serves the mutator at Path, and its form for namespaces that opt every
+// workload in at EveryPath.
+func NewServeMux(m *Mutator, log zerolog.Logger) (*http.ServeMux, error) {
+	mux := http.NewServeMux()
+	for path, mutator := range map[string]*Mutator{Path: m, EveryPath: m.ForEveryWorkload()} {
+		h, err := NewHandler(mutator, log)
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle(path, h)
+	}
+	return mux, nil
+}
+
 type guard struct {
 	next    http.Handler
 	metrics Recorder

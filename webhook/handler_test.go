@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -266,5 +267,70 @@ func TestHandlerHashesTheSourcesAReloaderPatternMatches(t *testing.T) {
 	}
 	if !strings.HasPrefix(record, "v1 configmap/app-a=") || !strings.Contains(record, " configmap/app-b=") || strings.Count(record, "configmap/") != 2 {
 		t.Fatalf("sources record = %q, want configmap/app-a and configmap/app-b only", record)
+	}
+}
+
+func reviewUpdate(object, old string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+		"request": map[string]any{
+			"uid": "1", "operation": "UPDATE", "namespace": "ns", "name": "web",
+			"kind":      map[string]string{"group": "apps", "version": "v1", "kind": "Deployment"},
+			"resource":  map[string]string{"group": "apps", "version": "v1", "resource": "deployments"},
+			"object":    json.RawMessage(object),
+			"oldObject": json.RawMessage(old),
+		},
+	})
+	return b
+}
+
+// TestHandlerAdoption: an update that meets a running workload for the first time is
+// left to the watcher; an adopted workload keeps its pod template without a hash until
+// its sources change.
+func TestHandlerAdoption(t *testing.T) {
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	src := confighash.Source{SourceRef: cfg, Present: true, Data: map[string]confighash.Sum{"k": {1}}}
+	h, rec := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: src}})
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	policy, _ := confighash.Vocabulary{}.ParsePolicy(map[string]string{confighash.AnnotationInject: "true"}, nil)
+	record := confighash.Update(nil, confighash.Observe(key, policy, []confighash.Reference{{SourceRef: cfg, AllKeys: true}}, map[confighash.SourceRef]confighash.Source{cfg: src}))
+	with := func(annotations string) string { return strings.Replace(deploymentJSON, "%s", annotations, 1) }
+	inject := `"` + confighash.AnnotationInject + `":"true"`
+	paths := func(body []byte) []string {
+		var out []string
+		for _, op := range jsonPatch(t, decodeResponse(t, post(h, "application/json", body))) {
+			out = append(out, op["op"].(string)+" "+op["path"].(string))
+		}
+		return out
+	}
+
+	// Opted in by an update that changes nothing else: deferred, no patch.
+	if ops := paths(reviewUpdate(with(inject), with(``))); len(ops) != 0 {
+		t.Errorf("first meeting: patch %v, want none", ops)
+	}
+	if n := testutil.ToFloat64(rec.mutations.WithLabelValues("Deployment", string(ResultDeferred))); n != 1 {
+		t.Errorf("mutations_total{deferred} = %v, want 1", n)
+	}
+	// The same update with a new image rolls anyway: hashed now.
+	if ops := paths(reviewUpdate(strings.Replace(with(inject), "app:1", "app:2", 1), with(``))); len(ops) != 2 {
+		t.Errorf("first meeting with a pod template change: patch %v, want the record and the hash", ops)
+	}
+	// Adopted at the current hash: nothing to write, the template stays without one.
+	adopted := inject + `,"` + confighash.AnnotationSources + `":"` + record.String() + `","` + confighash.AnnotationAdopted + `":"` + record.Hash(key) + `"`
+	if ops := paths(reviewUpdate(with(adopted), with(adopted))); len(ops) != 0 {
+		t.Errorf("adopted and current: patch %v, want none", ops)
+	}
+	// An apply that replaced the whole object dropped the adoption: carried over.
+	if ops := paths(reviewUpdate(with(inject), with(adopted))); !slices.Equal(ops, []string{
+		"add /metadata/annotations/confighash.dev~1sources", "add /metadata/annotations/confighash.dev~1adopted",
+	}) {
+		t.Errorf("adoption dropped by a replace: patch %v, want the record and the adoption back", ops)
+	}
+	// Adopted at another hash: a change is due; hashed, and the adoption removed.
+	stale := strings.Replace(adopted, record.Hash(key), "v1:"+strings.Repeat("0", 64), 1)
+	if ops := paths(reviewUpdate(with(stale), with(stale))); !slices.Equal(ops, []string{
+		"remove /metadata/annotations/confighash.dev~1adopted", "add /spec/template/metadata/annotations",
+	}) {
+		t.Errorf("adopted before a change: patch %v, want the adoption removed and the hash added", ops)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
@@ -38,6 +39,9 @@ const (
 	ResultUnchanged Result = "unchanged" // opted in, nothing to change
 	ResultSkipped   Result = "skipped"   // not opted in, or not a workload
 	ResultError     Result = "error"     // a lookup failed: allowed unchanged
+	// ResultDeferred: an update of a running workload met for the first time, left
+	// for the watcher to adopt without a rollout, or to roll if its pods are stale.
+	ResultDeferred Result = "deferred"
 )
 
 // Mutator writes the hash and the sources record into opted-in workloads. It is a
@@ -48,6 +52,8 @@ type Mutator struct {
 	vocabulary confighash.Vocabulary
 	reader     SourceReader
 	metrics    Recorder
+	// every: in a namespace that opts every workload in (see Policy.ForEveryWorkload).
+	every bool
 }
 
 var _ kwhwebhook.Webhook = (*Mutator)(nil)
@@ -59,6 +65,13 @@ func NewMutator(key confighash.Key, vocabulary confighash.Vocabulary, reader Sou
 		metrics = NoopRecorder{}
 	}
 	return &Mutator{key: key, vocabulary: vocabulary, reader: reader, metrics: metrics}
+}
+
+// ForEveryWorkload returns the mutator for namespaces that opt every workload in.
+func (m *Mutator) ForEveryWorkload() *Mutator {
+	every := *m
+	every.every = true
+	return &every
 }
 
 // ID implements kwhwebhook.Webhook.
@@ -121,6 +134,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	kind = w.Kind.Kind
 
 	policy, problems := m.vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
+	if m.every {
+		policy = policy.ForEveryWorkload()
+	}
 	for _, p := range problems {
 		warnings = append(warnings, warningPrefix+p.Error())
 	}
@@ -128,7 +144,18 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return nil, warnings
 	}
 
-	old := sync.OnceValue(func() map[string]string { return oldAnnotations(ar.OldObjectRaw) })
+	oldObject := sync.OnceValue(func() *confighash.Workload { return oldWorkload(ar.OldObjectRaw) })
+	old := func() map[string]string {
+		if o := oldObject(); o != nil {
+			return o.Annotations
+		}
+		return nil
+	}
+	triggers := touchTriggers(w.Annotations, ar.OldObjectRaw != nil, old)
+	if len(triggers) == 0 && firstMet(oldObject(), w) {
+		result = ResultDeferred
+		return nil, warnings
+	}
 	prev, warning := previousRecord(w.Annotations, old)
 	if warning != "" {
 		warnings = append(warnings, warningPrefix+warning)
@@ -142,13 +169,25 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	for i, c := range candidates {
 		refs[i] = c.SourceRef
 	}
-	sources, err := m.reader.Read(ctx, w.Namespace, refs, touchTriggers(w.Annotations, ar.OldObjectRaw != nil, old))
+	sources, err := m.reader.Read(ctx, w.Namespace, refs, triggers)
 	if err != nil {
 		return fail("could not read the sources, the hash was not updated: " + err.Error())
 	}
 
 	record := confighash.Update(prev, confighash.Observe(m.key, policy, candidates, sources))
-	ops, err = annotationPatch(u, w.Kind, record.Hash(m.key), record.String())
+	want := written{record: record.String(), hash: record.Hash(m.key)}
+	if w.Template.Annotations[confighash.AnnotationHash] == "" {
+		// An adopted workload keeps its pod template without a hash until a change
+		// is due; an apply that replaced the whole object keeps the adoption too.
+		adopted, ok := w.Annotations[confighash.AnnotationAdopted]
+		if !ok {
+			adopted = old()[confighash.AnnotationAdopted]
+		}
+		if confighash.Settled("", adopted, want.hash) {
+			want.hash, want.adopted = "", adopted
+		}
+	}
+	ops, err = annotationPatch(u, w.Kind, want)
 	if err != nil {
 		return fail(err.Error())
 	}
@@ -216,33 +255,59 @@ func touchTriggers(annotations map[string]string, update bool, old func() map[st
 	return triggers
 }
 
-// oldAnnotations returns the metadata annotations of the old object's JSON, or nil.
-func oldAnnotations(raw []byte) map[string]string {
+// oldWorkload returns the workload view of the old object's JSON, or nil.
+func oldWorkload(raw []byte) *confighash.Workload {
 	if len(raw) == 0 {
 		return nil
 	}
-	var old struct {
-		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(raw, &old); err != nil {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
 		return nil
 	}
-	return old.Metadata.Annotations
+	w, err := confighash.WorkloadOf(u)
+	if err != nil {
+		return nil
+	}
+	return w
+}
+
+// firstMet reports whether an update meets a running workload for the first time (it
+// had no hash, record or adoption) without changing its pods: hashing it now would
+// roll it only to add the hash. The watcher decides instead whether its pods have the
+// current data (adopt) or not (roll once). A create, a pod template change, or a
+// watcher's touch is hashed as always.
+func firstMet(old, w *confighash.Workload) bool {
+	if old == nil {
+		return false
+	}
+	_, recorded := old.Annotations[confighash.AnnotationSources]
+	_, adopted := old.Annotations[confighash.AnnotationAdopted]
+	if recorded || adopted || old.Template.Annotations[confighash.AnnotationHash] != "" {
+		return false
+	}
+	return equality.Semantic.DeepEqual(old.Template, w.Template)
 }
 
 // patchOp is one JSON patch (RFC 6902) operation.
 type patchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
-	Value any    `json:"value"`
+	Value any    `json:"value,omitempty"` // none for a remove
 }
 
-// annotationPatch returns the operations that set the record on the metadata and the
-// hash on the pod template, for those that differ. An "add" replaces a member that
-// exists; a missing annotations map (or template metadata) is added whole.
-func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, hash, record string) ([]patchOp, error) {
+// written is what the webhook writes on a workload.
+type written struct {
+	record string // on the metadata
+	hash   string // on the pod template; empty leaves it without one
+	// adopted stays on the metadata when set; otherwise it is removed.
+	adopted string
+}
+
+// annotationPatch returns the operations that write w: the record and the adoption on
+// the metadata and the hash on the pod template, for those that differ. An "add"
+// replaces a member that exists; a missing annotations map (or template metadata) is
+// added whole.
+func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w written) ([]patchOp, error) {
 	var ops []patchOp
 	set := func(parent []string, key, value string) error {
 		path := append(slices.Clone(parent), "annotations")
@@ -263,10 +328,20 @@ func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, hash, r
 		}
 		return nil
 	}
-	if err := set([]string{"metadata"}, confighash.AnnotationSources, record); err != nil {
+	if err := set([]string{"metadata"}, confighash.AnnotationSources, w.record); err != nil {
 		return nil, err
 	}
-	if err := set(append(slices.Clone(kind.TemplatePath), "metadata"), confighash.AnnotationHash, hash); err != nil {
+	if w.adopted != "" {
+		if err := set([]string{"metadata"}, confighash.AnnotationAdopted, w.adopted); err != nil {
+			return nil, err
+		}
+	} else if _, ok := u.GetAnnotations()[confighash.AnnotationAdopted]; ok {
+		ops = append(ops, patchOp{Op: "remove", Path: pointer([]string{"metadata", "annotations", confighash.AnnotationAdopted})})
+	}
+	if w.hash == "" {
+		return ops, nil
+	}
+	if err := set(append(slices.Clone(kind.TemplatePath), "metadata"), confighash.AnnotationHash, w.hash); err != nil {
 		return nil, err
 	}
 	return ops, nil

@@ -43,7 +43,7 @@ func TestAnnotationPatchAppliesAsTheAPIServerApplies(t *testing.T) {
 			if err := u.UnmarshalJSON([]byte(object)); err != nil {
 				t.Fatal(err)
 			}
-			ops, err := annotationPatch(u, tt.kind, "v1:new", "v1 new")
+			ops, err := annotationPatch(u, tt.kind, written{record: "v1 new", hash: "v1:new"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/confighash/confighash/watcher"
+	"github.com/confighash/confighash/webhook"
 )
 
 const watcherSummary = "confighash watcher: touches the workloads whose ConfigMaps and Secrets changed."
@@ -36,6 +38,8 @@ type watcherConfig struct {
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
+	namespaceSelector           string
+	everyNamespaceSelector      string
 }
 
 func (c *watcherConfig) flags(fs *flag.FlagSet) {
@@ -43,6 +47,8 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.debounce, "debounce", time.Second, "wait after a change before touching, so that changes made together roll once")
 	fs.Float64Var(&c.touchRate, "touch-rate", 50, "touches per second at most for the workloads one change reaches; other changes are not held behind them")
 	fs.IntVar(&c.workers, "workers", 4, "workloads touched in parallel")
+	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on; the webhook configuration's first namespaceSelector must select the same")
+	fs.StringVar(&c.everyNamespaceSelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out (Reloader's --auto-reload-all, per namespace); the webhook configuration's second namespaceSelector must select the same; empty: none")
 	fs.IntVar(&c.healAfter, "heal-after", 3, "touches the webhook may leave unconverged before the watcher writes the hash itself")
 	fs.BoolVar(&c.leaderElect, "leader-elect", true, "elect one active watcher among replicas with a Lease; standbys keep their caches warm")
 	fs.StringVar(&c.leaseName, "leader-elect-lease-name", "confighash-watcher", "name of the Lease")
@@ -50,6 +56,24 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the last renewal before taking over")
 	fs.DurationVar(&c.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&c.retry, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease")
+}
+
+// selectors parses the namespace selectors.
+func (c *watcherConfig) selectors() (watcher.NamespaceSelectors, error) {
+	optedIn, err := labels.Parse(c.namespaceSelector)
+	if err != nil {
+		return watcher.NamespaceSelectors{}, fmt.Errorf("--namespace-selector: %w", err)
+	}
+	if optedIn.Empty() {
+		return watcher.NamespaceSelectors{}, errors.New("--namespace-selector is empty: it would select every namespace")
+	}
+	s := watcher.NamespaceSelectors{OptedIn: optedIn}
+	if c.everyNamespaceSelector != "" {
+		if s.Every, err = labels.Parse(c.everyNamespaceSelector); err != nil {
+			return watcher.NamespaceSelectors{}, fmt.Errorf("--every-workload-namespace-selector: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // errRolloutsServed stops the process when Argo Rollouts is installed after it
@@ -104,10 +128,14 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: watcher.FieldManager})
 
+	selectors, err := cfg.selectors()
+	if err != nil {
+		return err
+	}
 	w, err := watcher.New(watcher.Config{
 		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
-		Namespaces: cfg.watched, Events: events, Metrics: recorder, Log: log,
+		Namespaces: cfg.watched, NamespaceSelectors: selectors, Events: events, Metrics: recorder, Log: log,
 	})
 	if err != nil {
 		return err

@@ -112,13 +112,10 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), webhook.NewVersions(meta, webhook.Timeout, recorder), recorder)
-	handler, err := webhook.NewHandler(webhook.NewMutator(e.key, cfg.vocabulary(), reader, recorder), log)
+	mux, err := webhook.NewServeMux(webhook.NewMutator(e.key, cfg.vocabulary(), reader, recorder), log)
 	if err != nil {
 		return err
 	}
-
-	mux := http.NewServeMux()
-	mux.Handle("/mutate", handler)
 	admission := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -171,7 +171,7 @@ func startComponents(ctx context.Context, c *cluster.Cluster, binary string) (st
 			return "", nil, fmt.Errorf("%s never answered ready: %w", ops, err)
 		}
 	}
-	return fmt.Sprintf("https://127.0.0.1:%d/mutate", ports[0]), ca.CertPEM, nil
+	return fmt.Sprintf("https://127.0.0.1:%d", ports[0]), ca.CertPEM, nil
 }
 
 func hash(ctx context.Context, c *cluster.Cluster) (string, error) {

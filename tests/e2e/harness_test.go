@@ -185,7 +185,7 @@ const webhookConfigName = "confighash-e2e"
 
 func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
-	cfg := webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr + "/mutate"), CABundle: w.ca.CertPEM}, defaultScope())
+	cfg := webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr), CABundle: w.ca.CertPEM}, defaultScope())
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	_ = api.Delete(t.Context(), webhookConfigName, metav1.DeleteOptions{})
 	if _, err := api.Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {

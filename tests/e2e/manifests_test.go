@@ -253,10 +253,12 @@ func checkWebhookConfiguration(t *testing.T, rendered []byte, namespaces ...stri
 			t.Fatal(err)
 		}
 	}
-	if installed == nil || len(installed.Webhooks) != 1 {
-		t.Fatalf("the install has no MutatingWebhookConfiguration with one webhook: %+v", installed)
+	if installed == nil || len(installed.Webhooks) != 2 {
+		t.Fatalf("the install has no MutatingWebhookConfiguration with two webhooks: %+v", installed)
 	}
-	want := webhook.Configuration("confighash", installed.Webhooks[0].ClientConfig, webhook.Scope{InstallNamespace: "confighash", Namespaces: namespaces, Vocabulary: confighash.Vocabulary{Reloader: true}})
+	client := installed.Webhooks[0].ClientConfig.DeepCopy()
+	client.Service.Path = nil
+	want := webhook.Configuration("confighash", *client, webhook.Scope{InstallNamespace: "confighash", Namespaces: namespaces, Vocabulary: confighash.Vocabulary{Reloader: true}})
 	if !equality.Semantic.DeepEqual(installed.Webhooks, want.Webhooks) {
 		got, _ := json.MarshalIndent(installed.Webhooks, "", "  ")
 		exp, _ := json.MarshalIndent(want.Webhooks, "", "  ")
@@ -536,7 +538,7 @@ func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := fmt.Sprintf("https://localhost:%d/mutate", ports[0])
+	url := fmt.Sprintf("https://localhost:%d", ports[0])
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	if _, err := api.Create(ctx, webhook.Configuration("confighash", admissionregistrationv1.WebhookClientConfig{URL: &url}, webhook.Scope{InstallNamespace: "confighash", Namespaces: []string{ns}, Vocabulary: confighash.Vocabulary{Reloader: true}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -155,3 +155,22 @@ func TestReloaderPausePeriodRollsChangesMadeDuringItOnce(t *testing.T) {
 	}
 	expectRollouts(t, c, ns, map[string]int{"web": 3})
 }
+
+// TestNamespaceLabelledAllOptsEveryWorkloadIn: Reloader's --auto-reload-all, per
+// namespace. A workload without annotations is hashed at its creation and rolls once
+// per change; one that opts out is left alone.
+func TestNamespaceLabelledAllOptsEveryWorkloadIn(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := namespace(t, c, map[string]string{confighash.InjectionLabel: confighash.InjectionEvery})
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createDeployment(t, c, ns, annotatedDeployment("plain", nil, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, annotatedDeployment("out", map[string]string{confighash.ReloaderAuto: "false"}, envFromTemplate("cfg")))
+	expectRollouts(t, c, ns, map[string]int{"plain": 1, "out": 1})
+	if templateHash(t, c, ns, "plain") == "" || templateHash(t, c, ns, "out") != "" {
+		t.Fatalf("hashes at creation: plain %q, out %q; want plain hashed, out not", templateHash(t, c, ns, "plain"), templateHash(t, c, ns, "out"))
+	}
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expectRollouts(t, c, ns, map[string]int{"plain": 2, "out": 1})
+}

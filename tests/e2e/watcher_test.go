@@ -404,41 +404,6 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 	}
 }
 
-func TestLabellingANamespaceRollsItsOptedInWorkloadsOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
-	startWebhook(t, c)
-	startWatcher(t, c)
-	ns := namespace(t, c, nil)
-	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
-	plain := deployment("plain", 1, envFromTemplate("cfg"))
-	plain.Annotations = nil
-	createDeployment(t, c, ns, plain)
-	expectReplicaSets(t, c, ns, "web", 1)
-	if h := templateHash(t, c, ns, "web"); h != "" {
-		t.Fatalf("hashed in an unlabelled namespace: %q", h)
-	}
-
-	labelled, err := c.Client.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	labelled.Labels[confighash.InjectionLabel] = confighash.InjectionEnabled
-	if _, err := c.Client.CoreV1().Namespaces().Update(t.Context(), labelled, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The watcher checks the namespace's opted-in workloads at once, rather than at
-	// their next change or at its own next start.
-	expectReplicaSets(t, c, ns, "web", 2)
-	if templateHash(t, c, ns, "web") == "" {
-		t.Fatal("no hash after the namespace was labelled")
-	}
-	expectReplicaSets(t, c, ns, "plain", 1)
-	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
-	expectReplicaSets(t, c, ns, "web", 3)
-	expectReplicaSets(t, c, ns, "plain", 1)
-}
-
 func TestWatcherRestartsToWatchRolloutsInstalledAfterIt(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	uninstallRolloutCRD(t, c)

@@ -582,7 +582,7 @@ func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The certificate names localhost; the API server dials it.
-	url := fmt.Sprintf("https://localhost:%d/mutate", ports[0])
+	url := fmt.Sprintf("https://localhost:%d", ports[0])
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	_ = api.Delete(ctx, webhookConfigName, metav1.DeleteOptions{})
 	if _, err := api.Create(ctx, webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: &url}, defaultScope()), metav1.CreateOptions{}); err != nil {

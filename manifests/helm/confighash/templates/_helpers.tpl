@@ -42,3 +42,19 @@ affinity:
         labelSelector:
           matchLabels: {app.kubernetes.io/name: {{ . }}}
 {{- end }}
+
+{{- /* A LabelSelector in the label-selector syntax of the --*-selector flags. */ -}}
+{{- define "confighash.selectorFlag" -}}
+{{- $terms := list -}}
+{{- range $k, $v := .matchLabels -}}
+{{- $terms = append $terms (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- range .matchExpressions -}}
+{{- if eq .operator "In" -}}{{- $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "NotIn" -}}{{- $terms = append $terms (printf "%s notin (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "Exists" -}}{{- $terms = append $terms .key -}}
+{{- else if eq .operator "DoesNotExist" -}}{{- $terms = append $terms (printf "!%s" .key) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $terms -}}
+{{- end }}

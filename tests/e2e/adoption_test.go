@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// enableNamespace labels a namespace for injection.
+func enableNamespace(t testing.TB, c *cluster.Cluster, ns string) {
+	t.Helper()
+	n, err := c.Client.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels[confighash.InjectionLabel] = confighash.InjectionEnabled
+	if _, err := c.Client.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// afterTheSecond waits until the clock is in a later second than now: the API server
+// records creation and write times to the second.
+func afterTheSecond() {
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+}
+
+// recorded reports whether the Deployment carries a sources record: adopted or hashed.
+func recorded(t testing.TB, c *cluster.Cluster, ns, name string) bool {
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok := d.Annotations[confighash.AnnotationSources]
+	return ok
+}
+
+// TestTurningOnRollsNothingCurrent: 200 running Deployments opted in (half with
+// Reloader's annotation, installed over Reloader), their namespace labelled: none
+// rolls, but the one whose ConfigMap was written after its last rollout. Then one
+// change rolls each once.
+func TestTurningOnRollsNothingCurrent(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := namespace(t, c, nil)
+	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
+	createConfigMap(t, c, ns, "late", map[string]string{"k": "0"})
+	afterTheSecond()
+	const n = 200
+	want := map[string]int{}
+	for i := range n {
+		name := fmt.Sprintf("web-%d", i)
+		d := deployment(name, 0, envFromTemplate("shared"))
+		if i%2 == 1 {
+			d.Annotations = map[string]string{confighash.ReloaderAuto: "true"}
+		}
+		createDeployment(t, c, ns, d)
+		want[name] = 1
+	}
+	createDeployment(t, c, ns, deployment("stale", 0, envFromTemplate("late")))
+	for name := range want {
+		expectReplicaSetsNoWait(t, c, ns, name, 1)
+	}
+	expectReplicaSetsNoWait(t, c, ns, "stale", 1)
+	// Written after stale's ReplicaSet was created: its pods may have the old data.
+	afterTheSecond()
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "late"}, "k", "1")
+
+	enableNamespace(t, c, ns)
+	want["stale"] = 2
+	waitFor(t, 60*time.Second, "every Deployment to be recorded", func() bool {
+		for name := range want {
+			if !recorded(t, c, ns, name) {
+				return false
+			}
+		}
+		return true
+	})
+	expectRollouts(t, c, ns, want)
+	if got := w.metric(t, `confighash_watcher_touches_total{result="adopted"}`); got != n {
+		t.Fatalf("adopted = %v, want %d", got, n)
+	}
+	for i := range n {
+		if h := templateHash(t, c, ns, fmt.Sprintf("web-%d", i)); h != "" {
+			t.Fatalf("web-%d's pod template was hashed (%s) when adopted", i, h)
+		}
+	}
+
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "1")
+	for name := range want {
+		if name != "stale" {
+			want[name]++
+		}
+	}
+	expectRollouts(t, c, ns, want)
+}
+
+// TestOptingInARunningDeploymentRollsNothing: an annotation added to a running,
+// current Deployment adopts it; the next change rolls it once.
+func TestOptingInARunningDeploymentRollsNothing(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	afterTheSecond()
+	createDeployment(t, c, ns, annotatedDeployment("web", nil, envFromTemplate("cfg")))
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Annotations = map[string]string{confighash.ReloaderAuto: "true"}
+	if _, err := c.Client.AppsV1().Deployments(ns).Update(t.Context(), d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Deployment to be adopted", func() bool { return recorded(t, c, ns, "web") })
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
+}
+
+// TestTurningOnAdoptsStatefulSetsAndDaemonSets: the same for the kinds that keep
+// revisions in ControllerRevisions.
+func TestTurningOnAdoptsStatefulSetsAndDaemonSets(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := namespace(t, c, nil)
+	ctx := t.Context()
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createConfigMap(t, c, ns, "late", map[string]string{"k": "0"})
+	afterTheSecond()
+	for name, source := range map[string]string{"db": "cfg", "stale-db": "late"} {
+		if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet(name, envFromTemplate(source)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, source := range map[string]string{"agent": "cfg", "stale-agent": "late"} {
+		if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet(name, envFromTemplate(source)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revisions := func() map[string]int {
+		out := map[string]int{}
+		for _, app := range []string{"db", "stale-db", "agent", "stale-agent"} {
+			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[app] = len(list.Items)
+		}
+		return out
+	}
+	expect := func(want map[string]int) {
+		t.Helper()
+		waitFor(t, 30*time.Second, fmt.Sprintf("revisions %v", want), func() bool { return maps.Equal(revisions(), want) })
+		time.Sleep(quietPeriod)
+		if got := revisions(); !maps.Equal(got, want) {
+			t.Fatalf("revisions %v, want %v", got, want)
+		}
+	}
+	expect(map[string]int{"db": 1, "stale-db": 1, "agent": 1, "stale-agent": 1})
+	afterTheSecond()
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "late"}, "k", "1")
+
+	enableNamespace(t, c, ns)
+	expect(map[string]int{"db": 1, "stale-db": 2, "agent": 1, "stale-agent": 2})
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expect(map[string]int{"db": 2, "stale-db": 2, "agent": 2, "stale-agent": 2})
+}
