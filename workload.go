@@ -3,6 +3,7 @@ package confighash
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -52,6 +53,29 @@ func LookupKind(gvk schema.GroupVersionKind) (Kind, error) {
 		}
 	}
 	return Kind{}, fmt.Errorf("%w: %s", ErrUnsupportedKind, gvk)
+}
+
+// ParseKinds parses a comma-separated list of workload resources, as in
+// "deployments,cronjobs"; empty means every supported kind.
+func ParseKinds(list string) ([]Kind, error) {
+	var kinds []Kind
+	for _, field := range strings.Split(list, ",") {
+		name := strings.ToLower(strings.TrimSpace(field))
+		if name == "" {
+			continue
+		}
+		i := slices.IndexFunc(Kinds, func(k Kind) bool { return k.Resource == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: %q; want some of deployments, statefulsets, daemonsets, cronjobs, rollouts", ErrUnsupportedKind, name)
+		}
+		if !slices.ContainsFunc(kinds, func(k Kind) bool { return k.Resource == name }) {
+			kinds = append(kinds, Kinds[i])
+		}
+	}
+	if len(kinds) == 0 {
+		return Kinds, nil
+	}
+	return kinds, nil
 }
 
 // Workload is what confighash reads of a workload.

@@ -149,3 +149,16 @@ func FuzzWorkloadFromJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestParseKinds(t *testing.T) {
+	kinds, err := ParseKinds(" Deployments, cronjobs,deployments,")
+	if err != nil || len(kinds) != 2 || kinds[0].Kind != "Deployment" || kinds[1].Kind != "CronJob" {
+		t.Fatalf("ParseKinds() = %v, %v; want Deployment and CronJob", kinds, err)
+	}
+	if kinds, err := ParseKinds(""); err != nil || len(kinds) != len(Kinds) {
+		t.Fatalf("ParseKinds(\"\") = %v, %v; want every kind", kinds, err)
+	}
+	if _, err := ParseKinds("deployments,jobs"); !errors.Is(err, ErrUnsupportedKind) || !strings.Contains(err.Error(), `"jobs"`) {
+		t.Fatalf("ParseKinds(jobs) error = %v, want the unsupported kind named", err)
+	}
+}

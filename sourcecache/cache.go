@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -19,10 +20,34 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// SecretFieldSelector selects the Secrets the cache holds: all but those Helm keeps
+// secretFieldSelector selects the Secrets that may count: all but those Helm keeps
 // releases in, which are large, many, and never used by a pod, so they are filtered out
 // on the server.
-const SecretFieldSelector = "type!=helm.sh/release.v1"
+const secretFieldSelector = "type!=helm.sh/release.v1"
+
+// Filter selects the sources that may count at all, on the server where it can: the
+// cache never even lists the others, and a live read treats them as absent.
+type Filter struct {
+	// Labels, when set, is the label selector a source must match.
+	Labels labels.Selector
+}
+
+// ListOptions returns the options of a list or watch of sources of the kind.
+func (f Filter) ListOptions(kind confighash.SourceKind) metav1.ListOptions {
+	var o metav1.ListOptions
+	if f.Labels != nil && !f.Labels.Empty() {
+		o.LabelSelector = f.Labels.String()
+	}
+	if kind == confighash.Secret {
+		o.FieldSelector = secretFieldSelector
+	}
+	return o
+}
+
+// Admits reports whether a source with these labels may count.
+func (f Filter) Admits(sourceLabels map[string]string) bool {
+	return f.Labels == nil || f.Labels.Matches(labels.Set(sourceLabels))
+}
 
 // Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
 // resourceVersion, when it was last written, and its digest-only view. Never a value.
@@ -84,16 +109,19 @@ type Cache struct {
 }
 
 // New returns a cache fed by informers on client, for the given namespaces, or for the
-// whole cluster when there are none; Run starts them.
-func New(client kubernetes.Interface, namespaces []string) *Cache {
-	noHelm := func(o *metav1.ListOptions) { o.FieldSelector = SecretFieldSelector }
+// whole cluster when there are none, of the sources filter admits; Run starts them.
+func New(client kubernetes.Interface, namespaces []string, filter Filter) *Cache {
+	options := func(kind confighash.SourceKind) func(*metav1.ListOptions) {
+		want := filter.ListOptions(kind)
+		return func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = want.LabelSelector, want.FieldSelector }
+	}
 	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	c := &Cache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewConfigMapInformer(client, ns, 0, byNamespace)
+			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, byNamespace, options(confighash.ConfigMap))
 		}),
 		confighash.Secret: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredSecretInformer(client, ns, 0, byNamespace, noHelm)
+			return coreinformers.NewFilteredSecretInformer(client, ns, 0, byNamespace, options(confighash.Secret))
 		}),
 	}}
 	for _, in := range c.informers {

@@ -51,10 +51,22 @@ type Config struct {
 	Namespaces []string
 	// NamespaceSelectors select the namespaces it acts in, and how.
 	NamespaceSelectors NamespaceSelectors
+	// Sources selects the sources that may count.
+	Sources sourcecache.Filter
+	// Kinds are the workload kinds handled; empty: every supported kind.
+	Kinds []confighash.Kind
 	Events             record.EventRecorder
 	Metrics            Recorder
 	Log                zerolog.Logger
 }
+
+// handles reports whether the watcher handles the workload kind.
+func (c *Config) handles(kind string) bool {
+	return len(c.Kinds) == 0 || slices.ContainsFunc(c.Kinds, func(k confighash.Kind) bool { return k.Kind == kind })
+}
+
+// HandlesRollouts reports whether the configuration includes Argo Rollouts.
+func (c Config) HandlesRollouts() bool { return c.handles(confighash.Rollout.Kind) }
 
 func (c *Config) defaults() error {
 	if c.Client == nil {
@@ -117,10 +129,11 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	maps.DeleteFunc(workloads, func(kind string, _ *sourcecache.Informers) bool { return !cfg.handles(kind) })
 	w := &Watcher{
 		cfg:       cfg,
 		toView:    toView,
-		sources:   sourcecache.New(cfg.Client, cfg.Namespaces),
+		sources:   sourcecache.New(cfg.Client, cfg.Namespaces, cfg.Sources),
 		workloads: workloads,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),

@@ -44,6 +44,8 @@ type Scope struct {
 	Namespaces []string
 	// Vocabulary names the annotations that opt a workload in.
 	Vocabulary confighash.Vocabulary
+	// Kinds are the workload kinds handled; empty: every supported kind.
+	Kinds []confighash.Kind
 	// NamespaceSelector selects the namespaces where workloads opt in; default:
 	// labelled confighash.dev/injection=enabled.
 	NamespaceSelector *metav1.LabelSelector
@@ -66,8 +68,12 @@ const (
 // object. client is the webhook's Service, or its URL, without a path. The install
 // manifests hold the same, checked by a test.
 func Configuration(name string, client admissionregistrationv1.WebhookClientConfig, scope Scope) *admissionregistrationv1.MutatingWebhookConfiguration {
+	kinds := scope.Kinds
+	if len(kinds) == 0 {
+		kinds = confighash.Kinds
+	}
 	var rules []admissionregistrationv1.RuleWithOperations
-	for _, k := range confighash.Kinds {
+	for _, k := range kinds {
 		rules = append(rules, admissionregistrationv1.RuleWithOperations{
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Rule: admissionregistrationv1.Rule{

@@ -55,7 +55,7 @@ func newTestHandler(t *testing.T, reader SourceReader) (http.Handler, *Prometheu
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHandler(NewMutator(key, confighash.Vocabulary{Reloader: true}, reader, rec), zerolog.Nop())
+	h, err := NewHandler(NewMutator(MutatorConfig{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader, Metrics: rec}), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

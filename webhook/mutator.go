@@ -50,6 +50,7 @@ const (
 type Mutator struct {
 	key        confighash.Key
 	vocabulary confighash.Vocabulary
+	kinds      []confighash.Kind
 	reader     SourceReader
 	metrics    Recorder
 	// every: in a namespace that opts every workload in (see Policy.ForEveryWorkload).
@@ -58,13 +59,28 @@ type Mutator struct {
 
 var _ kwhwebhook.Webhook = (*Mutator)(nil)
 
-// NewMutator returns a mutator that reads workloads' annotations in vocabulary and
-// hashes with key the sources reader reads.
-func NewMutator(key confighash.Key, vocabulary confighash.Vocabulary, reader SourceReader, metrics Recorder) *Mutator {
-	if metrics == nil {
-		metrics = NoopRecorder{}
+// MutatorConfig configures a Mutator.
+type MutatorConfig struct {
+	// Key hashes.
+	Key confighash.Key
+	// Vocabulary is which annotations workloads are read in.
+	Vocabulary confighash.Vocabulary
+	// Kinds are the workload kinds handled; empty: every supported kind.
+	Kinds []confighash.Kind
+	// Reader reads the sources.
+	Reader  SourceReader
+	Metrics Recorder
+}
+
+// NewMutator returns a mutator.
+func NewMutator(cfg MutatorConfig) *Mutator {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NoopRecorder{}
 	}
-	return &Mutator{key: key, vocabulary: vocabulary, reader: reader, metrics: metrics}
+	if len(cfg.Kinds) == 0 {
+		cfg.Kinds = confighash.Kinds
+	}
+	return &Mutator{key: cfg.Key, vocabulary: cfg.Vocabulary, kinds: cfg.Kinds, reader: cfg.Reader, metrics: cfg.Metrics}
 }
 
 // ForEveryWorkload returns the mutator for namespaces that opt every workload in.
@@ -124,6 +140,8 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	switch {
 	case errors.Is(err, confighash.ErrUnsupportedKind):
 		return nil, nil
+	case err == nil && !slices.ContainsFunc(m.kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind }):
+		return nil, nil // a kind this install does not handle
 	case errors.Is(err, confighash.ErrNoPodTemplate):
 		// Nothing to hash: writing into its template would break, e.g., a Rollout
 		// with a workloadRef, whose template must stay empty.

@@ -21,17 +21,19 @@ import (
 // their digests are computed.
 type LiveReader struct {
 	client  kubernetes.Interface
+	filter  sourcecache.Filter
 	metrics Recorder
 }
 
 var _ SourceReader = (*LiveReader)(nil)
 
-// NewLiveReader returns a reader that GETs every source.
-func NewLiveReader(client kubernetes.Interface, metrics Recorder) *LiveReader {
+// NewLiveReader returns a reader that GETs every source; those filter does not admit
+// are absent.
+func NewLiveReader(client kubernetes.Interface, filter sourcecache.Filter, metrics Recorder) *LiveReader {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &LiveReader{client: client, metrics: metrics}
+	return &LiveReader{client: client, filter: filter, metrics: metrics}
 }
 
 // Read implements SourceReader. The trigger is not needed: a live read is current.
@@ -57,9 +59,10 @@ func (r *LiveReader) Read(ctx context.Context, namespace string, refs []configha
 // and the fallback; the webhook lists through Versions, metadata only.
 func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
 	var names []string
+	opts := r.filter.ListOptions(kind)
 	switch kind {
 	case confighash.ConfigMap:
-		list, err := r.client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{})
+		list, err := r.client.CoreV1().ConfigMaps(namespace).List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -67,7 +70,7 @@ func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighas
 			names = append(names, o.Name)
 		}
 	case confighash.Secret:
-		list, err := r.client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{FieldSelector: sourcecache.SecretFieldSelector})
+		list, err := r.client.CoreV1().Secrets(namespace).List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -85,13 +88,17 @@ func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.S
 	switch ref.Kind {
 	case confighash.ConfigMap:
 		cm, e := r.client.CoreV1().ConfigMaps(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err = e; e == nil {
+		if err = e; e == nil && r.filter.Admits(cm.Labels) {
 			src = confighash.SourceOfConfigMap(cm)
+		} else if e == nil {
+			src = confighash.AbsentSource(ref)
 		}
 	case confighash.Secret:
 		s, e := r.client.CoreV1().Secrets(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err = e; e == nil {
+		if err = e; e == nil && r.filter.Admits(s.Labels) {
 			src = confighash.SourceOfSecret(s)
+		} else if e == nil {
+			src = confighash.AbsentSource(ref)
 		}
 	default:
 		return src, fmt.Errorf("unknown source kind %q", ref.Kind)

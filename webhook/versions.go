@@ -30,6 +30,7 @@ type Version struct {
 // most one GET per source is in flight, and those that arrive meanwhile share the next.
 type Versions struct {
 	meta    metadata.Interface
+	filter  sourcecache.Filter
 	timeout time.Duration
 	metrics Recorder
 
@@ -51,13 +52,14 @@ type versionCall struct {
 	err     error
 }
 
-// NewVersions returns a reader of versions through meta; a GET shared by several
-// admissions gives up after timeout.
-func NewVersions(meta metadata.Interface, timeout time.Duration, metrics Recorder) *Versions {
+// NewVersions returns a reader of versions through meta, of the sources filter
+// admits (the others do not exist for confighash); a GET shared by several admissions
+// gives up after timeout.
+func NewVersions(meta metadata.Interface, filter sourcecache.Filter, timeout time.Duration, metrics Recorder) *Versions {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &Versions{meta: meta, timeout: timeout, metrics: metrics, calls: map[versionKey]*versionCalls{}}
+	return &Versions{meta: meta, filter: filter, timeout: timeout, metrics: metrics, calls: map[versionKey]*versionCalls{}}
 }
 
 // Get returns the current version of the source, from a GET sent after Get was called.
@@ -119,6 +121,8 @@ func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
 		return Version{}, nil
 	case err != nil:
 		return Version{}, fmt.Errorf("read the version of %s: %w", key.ref, err)
+	case !v.filter.Admits(obj.Labels):
+		return Version{}, nil
 	}
 	return Version{Exists: true, ResourceVersion: obj.ResourceVersion}, nil
 }
@@ -127,11 +131,7 @@ func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
 // consistent, metadata-only list: what Reloader's name patterns are matched against.
 // The Secrets Helm keeps releases in are left out, as in the source cache.
 func (v *Versions) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
-	opts := metav1.ListOptions{}
-	if kind == confighash.Secret {
-		opts.FieldSelector = sourcecache.SecretFieldSelector
-	}
-	list, err := v.meta.Resource(resourceOf(kind)).Namespace(namespace).List(ctx, opts)
+	list, err := v.meta.Resource(resourceOf(kind)).Namespace(namespace).List(ctx, v.filter.ListOptions(kind))
 	if err != nil {
 		return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)
 	}

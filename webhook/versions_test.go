@@ -12,6 +12,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 func TestVersionsShareOnlyAGETSentAfterEachCaller(t *testing.T) {
@@ -34,7 +35,7 @@ func TestVersionsShareOnlyAGETSentAfterEachCaller(t *testing.T) {
 		rv := map[int]string{1: "10", 2: "20"}[n]
 		return true, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: "ns", ResourceVersion: rv}}, nil
 	})
-	v := NewVersions(meta, 5*time.Second, nil)
+	v := NewVersions(meta, sourcecache.Filter{}, 5*time.Second, nil)
 	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

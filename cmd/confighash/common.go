@@ -13,12 +13,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // common is the configuration both components share.
@@ -33,6 +35,8 @@ type common struct {
 	logFormat, logLevel  string
 	shutdownTimeout      time.Duration
 	reloaderAnnotations  bool
+	kinds                string
+	sourceLabelSelector  string
 }
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
@@ -47,7 +51,22 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", shutdownTimeout, "how long in-flight requests may take to finish on SIGTERM")
+	fs.StringVar(&c.kinds, "kinds", "", "comma-separated workload kinds to handle, of deployments, statefulsets, daemonsets, cronjobs, rollouts; empty: all; the webhook configuration's rules must list the same")
+	fs.StringVar(&c.sourceLabelSelector, "source-label-selector", "", "label selector: only the ConfigMaps and Secrets that match count; the others are never listed or cached, and count as absent; empty: all")
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
+}
+
+// scope parses the kinds and the source filter.
+func (c *common) scope() ([]confighash.Kind, sourcecache.Filter, error) {
+	kinds, err := confighash.ParseKinds(c.kinds)
+	if err != nil {
+		return nil, sourcecache.Filter{}, fmt.Errorf("--kinds: %w", err)
+	}
+	selector, err := labels.Parse(c.sourceLabelSelector)
+	if err != nil {
+		return nil, sourcecache.Filter{}, fmt.Errorf("--source-label-selector: %w", err)
+	}
+	return kinds, sourcecache.Filter{Labels: selector}, nil
 }
 
 // vocabulary is which annotations workloads and sources are read in.

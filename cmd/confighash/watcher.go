@@ -132,11 +132,17 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	w, err := watcher.New(watcher.Config{
+	kinds, filter, err := cfg.scope()
+	if err != nil {
+		return err
+	}
+	wcfg := watcher.Config{
 		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
-		Namespaces: cfg.watched, NamespaceSelectors: selectors, Events: events, Metrics: recorder, Log: log,
-	})
+		Namespaces: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
+		Events: events, Metrics: recorder, Log: log,
+	}
+	w, err := watcher.New(wcfg)
 	if err != nil {
 		return err
 	}
@@ -147,7 +153,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
-	if !w.WatchesRollouts() {
+	if wcfg.HandlesRollouts() && !w.WatchesRollouts() {
 		g.Go(func() error { return awaitRollouts(ctx, client, 10*time.Second) })
 	}
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })

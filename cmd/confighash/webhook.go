@@ -106,13 +106,19 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	sources := sourcecache.New(client, cfg.watched)
+	kinds, filter, err := cfg.scope()
+	if err != nil {
+		return err
+	}
+	sources := sourcecache.New(client, cfg.watched, filter)
 	meta, err := metadata.NewForConfig(e.rest)
 	if err != nil {
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, recorder), webhook.NewVersions(meta, webhook.Timeout, recorder), recorder)
-	mux, err := webhook.NewServeMux(webhook.NewMutator(e.key, cfg.vocabulary(), reader, recorder), log)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
+	mux, err := webhook.NewServeMux(webhook.NewMutator(webhook.MutatorConfig{
+		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Metrics: recorder,
+	}), log)
 	if err != nil {
 		return err
 	}

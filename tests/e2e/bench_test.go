@@ -80,14 +80,14 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-	sources := sourcecache.New(c.Client, nil)
+	sources := sourcecache.New(c.Client, nil, sourcecache.Filter{})
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {
 		b.Fatal("cache did not sync")
 	}
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{3}, 32))
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), 5*time.Second, nil), nil)
-	handler, err := webhook.NewHandler(webhook.NewMutator(key, confighash.Vocabulary{Reloader: true}, reader, nil), zerolog.Nop())
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
+	handler, err := webhook.NewHandler(webhook.NewMutator(webhook.MutatorConfig{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader}), zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -58,3 +58,16 @@ affinity:
 {{- end -}}
 {{- join "," $terms -}}
 {{- end }}
+
+{{- /* Flags both components share, where the values differ from the defaults. */ -}}
+{{- define "confighash.sharedArgs" -}}
+{{- if not .Values.reloaderAnnotations }}
+- --reloader-annotations=false
+{{- end }}
+{{- if ne (join "," .Values.kinds) "deployments,statefulsets,daemonsets,cronjobs,rollouts" }}
+- {{ printf "--kinds=%s" (join "," .Values.kinds) | quote }}
+{{- end }}
+{{- with .Values.sourceLabelSelector }}
+- {{ printf "--source-label-selector=%s" . | quote }}
+{{- end }}
+{{- end }}
