@@ -54,10 +54,10 @@ type Config struct {
 	// Sources selects the sources that may count.
 	Sources sourcecache.Filter
 	// Kinds are the workload kinds handled; empty: every supported kind.
-	Kinds []confighash.Kind
-	Events             record.EventRecorder
-	Metrics            Recorder
-	Log                zerolog.Logger
+	Kinds   []confighash.Kind
+	Events  record.EventRecorder
+	Metrics Recorder
+	Log     zerolog.Logger
 }
 
 // handles reports whether the watcher handles the workload kind.
@@ -318,6 +318,13 @@ func (w *Watcher) enqueue(v *view, after time.Duration) {
 	w.queue.AddAfter(key, after)
 }
 
+// unpause ends a pause set for a touch that did not roll the workload.
+func (w *Watcher) unpause(key workloadKey) {
+	w.mu.Lock()
+	delete(w.pausedUntil, key)
+	w.mu.Unlock()
+}
+
 // pause holds further touches of the workload for its pause period.
 func (w *Watcher) pause(v *view) {
 	if v.Policy.PausePeriod <= 0 {
@@ -449,8 +456,15 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {
 		return w.heal(ctx, key, v, want)
 	}
+	// The pause starts before the touch: the touch's own update event, and changes
+	// that follow it at once, must already find the workload held.
+	rolls := !confighash.Settled(v.Hash, v.Adopted, want.Hash(w.cfg.Key))
+	if rolls {
+		w.pause(v)
+	}
 	admitted, err := w.touch(ctx, v, triggers(v, want, w.sources))
 	if err != nil {
+		w.unpause(key)
 		w.cfg.Metrics.Touch(TouchError)
 		return err
 	}
@@ -459,13 +473,13 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return nil
 	}
 	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, want) || !confighash.Settled(admitted.Hash, admitted.Adopted, want.Hash(w.cfg.Key)) {
+		w.unpause(key)
 		w.cfg.Metrics.Touch(TouchNotConverged)
 		return errNotConverged
 	}
 	w.cfg.Metrics.Touch(TouchConverged)
 	if admitted.Hash != v.Hash {
 		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+changedSources(v.Record, want))
-		w.pause(v)
 	}
 	w.converged(key)
 	return nil

@@ -71,3 +71,27 @@ affinity:
 - {{ printf "--source-label-selector=%s" . | quote }}
 {{- end }}
 {{- end }}
+
+{{- /* Pod placement and metadata of a component: (dict "root" $ "values" .Values.watcher "name" "confighash-watcher"). */ -}}
+{{- define "confighash.podSpec" -}}
+{{- with .values.priorityClassName | default .root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .values.affinity }}
+affinity: {{- toYaml .values.affinity | nindent 2 }}
+{{- else }}
+{{ include "confighash.antiAffinity" .name }}
+{{- end }}
+{{- end }}
