@@ -50,7 +50,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 2m)
 	for target in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) . ; done
 
 .PHONY: bench
-bench: control-plane ## every benchmark and scenario (about N min); writes docs/benchmarks.md and .json; SCENARIOS=a,b for some
+bench: control-plane ## every benchmark and scenario (about 25 minutes on 2 cores); writes docs/benchmarks.md and .json; SCENARIOS=a,b for some
 	go run ./tests/bench/run -scenarios "$(SCENARIOS)"
 
 .PHONY: test-unit
