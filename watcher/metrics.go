@@ -65,7 +65,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		}, []string{"kind"}),
 		touches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "touches_total",
-			Help: "Writes to workloads by result: converged (the webhook wrote the hash), not_converged (it did not: retried), healed (the watcher wrote it), error.",
+			Help: "Writes to workloads by result: converged (the webhook wrote the hash), not_converged (it did not: retried), healed (the watcher wrote it), adopted (recorded without a rollout), error.",
 		}, []string{"result"}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "convergence_seconds",

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/sourcecache"
 )
 
@@ -81,13 +82,16 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, want confi
 		nested = map[string]any{v.Kind.TemplatePath[i]: nested}
 	}
 	patch[v.Kind.TemplatePath[0]] = nested
+	trig := triggers(v, want, w.sources)
 	if _, err := w.patch(ctx, v, patch); err != nil {
 		w.cfg.Metrics.Touch(TouchError)
+		w.alert(alert.Failed, v, trig, "the webhook did not write the hash, and the watcher could not either: "+err.Error())
 		return err
 	}
 	w.cfg.Metrics.Touch(TouchHealed)
 	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed",
 		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+changedSources(v.Record, want))
+	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.converged(key)
 	return nil
 }

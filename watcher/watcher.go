@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/sourcecache"
 )
 
@@ -54,10 +55,31 @@ type Config struct {
 	// Sources selects the sources that may count.
 	Sources sourcecache.Filter
 	// Kinds are the workload kinds handled; empty: every supported kind.
-	Kinds   []confighash.Kind
+	Kinds []confighash.Kind
+	// Alerts hears of what the watcher rolled, healed, or failed to; nil: no one.
+	Alerts  Alerter
 	Events  record.EventRecorder
 	Metrics Recorder
 	Log     zerolog.Logger
+}
+
+// Alerter hears of the workloads the watcher rolled, healed, or failed to heal. It
+// must not block.
+type Alerter interface {
+	Notify(alert.Event)
+}
+
+// alert tells the Alerter, if any, what happened to the workload and which source
+// changes caused it.
+func (w *Watcher) alert(what alert.What, v *view, trig []confighash.Trigger, reason string) {
+	if w.cfg.Alerts == nil {
+		return
+	}
+	sources := make([]alert.Object, len(trig))
+	for i, t := range trig {
+		sources[i] = alert.Object{Kind: string(t.Kind), Name: t.Name, ResourceVersion: t.ResourceVersion}
+	}
+	w.cfg.Alerts.Notify(alert.Event{What: what, Namespace: v.Namespace, Workload: alert.Object{Kind: v.Kind.Kind, Name: v.Name}, Sources: sources, Reason: reason})
 }
 
 // handles reports whether the watcher handles the workload kind.
@@ -462,7 +484,8 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	if rolls {
 		w.pause(v)
 	}
-	admitted, err := w.touch(ctx, v, triggers(v, want, w.sources))
+	trig := triggers(v, want, w.sources)
+	admitted, err := w.touch(ctx, v, trig)
 	if err != nil {
 		w.unpause(key)
 		w.cfg.Metrics.Touch(TouchError)
@@ -480,6 +503,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	w.cfg.Metrics.Touch(TouchConverged)
 	if admitted.Hash != v.Hash {
 		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+changedSources(v.Record, want))
+		w.alert(alert.Rolled, v, trig, "")
 	}
 	w.converged(key)
 	return nil

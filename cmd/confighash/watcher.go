@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/watcher"
 	"github.com/confighash/confighash/webhook"
 )
@@ -40,6 +43,13 @@ type watcherConfig struct {
 	leaseDuration, renew, retry time.Duration
 	namespaceSelector           string
 	everyNamespaceSelector      string
+	alerts                      alertConfig
+}
+
+// alertConfig is what the watcher's alerts need; flags named as Reloader's variables.
+type alertConfig struct {
+	on                              bool
+	sink, url, proxy, info, cluster string
 }
 
 func (c *watcherConfig) flags(fs *flag.FlagSet) {
@@ -49,6 +59,12 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.workers, "workers", 4, "workloads touched in parallel")
 	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on; the webhook configuration's first namespaceSelector must select the same")
 	fs.StringVar(&c.everyNamespaceSelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out (Reloader's --auto-reload-all, per namespace); the webhook configuration's second namespaceSelector must select the same; empty: none")
+	fs.BoolVar(&c.alerts.on, "alert-on-reload", false, "send an alert when workloads roll, are healed, or cannot be")
+	fs.StringVar(&c.alerts.sink, "alert-sink", string(alert.Webhook), "where alerts go: slack, teams (a Workflows webhook), gchat, or webhook (a JSON body, see docs/alerts.md)")
+	fs.StringVar(&c.alerts.url, "alert-webhook-url", "", "the sink's webhook URL; it may hold a token, so set it from a Secret through the environment; never logged")
+	fs.StringVar(&c.alerts.proxy, "alert-webhook-proxy", "", "HTTP proxy for the alerts")
+	fs.StringVar(&c.alerts.info, "alert-additional-info", "", "text added to every alert")
+	fs.StringVar(&c.alerts.cluster, "cluster-name", "", "the cluster's name in alerts")
 	fs.IntVar(&c.healAfter, "heal-after", 3, "touches the webhook may leave unconverged before the watcher writes the hash itself")
 	fs.BoolVar(&c.leaderElect, "leader-elect", true, "elect one active watcher among replicas with a Lease; standbys keep their caches warm")
 	fs.StringVar(&c.leaseName, "leader-elect-lease-name", "confighash-watcher", "name of the Lease")
@@ -56,6 +72,24 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the last renewal before taking over")
 	fs.DurationVar(&c.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&c.retry, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease")
+}
+
+// notifier returns the alert notifier, or nil when alerts are off.
+func (c alertConfig) notifier(reg prometheus.Registerer, log zerolog.Logger) (*alert.Notifier, error) {
+	if !c.on {
+		return nil, nil
+	}
+	if c.url == "" {
+		return nil, errors.New("--alert-on-reload needs --alert-webhook-url (or $ALERT_WEBHOOK_URL)")
+	}
+	metrics, err := alert.NewPrometheusRecorder(reg)
+	if err != nil {
+		return nil, err
+	}
+	return alert.New(alert.Config{
+		Sink: alert.Sink(strings.ToLower(c.sink)), URL: c.url, Proxy: c.proxy, Cluster: c.cluster, AdditionalInfo: c.info,
+		Metrics: metrics, Log: log.With().Str("component", "alerts").Logger(),
+	})
 }
 
 // selectors parses the namespace selectors.
@@ -136,11 +170,18 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	notifier, err := cfg.alerts.notifier(reg, log)
+	if err != nil {
+		return err
+	}
 	wcfg := watcher.Config{
 		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Namespaces: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Events: events, Metrics: recorder, Log: log,
+	}
+	if notifier != nil {
+		wcfg.Alerts = notifier
 	}
 	w, err := watcher.New(wcfg)
 	if err != nil {
@@ -157,6 +198,9 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		g.Go(func() error { return awaitRollouts(ctx, client, 10*time.Second) })
 	}
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
+	if notifier != nil {
+		g.Go(func() error { return notifier.Run(ctx) })
+	}
 	g.Go(func() error {
 		lead := func(ctx context.Context) {
 			leader.Set(1)

@@ -1,0 +1,301 @@
+package alert
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// sink is a real HTTP server on loopback that records what it receives.
+type sink struct {
+	*httptest.Server
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func newSink(t *testing.T, handle func(w http.ResponseWriter, attempt int)) *sink {
+	s := &sink{}
+	var attempts atomic.Int32
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.bodies = append(s.bodies, body)
+		s.mu.Unlock()
+		if handle != nil {
+			handle(w, int(attempts.Add(1)))
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sink) received() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([][]byte(nil), s.bodies...)
+}
+
+// counts is a Recorder for tests.
+type counts struct{ sent, failed, dropped atomic.Int32 }
+
+func (c *counts) Sent(Sink)    { c.sent.Add(1) }
+func (c *counts) Failed(Sink)  { c.failed.Add(1) }
+func (c *counts) Dropped(Sink) { c.dropped.Add(1) }
+
+func start(t *testing.T, cfg Config) (*Notifier, *counts) {
+	t.Helper()
+	c := &counts{}
+	cfg.Metrics = c
+	if cfg.Quiet == 0 {
+		cfg.Quiet = 100 * time.Millisecond
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = n.Run(ctx) }()
+	return n, c
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("waiting for %s", what)
+}
+
+func rolled(ns, workload string) Event {
+	return Event{What: Rolled, Namespace: ns, Workload: Object{Kind: "Deployment", Name: workload},
+		Sources: []Object{{Kind: "ConfigMap", Name: "app", ResourceVersion: "42"}}}
+}
+
+func TestWebhookBodyIsTheDocumentedJSON(t *testing.T) {
+	s := newSink(t, nil)
+	n, c := start(t, Config{Sink: Webhook, URL: s.URL, Cluster: "prod", AdditionalInfo: "team shop"})
+	n.Notify(rolled("shop", "web"))
+	waitFor(t, "an alert", func() bool { return c.sent.Load() == 1 })
+	var got Alert
+	if err := json.Unmarshal(s.received()[0], &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.What != Rolled || got.Cluster != "prod" || got.Namespace != "shop" || got.AdditionalInfo != "team shop" || got.More != 0 ||
+		len(got.Sources) != 1 || got.Sources[0] != (Object{"ConfigMap", "app", "42"}) ||
+		len(got.Workloads) != 1 || got.Workloads[0] != (Object{Kind: "Deployment", Name: "web"}) ||
+		got.Explain != "confighash explain deployment/web -n shop" || got.Time.IsZero() {
+		t.Fatalf("body = %+v", got)
+	}
+}
+
+func TestChatBodiesSayWhatHappened(t *testing.T) {
+	for _, sinkKind := range []Sink{Slack, GChat} {
+		t.Run(string(sinkKind), func(t *testing.T) {
+			s := newSink(t, nil)
+			n, c := start(t, Config{Sink: sinkKind, URL: s.URL, Cluster: "prod"})
+			n.Notify(rolled("shop", "web"))
+			n.Notify(rolled("shop", "api"))
+			waitFor(t, "an alert", func() bool { return c.sent.Load() == 1 })
+			var got map[string]string
+			if err := json.Unmarshal(s.received()[0], &got); err != nil {
+				t.Fatal(err)
+			}
+			want := "*confighash is rolling 2 workloads in prod/shop*\nChanged: ConfigMap/app@42\nWorkloads: Deployment/web, Deployment/api\nMore: `confighash explain -n shop`"
+			if len(got) != 1 || got["text"] != want {
+				t.Fatalf("body = %q, want {text: %q}", got, want)
+			}
+		})
+	}
+}
+
+func TestTeamsBodyIsAnAdaptiveCard(t *testing.T) {
+	s := newSink(t, nil)
+	n, c := start(t, Config{Sink: Teams, URL: s.URL})
+	n.Notify(Event{What: Healed, Namespace: "shop", Workload: Object{Kind: "StatefulSet", Name: "db"}, Reason: "the webhook did not write the hash after 3 touches"})
+	waitFor(t, "an alert", func() bool { return c.sent.Load() == 1 })
+	var got struct {
+		Type        string
+		Attachments []struct {
+			ContentType string
+			Content     struct {
+				Type, Version string
+				Body          []struct {
+					Type, Text string
+					Facts      []struct{ Title, Value string }
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(s.received()[0], &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Type != "message" || len(got.Attachments) != 1 || got.Attachments[0].ContentType != "application/vnd.microsoft.card.adaptive" {
+		t.Fatalf("not a Workflows message with an Adaptive Card: %s", s.received()[0])
+	}
+	card := got.Attachments[0].Content
+	if card.Type != "AdaptiveCard" || card.Version != "1.4" || len(card.Body) != 3 ||
+		card.Body[0].Text != "confighash healed 1 workload in shop: the webhook did not write the hash" {
+		t.Fatalf("card = %+v", card)
+	}
+	facts := map[string]string{}
+	for _, f := range card.Body[1].Facts {
+		facts[f.Title] = f.Value
+	}
+	if facts["Namespace"] != "shop" || facts["Workloads"] != "StatefulSet/db" || facts["Reason"] != "the webhook did not write the hash after 3 touches" {
+		t.Fatalf("facts = %v", facts)
+	}
+	if card.Body[2].Text != "More: `confighash explain statefulset/db -n shop`" {
+		t.Fatalf("last block = %q", card.Body[2].Text)
+	}
+}
+
+func TestOneChangeToManyWorkloadsIsOneAlert(t *testing.T) {
+	s := newSink(t, nil)
+	n, c := start(t, Config{Sink: Webhook, URL: s.URL, Quiet: 300 * time.Millisecond})
+	for i := range 300 {
+		n.Notify(rolled("shop", fmt.Sprintf("web-%d", i)))
+		n.Notify(rolled("shop", fmt.Sprintf("web-%d", i))) // the same workload twice counts once
+		if i%50 == 0 {
+			time.Sleep(50 * time.Millisecond) // spread as the touch rate spreads them
+		}
+	}
+	n.Notify(rolled("other", "web")) // another namespace: its own alert
+	waitFor(t, "two alerts", func() bool { return c.sent.Load() == 2 })
+	time.Sleep(500 * time.Millisecond)
+	var shop Alert
+	for _, b := range s.received() {
+		var a Alert
+		_ = json.Unmarshal(b, &a)
+		if a.Namespace == "shop" {
+			shop = a
+		}
+	}
+	if len(s.received()) != 2 || len(shop.Workloads) != 20 || shop.More != 280 || shop.Explain != "confighash explain -n shop" {
+		t.Fatalf("%d alerts; shop's names %d workloads and %d more", len(s.received()), len(shop.Workloads), shop.More)
+	}
+}
+
+func TestRetriesOn5xxAnd429HonouringRetryAfter(t *testing.T) {
+	s := newSink(t, func(w http.ResponseWriter, attempt int) {
+		switch attempt {
+		case 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 2:
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	n, c := start(t, Config{Sink: Webhook, URL: s.URL})
+	began := time.Now()
+	n.Notify(rolled("shop", "web"))
+	waitFor(t, "the alert", func() bool { return c.sent.Load() == 1 })
+	// Quiet, then 1 s of backoff, then the 2 s the sink asked for.
+	if took := time.Since(began); len(s.received()) != 3 || took < 3*time.Second {
+		t.Fatalf("%d attempts in %v; want 3, the last after the 2 s Retry-After", len(s.received()), took)
+	}
+}
+
+func TestA4xxIsNotRetried(t *testing.T) {
+	s := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusNotFound) })
+	n, c := start(t, Config{Sink: Slack, URL: s.URL})
+	n.Notify(rolled("shop", "web"))
+	waitFor(t, "the failure", func() bool { return c.failed.Load() == 1 })
+	if len(s.received()) != 1 {
+		t.Fatalf("%d attempts, want 1", len(s.received()))
+	}
+}
+
+// TestADeadSinkCostsACountedFailureAndNeverTheURL: nothing listens; the failure is
+// counted and logged without the URL, whose path holds the token.
+func TestADeadSinkCostsACountedFailureAndNeverTheURL(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String() + "/services/T000/B000/secret-token"
+	_ = l.Close()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	n, c := start(t, Config{Sink: Slack, URL: url, Log: zerolog.New(zerolog.SyncWriter(lockedWriter{&mu, &logs})).Level(zerolog.DebugLevel)})
+	began := time.Now()
+	for i := range 100 {
+		n.Notify(rolled("shop", fmt.Sprintf("web-%d", i)))
+	}
+	if took := time.Since(began); took > 100*time.Millisecond {
+		t.Fatalf("100 notifications took %v: notifying must never wait on the sink", took)
+	}
+	waitFor(t, "the failure", func() bool { return c.failed.Load() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "secret-token") || !strings.Contains(logs.String(), "alert not sent") {
+		t.Fatalf("logs:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestASlowSinkHoldsNothingUpAndDropsWhatCannotWait: a sink that takes 10 s per
+// request. Notifying stays instant; alerts beyond the queue are dropped and counted.
+func TestASlowSinkHoldsNothingUpAndDropsWhatCannotWait(t *testing.T) {
+	release := make(chan struct{})
+	s := newSink(t, func(http.ResponseWriter, int) {
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	defer close(release)
+	n, c := start(t, Config{Sink: Webhook, URL: s.URL, Queue: 2, Quiet: 50 * time.Millisecond})
+	began := time.Now()
+	for i := range 100 {
+		// 100 changes, each its own alert.
+		n.Notify(Event{What: Rolled, Namespace: "shop", Workload: Object{Kind: "Deployment", Name: "web"},
+			Sources: []Object{{Kind: "ConfigMap", Name: "app", ResourceVersion: fmt.Sprint(i)}}})
+	}
+	if took := time.Since(began); took > 100*time.Millisecond {
+		t.Fatalf("100 notifications took %v with a slow sink", took)
+	}
+	// One in flight, two queued, the other 97 dropped.
+	waitFor(t, "the drops", func() bool { return c.dropped.Load() == 97 })
+	if c.sent.Load() != 0 {
+		t.Fatalf("sent %d while the sink had not answered", c.sent.Load())
+	}
+}
+
+func TestConfigRefusesWhatCannotWork(t *testing.T) {
+	for _, cfg := range []Config{
+		{Sink: "discord", URL: "https://example.com/hook"},
+		{Sink: Slack, URL: "ftp://example.com/hook"},
+		{Sink: Slack, URL: "hooks.slack.com/services/x"},
+		{Sink: Slack, URL: "https://hooks.slack.com/services/secret", Proxy: "::"},
+	} {
+		_, err := New(cfg)
+		if err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("New(%q, proxy %q) error = %v; want a refusal that does not quote the URL", cfg.Sink, cfg.Proxy, err)
+		}
+	}
+}
