@@ -478,7 +478,8 @@ func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *te
 func TestDashboardAndDocsNameOnlyServedMetrics(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	served := map[string]bool{}
-	for _, p := range []*component{startWebhook(t, c).component, startWatcher(t, c)} {
+	// With alerts on, so that their metrics are served too.
+	for _, p := range []*component{startWebhook(t, c).component, startWatcher(t, c, alertArgs("http://127.0.0.1:9")...)} {
 		resp, err := http.Get(p.ops + "/metrics")
 		if err != nil {
 			t.Fatal(err)
