@@ -3,6 +3,7 @@ package confighash
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -51,29 +52,55 @@ func References(tmpl *corev1.PodTemplateSpec) []Reference {
 	if tmpl == nil {
 		return nil
 	}
-	c := collector{}
-	spec := &tmpl.Spec
-	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for i := range list {
-			c.container(&list[i])
-		}
-	}
-	for i := range spec.Volumes {
-		c.volume(&spec.Volumes[i].VolumeSource)
-	}
-	return c.result()
+	return collect(tmpl, false).result()
 }
 
-// collector merges uses per source.
-type collector map[SourceRef]*Reference
+// Uses describes every use the pod template makes of each source, for people: "env
+// GREETING (key greeting) of container app", "volume files (keys a.conf)".
+func Uses(tmpl *corev1.PodTemplateSpec) map[SourceRef][]string {
+	return collect(tmpl, true).uses
+}
 
-func (c collector) container(ctr *corev1.Container) {
+// collect gathers the uses; with describe, also their descriptions, which the
+// admission path does not need.
+func collect(tmpl *corev1.PodTemplateSpec, describe bool) *collector {
+	c := &collector{refs: map[SourceRef]*Reference{}}
+	if describe {
+		c.uses = map[SourceRef][]string{}
+	}
+	if tmpl == nil {
+		return c
+	}
+	spec := &tmpl.Spec
+	for i := range spec.InitContainers {
+		c.container(&spec.InitContainers[i], "init container ")
+	}
+	for i := range spec.Containers {
+		c.container(&spec.Containers[i], "container ")
+	}
+	for i := range spec.Volumes {
+		c.volume(spec.Volumes[i].Name, &spec.Volumes[i].VolumeSource)
+	}
+	return c
+}
+
+// collector merges uses per source, and describes them when uses is set.
+type collector struct {
+	refs map[SourceRef]*Reference
+	uses map[SourceRef][]string
+}
+
+// container records a container's uses; where says which kind of container it is.
+func (c *collector) container(ctr *corev1.Container, where string) {
+	if c.uses != nil {
+		where += ctr.Name
+	}
 	for _, from := range ctr.EnvFrom {
 		if r := from.ConfigMapRef; r != nil {
-			c.use(ConfigMap, r.Name, nil, r.Optional)
+			c.use(ConfigMap, r.Name, nil, r.Optional, "envFrom of "+where)
 		}
 		if r := from.SecretRef; r != nil {
-			c.use(Secret, r.Name, nil, r.Optional)
+			c.use(Secret, r.Name, nil, r.Optional, "envFrom of "+where)
 		}
 	}
 	for _, env := range ctr.Env {
@@ -81,28 +108,28 @@ func (c collector) container(ctr *corev1.Container) {
 			continue
 		}
 		if r := env.ValueFrom.ConfigMapKeyRef; r != nil {
-			c.use(ConfigMap, r.Name, []string{r.Key}, r.Optional)
+			c.use(ConfigMap, r.Name, []string{r.Key}, r.Optional, "env "+env.Name+" of "+where)
 		}
 		if r := env.ValueFrom.SecretKeyRef; r != nil {
-			c.use(Secret, r.Name, []string{r.Key}, r.Optional)
+			c.use(Secret, r.Name, []string{r.Key}, r.Optional, "env "+env.Name+" of "+where)
 		}
 	}
 }
 
-func (c collector) volume(v *corev1.VolumeSource) {
+func (c *collector) volume(name string, v *corev1.VolumeSource) {
 	if s := v.ConfigMap; s != nil {
-		c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional)
+		c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, "volume "+name)
 	}
 	if s := v.Secret; s != nil {
-		c.use(Secret, s.SecretName, itemKeys(s.Items), s.Optional)
+		c.use(Secret, s.SecretName, itemKeys(s.Items), s.Optional, "volume "+name)
 	}
 	if p := v.Projected; p != nil {
 		for _, src := range p.Sources {
 			if s := src.ConfigMap; s != nil {
-				c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional)
+				c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, "projected volume "+name)
 			}
 			if s := src.Secret; s != nil {
-				c.use(Secret, s.Name, itemKeys(s.Items), s.Optional)
+				c.use(Secret, s.Name, itemKeys(s.Items), s.Optional, "projected volume "+name)
 			}
 		}
 	}
@@ -121,16 +148,25 @@ func itemKeys(items []corev1.KeyToPath) []string {
 }
 
 // use records one use; keys nil means the whole object.
-func (c collector) use(kind SourceKind, name string, keys []string, optional *bool) {
+func (c *collector) use(kind SourceKind, name string, keys []string, optional *bool, how string) {
 	if name == "" {
 		return // invalid, and the API server rejects it; nothing to hash
 	}
 	ref := SourceRef{kind, name}
 	opt := optional != nil && *optional
-	r, ok := c[ref]
+	if c.uses != nil {
+		if keys != nil {
+			how += " (keys " + strings.Join(keys, ", ") + ")"
+		}
+		if opt {
+			how += ", optional"
+		}
+		c.uses[ref] = append(c.uses[ref], how)
+	}
+	r, ok := c.refs[ref]
 	if !ok {
 		r = &Reference{SourceRef: ref, Optional: true}
-		c[ref] = r
+		c.refs[ref] = r
 	}
 	r.Optional = r.Optional && opt
 	if keys == nil {
@@ -140,9 +176,9 @@ func (c collector) use(kind SourceKind, name string, keys []string, optional *bo
 	}
 }
 
-func (c collector) result() []Reference {
-	refs := make([]Reference, 0, len(c))
-	for _, r := range c {
+func (c *collector) result() []Reference {
+	refs := make([]Reference, 0, len(c.refs))
+	for _, r := range c.refs {
 		slices.Sort(r.Keys)
 		r.Keys = slices.Compact(r.Keys)
 		refs = append(refs, *r)

@@ -19,9 +19,11 @@ Usage:
 Commands:
   webhook   run the mutating admission webhook
   watcher   run the watcher that touches workloads when their sources change
+  explain   why a workload did or did not roll, live or from manifests
   version   print the version
 
-Run confighash <command> --help for its flags.
+Run confighash <command> --help for its flags. Installed as kubectl-confighash, it is
+also kubectl confighash <command>.
 `
 
 // errUsage reports a command line that names no known command.
@@ -38,6 +40,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWebhook(ctx, args[1:], stdout, stderr)
 	case "watcher":
 		return runWatcher(ctx, args[1:], stdout, stderr)
+	case "explain":
+		return runExplain(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "confighash %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
