@@ -51,12 +51,17 @@ const (
 	VerdictRollout   = "rollout pending"
 	VerdictNoRollout = "nothing will roll"
 	VerdictUnknown   = "unknown"
+	// VerdictCreated is for a manifest not yet applied: the webhook hashes it at its
+	// creation.
+	VerdictCreated = "hashed at creation"
 )
 
 // ExplainInput is what Explain needs of a workload and its namespace.
 type ExplainInput struct {
 	Vocabulary Vocabulary
 	Workload   *Workload
+	// New is set for a manifest not yet applied.
+	New bool
 	// Every is set in a namespace that opts every workload in.
 	Every bool
 	// Sources are the namespace's sources that exist, by reference; Names, all of
@@ -96,7 +101,7 @@ func Explain(in ExplainInput) Explanation {
 		return e
 	}
 	if !in.HaveKey {
-		e.Verdict, e.Why = VerdictUnknown, "without the hash key, digests and hashes cannot be compared; the sources and keys that count are above"
+		e.Verdict, e.Why = VerdictUnknown, "without the hash key, digests and hashes cannot be compared; the sources and the keys that count are listed"
 		return e
 	}
 	want := Update(prev, Observe(in.Key, policy, candidates, in.Sources))
@@ -110,6 +115,8 @@ func Explain(in ExplainInput) Explanation {
 		if ignored := notCounted(e.Sources); ignored != "" {
 			e.Why += "; changes to " + ignored + " roll nothing"
 		}
+	case prev == nil && e.TemplateHash == "" && in.New:
+		e.Verdict, e.Why = VerdictCreated, "the webhook writes this hash when the workload is created, so it starts with the current data"
 	case prev == nil && e.TemplateHash == "":
 		e.Verdict, e.Why = VerdictRollout, "never hashed: the watcher adopts it if no source was written after its current revision, and rolls it once otherwise"
 	case Settled(e.TemplateHash, e.Adopted, e.Hash):

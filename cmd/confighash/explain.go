@@ -87,22 +87,29 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	cfg.flags(fs)
 	fs.SetOutput(io.Discard)
-	// Flags may follow the workload, as with kubectl.
-	var target string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		target, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, explainSummary+"\n\nFlags:")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
+	// Flags may come before or after the workload, as with kubectl.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintln(stdout, explainSummary+"\n\nFlags:")
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
+				return nil
+			}
+			return badInput("%v", err)
 		}
-		return badInput("%v", err)
+		if fs.NArg() == 0 {
+			break
+		}
+		positional, args = append(positional, fs.Arg(0)), fs.Args()[1:]
 	}
-	if fs.NArg() > 0 {
-		return badInput("unexpected arguments: %q", fs.Args())
+	if len(positional) > 1 {
+		return badInput("unexpected arguments: %q; name one workload, or a namespace with -n", positional[1:])
+	}
+	var target string
+	if len(positional) == 1 {
+		target = positional[0]
 	}
 	if cfg.output != "table" && cfg.output != "json" {
 		return badInput("-o %q: want table or json", cfg.output)
@@ -258,7 +265,7 @@ func (c *explainConfig) explainFiles(vocabulary confighash.Vocabulary) ([]config
 		if err != nil {
 			return nil, badInput("%s %s: %v", u.GetKind(), u.GetName(), err)
 		}
-		in := confighash.ExplainInput{Vocabulary: vocabulary, Workload: w, Key: key, HaveKey: haveKey}
+		in := confighash.ExplainInput{Vocabulary: vocabulary, Workload: w, New: true, Key: key, HaveKey: haveKey}
 		if old != nil {
 			// As hashed with the old sources: the record and hash the webhook wrote then.
 			if in.Workload, err = asHashed(u, w, key, vocabulary, old[w.Namespace]); err != nil {
@@ -397,7 +404,7 @@ func (c *explainConfig) explainLive(ctx context.Context, vocabulary confighash.V
 		case !e.OptedIn && target == "":
 			continue // -n lists the opted-in workloads
 		case keyErr != nil && e.OptedIn:
-			e.Why = "the hash key could not be read (" + keyErr.Error() + "), so digests are not compared; the sources and keys that count are above"
+			e.Why = "the hash key could not be read (" + keyErr.Error() + "), so digests are not compared; the sources and the keys that count are listed"
 		}
 		out = append(out, e)
 	}
