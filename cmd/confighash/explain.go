@@ -59,11 +59,11 @@ func (l *fileList) String() string     { return strings.Join(*l, ",") }
 func (l *fileList) Set(v string) error { *l = append(*l, v); return nil }
 
 type explainConfig struct {
-	kubeconfig, context, namespace   string
-	installNamespace, keySecret      string
-	hashKeyFile, output              string
-	files, with, withOld             fileList
-	failOnRollout, reloader, offline bool
+	kubeconfig, context, namespace string
+	installNamespace, keySecret    string
+	hashKeyFile, output            string
+	files, with, withOld           fileList
+	failOnRollout, reloader        bool
 }
 
 func (c *explainConfig) flags(fs *flag.FlagSet) {
