@@ -391,14 +391,20 @@ func (w *Watcher) policy(v *view) (confighash.Policy, bool) {
 	return p, p.Enabled() && v.DeletionTimestamp == nil
 }
 
-// expected returns the record the workload must have for the sources as cached, and
-// whether it has it, with the matching hash.
-func (w *Watcher) expected(v *view, p confighash.Policy) (confighash.Record, bool) {
+// candidates returns the sources that may count for the workload, its name patterns
+// matched against the cached names and those in its record.
+func (w *Watcher) candidates(v *view, p confighash.Policy) []confighash.Reference {
 	var names []confighash.SourceRef
 	if len(p.Patterns) > 0 {
 		names = append(w.sources.Names(v.Namespace), v.Record.Sources()...)
 	}
-	candidates := p.Candidates(v.References, names)
+	return p.Candidates(v.References, names)
+}
+
+// expected returns the record the workload must have for the sources as cached, and
+// whether it has it, with the matching hash.
+func (w *Watcher) expected(v *view, p confighash.Policy) (confighash.Record, bool) {
+	candidates := w.candidates(v, p)
 	sources := make(map[confighash.SourceRef]confighash.Source, len(candidates))
 	for _, c := range candidates {
 		if d, ok := w.sources.Lookup(v.Namespace, c.SourceRef); ok {
@@ -453,12 +459,23 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return nil
 	}
 	ref := objectRef(v)
-	if len(v.Problems) > 0 && w.warnOnce(key, v.ResourceVersion) {
+	tooMany := confighash.CheckCandidates(w.candidates(v, p))
+	if (len(v.Problems) > 0 || tooMany != nil) && w.warnOnce(key, v.ResourceVersion) {
 		msgs := make([]string, len(v.Problems))
 		for i, p := range v.Problems {
-			msgs[i] = p.Error()
+			msgs[i] = "ignored: " + p.Error()
 		}
-		w.cfg.Events.Event(ref, corev1.EventTypeWarning, "BadAnnotation", "ignored: "+strings.Join(msgs, "; "))
+		if tooMany != nil {
+			msgs = append(msgs, "not hashed: "+tooMany.Error())
+		}
+		w.cfg.Events.Event(ref, corev1.EventTypeWarning, "BadAnnotation", strings.Join(msgs, "; "))
+	}
+	if tooMany != nil {
+		// Nothing to do until it changes; the warning stays sent for this version.
+		w.mu.Lock()
+		delete(w.firstSeen, key)
+		w.mu.Unlock()
+		return nil
 	}
 	want, converged := w.expected(v, p)
 	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", converged).Str("record", v.Record.String()).Str("want", want.String()).Msg("checked")

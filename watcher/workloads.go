@@ -125,7 +125,10 @@ func indexBySource(obj any) ([]string, error) {
 		return nil, nil
 	}
 	// What may count in a namespace of either kind: every reference and every named
-	// source.
+	// source. A workload past the cap is refused: not indexed at all.
+	if len(v.References)+len(v.Policy.Include) > confighash.MaxSources {
+		return nil, nil
+	}
 	keys := make([]string, 0, len(v.References)+len(v.Policy.Include)+1)
 	for _, r := range v.References {
 		keys = append(keys, sourceKey(v.Namespace, r.SourceRef))

@@ -97,7 +97,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		r.duration.WithLabelValues(op)
 	}
 	for _, k := range confighash.Kinds {
-		for _, res := range []Result{ResultPatched, ResultUnchanged, ResultSkipped, ResultError, ResultDeferred} {
+		for _, res := range []Result{ResultPatched, ResultUnchanged, ResultSkipped, ResultError, ResultDeferred, ResultTooLarge} {
 			r.mutations.WithLabelValues(k.Kind, string(res))
 		}
 	}

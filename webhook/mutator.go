@@ -42,7 +42,14 @@ const (
 	// ResultDeferred: an update of a running workload met for the first time, left
 	// for the watcher to adopt without a rollout, or to roll if its pods are stale.
 	ResultDeferred Result = "deferred"
+	// ResultTooLarge: more sources than confighash.MaxSources: allowed unchanged.
+	ResultTooLarge Result = "too_large"
 )
+
+// Budget is how long an admission may take before it answers "allowed, unchanged"
+// with a warning, comfortably before the API server gives up at Timeout; the watcher
+// then converges the workload.
+const Budget = Timeout - time.Second
 
 // Mutator writes the hash and the sources record into opted-in workloads. It is a
 // kubewebhook Webhook that builds its JSON patch from the two annotations it sets,
@@ -117,6 +124,8 @@ const warningPrefix = "confighash: "
 // warnings for the user.
 func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops []patchOp, warnings []string) {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, Budget)
+	defer cancel()
 	kind, result := "unknown", ResultSkipped
 	defer func() {
 		if p := recover(); p != nil {
@@ -179,15 +188,25 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		warnings = append(warnings, warningPrefix+warning)
 	}
 	names, err := m.patternNames(ctx, w.Namespace, policy, prev)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fail(fmt.Sprintf("the sources could not be listed within %v, the hash was not updated; the watcher will update it", Budget))
+	}
 	if err != nil {
 		return fail("could not list the sources its name patterns may match, the hash was not updated: " + err.Error())
 	}
 	candidates := policy.Candidates(confighash.References(w.Template), names)
+	if err := confighash.CheckCandidates(candidates); err != nil {
+		result = ResultTooLarge
+		return nil, append(warnings, warningPrefix+"not hashed: "+err.Error())
+	}
 	refs := make([]confighash.SourceRef, len(candidates))
 	for i, c := range candidates {
 		refs[i] = c.SourceRef
 	}
 	sources, err := m.reader.Read(ctx, w.Namespace, refs, triggers)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fail(fmt.Sprintf("the sources could not be read within %v, the hash was not updated; the watcher will update it", Budget))
+	}
 	if err != nil {
 		return fail("could not read the sources, the hash was not updated: " + err.Error())
 	}

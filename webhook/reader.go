@@ -2,16 +2,16 @@ package webhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strconv"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -23,7 +23,16 @@ type LiveReader struct {
 	client  kubernetes.Interface
 	filter  sourcecache.Filter
 	metrics Recorder
+	// slots bounds the reads in flight in the process (DESIGN rule 9).
+	slots chan struct{}
 }
+
+// Bounds on the live reads: of one admission, and of the process, whatever the number
+// of sources and of admissions at once.
+const (
+	readsPerAdmission = 8
+	readsInFlight     = 32
+)
 
 var _ SourceReader = (*LiveReader)(nil)
 
@@ -33,23 +42,32 @@ func NewLiveReader(client kubernetes.Interface, filter sourcecache.Filter, metri
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &LiveReader{client: client, filter: filter, metrics: metrics}
+	return &LiveReader{client: client, filter: filter, metrics: metrics, slots: make(chan struct{}, readsInFlight)}
 }
 
 // Read implements SourceReader. The trigger is not needed: a live read is current.
 func (r *LiveReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, _ []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
 	sources := make([]confighash.Source, len(refs))
-	errs := make([]error, len(refs))
-	var wg sync.WaitGroup
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(readsPerAdmission)
 	for i, ref := range refs {
-		wg.Go(func() { sources[i], errs[i] = r.get(ctx, namespace, ref) })
+		g.Go(func() error {
+			select {
+			case r.slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			defer func() { <-r.slots }()
+			var err error
+			sources[i], err = r.get(ctx, namespace, ref)
+			return err
+		})
 	}
-	wg.Wait()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
 	for i, ref := range refs {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
 		out[ref] = sources[i]
 	}
 	return out, nil
@@ -216,13 +234,16 @@ func (r *CachedReader) freshAsTriggered(namespace string, triggers []confighash.
 // absent.
 func (r *CachedReader) freshAsServed(ctx context.Context, namespace string, refs []confighash.SourceRef) (func(confighash.SourceRef) (confighash.Source, bool), error) {
 	served := make([]Version, len(refs))
-	errs := make([]error, len(refs))
-	var wg sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(readsPerAdmission)
 	for i, ref := range refs {
-		wg.Go(func() { served[i], errs[i] = r.versions.Get(ctx, namespace, ref) })
+		g.Go(func() error {
+			var err error
+			served[i], err = r.versions.Get(gctx, namespace, ref)
+			return err
+		})
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	index := make(map[confighash.SourceRef]Version, len(refs))

@@ -36,6 +36,8 @@ type Versions struct {
 
 	mu    sync.Mutex
 	calls map[versionKey]*versionCalls
+	// slots bounds the GETs in flight in the process.
+	slots chan struct{}
 }
 
 type versionKey struct {
@@ -59,7 +61,8 @@ func NewVersions(meta metadata.Interface, filter sourcecache.Filter, timeout tim
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &Versions{meta: meta, filter: filter, timeout: timeout, metrics: metrics, calls: map[versionKey]*versionCalls{}}
+	return &Versions{meta: meta, filter: filter, timeout: timeout, metrics: metrics, calls: map[versionKey]*versionCalls{},
+		slots: make(chan struct{}, readsInFlight)}
 }
 
 // Get returns the current version of the source, from a GET sent after Get was called.
@@ -98,7 +101,13 @@ func (v *Versions) Get(ctx context.Context, namespace string, ref confighash.Sou
 func (v *Versions) send(key versionKey, call *versionCall) {
 	// Shared by several admissions: bounded by its own timeout, not one caller's.
 	ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
-	call.version, call.err = v.get(ctx, key)
+	select {
+	case v.slots <- struct{}{}:
+		call.version, call.err = v.get(ctx, key)
+		<-v.slots
+	case <-ctx.Done():
+		call.err = fmt.Errorf("read the version of %s: %w", key.ref, ctx.Err())
+	}
 	cancel()
 	close(call.done)
 	v.mu.Lock()
