@@ -10,8 +10,8 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)
 GO_TEST_TIMEOUT ?= 45m
-# Fuzz targets of the root package; make test runs each briefly, make fuzz longer.
-FUZZ_TARGETS := FuzzParsePolicy FuzzParseRecord FuzzWorkloadFromJSON
+# Fuzz targets, as package:target; make test runs each briefly, make fuzz longer.
+FUZZ_TARGETS := .:FuzzParsePolicy .:FuzzParseRecord .:FuzzWorkloadFromJSON ./webhook:FuzzAdmissionHandler
 FUZZTIME ?= 2m
 TEST_FUZZTIME ?= 10s
 
@@ -47,7 +47,7 @@ test: control-plane helm ## unit and end-to-end tests against a real local contr
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 2m)
-	for target in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) . ; done
+	for t in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}" ; done
 
 .PHONY: bench
 bench: control-plane ## every benchmark and scenario (about 25 minutes on 2 cores); writes docs/benchmarks.md and .json; SCENARIOS=a,b for some

@@ -83,38 +83,67 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// hasRequest reports whether body is a JSON object with a "request" object whose
-// "uid" is set. It reads only as far as that uid: the API server writes apiVersion,
-// kind and request in that order, and the uid first in the request, so the objects
-// that follow, most of the body, are decoded once, by kubewebhook.
+// hasRequest reports whether body is a JSON object with exactly one "request"
+// member, an object with exactly one non-empty "uid": what kubewebhook needs before
+// it dereferences the request. Member names are matched exactly, as the API
+// machinery's decoder matches them; a repeated member is refused, since which one
+// wins would be the decoder's choice.
 func hasRequest(body []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	// find reads tokens of the object that starts at dec up to member name, skipping
-	// the values of the others.
-	find := func(name string) bool {
-		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	found := false
+	ok := members(body, func(name string, value json.RawMessage) bool {
+		if name != "request" {
+			return true
+		}
+		if found || !hasUID(value) {
 			return false
 		}
-		for dec.More() {
-			key, err := dec.Token()
-			if err != nil {
-				return false
-			}
-			if key == name {
-				return true
-			}
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return false
-			}
+		found = true
+		return true
+	})
+	return ok && found
+}
+
+// hasUID reports whether a request has exactly one "uid", a non-empty string.
+func hasUID(request json.RawMessage) bool {
+	found := false
+	ok := members(request, func(name string, value json.RawMessage) bool {
+		if name != "uid" {
+			return true
 		}
+		var uid string
+		if found || json.Unmarshal(value, &uid) != nil || uid == "" {
+			return false
+		}
+		found = true
+		return true
+	})
+	return ok && found
+}
+
+// members calls each with the name and raw value of every member of the JSON object
+// in data, until it returns false; it reports whether data is one whole object and
+// each returned true.
+func members(data []byte, each func(name string, value json.RawMessage) bool) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return false
 	}
-	if !find("request") || !find("uid") {
+	for dec.More() {
+		t, err := dec.Token()
+		name, isName := t.(string)
+		if err != nil || !isName {
+			return false
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil || !each(name, value) {
+			return false
+		}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
 		return false
 	}
-	var uid string
-	return dec.Decode(&uid) == nil && uid != ""
+	_, err := dec.Token()
+	return errors.Is(err, io.EOF)
 }
 
 // Reasons a request is refused before admission, for metrics.

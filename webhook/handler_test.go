@@ -45,7 +45,7 @@ func (s stubReader) Names(_ context.Context, _ string, kind confighash.SourceKin
 	return names, s.err
 }
 
-func newTestHandler(t *testing.T, reader SourceReader) (http.Handler, *PrometheusRecorder) {
+func newTestHandler(t testing.TB, reader SourceReader) (http.Handler, *PrometheusRecorder) {
 	t.Helper()
 	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
 	if err != nil {
@@ -115,6 +115,8 @@ func TestHandlerRefusesBadRequests(t *testing.T) {
 		{"a body over the cap", http.MethodPost, "application/json", bytes.Repeat([]byte(" "), MaxBodyBytes+1), http.StatusRequestEntityTooLarge, "too_large"},
 		{"not JSON", http.MethodPost, "application/json", []byte("{nope"), http.StatusBadRequest, "malformed"},
 		{"a review without a request", http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), http.StatusBadRequest, "malformed"},
+		// The guard once saw the first request and kubewebhook the last, null: a panic.
+		{"a repeated request member", http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","object":{}},"request":null}`), http.StatusBadRequest, "malformed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -333,4 +335,32 @@ func TestHandlerAdoption(t *testing.T) {
 	}) {
 		t.Errorf("adopted before a change: patch %v, want the adoption removed and the hash added", ops)
 	}
+}
+
+// FuzzAdmissionHandler: any body is answered 200 with an allowed review, or refused
+// with a 4xx; never a panic (a 500), never a denial. Bodies are capped, so memory is.
+func FuzzAdmissionHandler(f *testing.F) {
+	valid := review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true"`, 1))
+	f.Add(valid)
+	f.Add(valid[:len(valid)/2])
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","object":{}},"request":null}`))
+	f.Add([]byte(`{"request":{"uid":"1","object":{"metadata":{"annotations":{"confighash.dev/inject":"true"}},"spec":{"template":7}}}}`))
+	f.Add([]byte(`{"request":{"uid":"1","kind":{"group":"apps","version":"v1","kind":"Deployment"},"object":[[[[[[[[[[[[]]]]]]]]]]]]}}`))
+	f.Add([]byte(`{"request":{"uid":["1"]}}`))
+	f.Add([]byte(strings.Repeat("[", 10000)))
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	h, _ := newTestHandler(f, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: {SourceRef: cfg, Present: true}}})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rr := post(h, "application/json", body)
+		switch {
+		case rr.Code == http.StatusOK:
+			var out admissionv1.AdmissionReview
+			if err := json.Unmarshal(rr.Body.Bytes(), &out); err != nil || out.Response == nil || !out.Response.Allowed {
+				t.Fatalf("200 without an allowed review: %s", rr.Body)
+			}
+		case rr.Code >= 400 && rr.Code < 500:
+		default:
+			t.Fatalf("status %d for %q: %s", rr.Code, body, rr.Body)
+		}
+	})
 }

@@ -103,6 +103,12 @@ func TestHasRequest(t *testing.T) {
 		`[]`:                               false,
 		`{"request":{"uid":1}}`:            false,
 		`{"kind":{"request":{"uid":"1"}}}`: false,
+		`{"request":{"uid":"1","object":{}},"request":null}`:    false, // the last would win, and panic kubewebhook
+		`{"request":null,"request":{"uid":"1"}}`:                false,
+		`{"request":{"uid":"1","uid":""}}`:                      false,
+		`{"Request":{"uid":"1"}}`:                               false, // names match exactly
+		`{"request":{"uid":"1"}} {"request":null}`:              false, // one object only
+		`{"apiVersion":"v1","request":{"uid":"1"},"extra":[1]}`: true,
 	}
 	for body, want := range tests {
 		if got := hasRequest([]byte(body)); got != want {
