@@ -33,14 +33,15 @@ func TestDomainDoesNoIO(t *testing.T) {
 	}
 }
 
-// TestAdaptersNeverImportEachOther: the webhook and the watcher share the domain and
-// the source cache, and each may use leaf packages of its own (alert), but never the
-// other; the shared and leaf packages import only the domain.
+// TestAdaptersNeverImportEachOther: the webhook and the watcher share the domain, the
+// source cache and the namespace gate, and each may use leaf packages of its own
+// (alert), but never the other; the shared and leaf packages import only the domain.
 func TestAdaptersNeverImportEachOther(t *testing.T) {
 	rules := map[string][]string{
-		"webhook":     {module, module + "/sourcecache"},
-		"watcher":     {module, module + "/sourcecache", module + "/alert"},
+		"webhook":     {module, module + "/sourcecache", module + "/namespaces"},
+		"watcher":     {module, module + "/sourcecache", module + "/namespaces", module + "/alert"},
 		"sourcecache": {module},
+		"namespaces":  {module},
 		"alert":       {},
 	}
 	for dir, allowed := range rules {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
 )
 
@@ -51,7 +52,7 @@ type Config struct {
 	// RoleBindings; empty means the whole cluster.
 	Namespaces []string
 	// NamespaceSelectors select the namespaces it acts in, and how.
-	NamespaceSelectors NamespaceSelectors
+	NamespaceSelectors namespaces.Selectors
 	// Sources selects the sources that may count.
 	Sources sourcecache.Filter
 	// Kinds are the workload kinds handled; empty: every supported kind.
@@ -98,7 +99,7 @@ func (c *Config) defaults() error {
 		return errors.New("debounce must be >= 0; touch rate, workers and heal-after must be > 0")
 	}
 	if c.NamespaceSelectors.OptedIn == nil {
-		c.NamespaceSelectors = DefaultNamespaceSelectors()
+		c.NamespaceSelectors = namespaces.DefaultSelectors()
 	}
 	if c.Metrics == nil {
 		c.Metrics = NoopRecorder{}
@@ -122,7 +123,7 @@ type Watcher struct {
 	toView     cache.TransformFunc
 	sources    *sourcecache.Cache
 	workloads  map[string]*sourcecache.Informers
-	namespaces namespaceGate
+	namespaces namespaces.Gate
 	queue      workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
@@ -168,9 +169,7 @@ func New(cfg Config) (*Watcher, error) {
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date.
 	checkNamespace := func(ns string) { w.enqueueIndexed(ns, cache.NamespaceIndex, ns, nil) }
-	if len(cfg.Namespaces) > 0 {
-		w.namespaces = newListedNamespaces(cfg.Client, cfg.NamespaceSelectors, cfg.Namespaces, namespacePollInterval, checkNamespace, cfg.Log)
-	} else if w.namespaces, err = newClusterNamespaces(cfg.Client, cfg.NamespaceSelectors, checkNamespace); err != nil {
+	if w.namespaces, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Namespaces, checkNamespace, cfg.Log); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -194,7 +193,7 @@ func New(cfg Config) (*Watcher, error) {
 // Run runs the caches until ctx is done. Standbys run them too, so that failover
 // finds them warm.
 func (w *Watcher) Run(ctx context.Context) error {
-	w.namespaces.run(ctx)
+	w.namespaces.Run(ctx)
 	for _, in := range w.workloads {
 		in.Run(ctx)
 	}
@@ -213,7 +212,7 @@ func (w *Watcher) WatchesRollouts() bool {
 
 // Synced reports whether every cache has listed once.
 func (w *Watcher) Synced() bool {
-	if !w.sources.Synced() || !w.namespaces.hasSynced() {
+	if !w.sources.Synced() || !w.namespaces.HasSynced() {
 		return false
 	}
 	for _, in := range w.workloads {
@@ -272,7 +271,7 @@ func sameSource(a, b confighash.Source) bool {
 
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
 func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
-	if w.namespaces.mode(namespace) != modeOff {
+	if w.namespaces.Mode(namespace) != namespaces.Off {
 		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
 		w.enqueueIndexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
 			return slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
@@ -382,10 +381,10 @@ func (w *Watcher) resync() {
 // on it: enabled there, and not being deleted.
 func (w *Watcher) policy(v *view) (confighash.Policy, bool) {
 	p := v.Policy
-	switch w.namespaces.mode(v.Namespace) {
-	case modeOff:
+	switch w.namespaces.Mode(v.Namespace) {
+	case namespaces.Off:
 		return p, false
-	case modeEvery:
+	case namespaces.Every:
 		p = p.ForEveryWorkload()
 	}
 	return p, p.Enabled() && v.DeletionTimestamp == nil

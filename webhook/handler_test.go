@@ -18,6 +18,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/namespaces"
 )
 
 // stubReader answers from a fixed set of sources: the HTTP guard and the patch shape
@@ -363,4 +364,31 @@ func FuzzAdmissionHandler(f *testing.F) {
 			t.Fatalf("status %d for %q: %s", rr.Code, body, rr.Body)
 		}
 	})
+}
+
+// modes is a namespace gate for tests.
+type modes map[string]namespaces.Mode
+
+func (m modes) Mode(ns string) namespaces.Mode { return m[ns] }
+
+// TestAReviewForANamespaceConfighashDoesNotActInReadsNothing: posted straight to the
+// webhook by a pod, a review of a namespace that is not enabled learns nothing.
+func TestAReviewForANamespaceConfighashDoesNotActInReadsNothing(t *testing.T) {
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	m := NewMutator(MutatorConfig{Key: key, Reader: stubReader{panics: true}, Namespaces: modes{"ns": namespaces.Off}})
+	h, err := NewHandler(m, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := decodeResponse(t, post(h, "application/json", review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true"`, 1))))
+	if len(jsonPatch(t, resp)) != 0 || len(resp.Warnings) != 0 {
+		t.Fatalf("patch %v, warnings %q: want nothing read and nothing said", jsonPatch(t, resp), resp.Warnings)
+	}
+	m = NewMutator(MutatorConfig{Key: key, Reader: stubReader{}, Namespaces: modes{"ns": namespaces.OptedIn}})
+	if h, err = NewHandler(m, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if resp := decodeResponse(t, post(h, "application/json", review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true"`, 1)))); len(jsonPatch(t, resp)) == 0 {
+		t.Fatal("no patch in an enabled namespace")
+	}
 }

@@ -20,6 +20,7 @@ import (
 	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/namespaces"
 )
 
 // SourceReader reads the current state of the named sources of one namespace, as
@@ -58,6 +59,7 @@ type Mutator struct {
 	key        confighash.Key
 	vocabulary confighash.Vocabulary
 	kinds      []confighash.Kind
+	namespaces NamespaceModes
 	reader     SourceReader
 	metrics    Recorder
 	// every: in a namespace that opts every workload in (see Policy.ForEveryWorkload).
@@ -75,8 +77,17 @@ type MutatorConfig struct {
 	// Kinds are the workload kinds handled; empty: every supported kind.
 	Kinds []confighash.Kind
 	// Reader reads the sources.
-	Reader  SourceReader
-	Metrics Recorder
+	Reader SourceReader
+	// Namespaces, when set, tells how confighash acts in each namespace: a review for
+	// a namespace it does not act in, posted by anyone but the API server, reads
+	// nothing.
+	Namespaces NamespaceModes
+	Metrics    Recorder
+}
+
+// NamespaceModes tells how confighash acts in a namespace (namespaces.Gate).
+type NamespaceModes interface {
+	Mode(namespace string) namespaces.Mode
 }
 
 // NewMutator returns a mutator.
@@ -87,7 +98,7 @@ func NewMutator(cfg MutatorConfig) *Mutator {
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = confighash.Kinds
 	}
-	return &Mutator{key: cfg.Key, vocabulary: cfg.Vocabulary, kinds: cfg.Kinds, reader: cfg.Reader, metrics: cfg.Metrics}
+	return &Mutator{key: cfg.Key, vocabulary: cfg.Vocabulary, kinds: cfg.Kinds, namespaces: cfg.Namespaces, reader: cfg.Reader, metrics: cfg.Metrics}
 }
 
 // ForEveryWorkload returns the mutator for namespaces that opt every workload in.
@@ -159,6 +170,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return fail(err.Error())
 	}
 	kind = w.Kind.Kind
+	if m.namespaces != nil && m.namespaces.Mode(w.Namespace) == namespaces.Off {
+		return nil, nil // the API server does not send these: read nothing for others
+	}
 
 	policy, problems := m.vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
 	if m.every {

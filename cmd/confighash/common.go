@@ -20,7 +20,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/webhook"
 )
 
 // common is the configuration both components share.
@@ -37,6 +39,8 @@ type common struct {
 	reloaderAnnotations  bool
 	kinds                string
 	sourceLabelSelector  string
+	namespaceSelector    string
+	everySelector        string
 }
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
@@ -51,9 +55,29 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", shutdownTimeout, "how long in-flight requests may take to finish on SIGTERM")
+	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on; the webhook configuration's first namespaceSelector must select the same")
+	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out (Reloader's --auto-reload-all, per namespace); the webhook configuration's second namespaceSelector must select the same; empty: none")
 	fs.StringVar(&c.kinds, "kinds", "", "comma-separated workload kinds to handle, of deployments, statefulsets, daemonsets, cronjobs, rollouts; empty: all; the webhook configuration's rules must list the same")
 	fs.StringVar(&c.sourceLabelSelector, "source-label-selector", "", "label selector: only the ConfigMaps and Secrets that match count; the others are never listed or cached, and count as absent; empty: all")
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
+}
+
+// selectors parses the namespace selectors.
+func (c *common) selectors() (namespaces.Selectors, error) {
+	optedIn, err := labels.Parse(c.namespaceSelector)
+	if err != nil {
+		return namespaces.Selectors{}, fmt.Errorf("--namespace-selector: %w", err)
+	}
+	if optedIn.Empty() {
+		return namespaces.Selectors{}, errors.New("--namespace-selector is empty: it would select every namespace")
+	}
+	s := namespaces.Selectors{OptedIn: optedIn}
+	if c.everySelector != "" {
+		if s.Every, err = labels.Parse(c.everySelector); err != nil {
+			return namespaces.Selectors{}, fmt.Errorf("--every-workload-namespace-selector: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // scope parses the kinds and the source filter.

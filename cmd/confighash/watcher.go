@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -28,7 +27,6 @@ import (
 
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/watcher"
-	"github.com/confighash/confighash/webhook"
 )
 
 const watcherSummary = "confighash watcher: touches the workloads whose ConfigMaps and Secrets changed."
@@ -41,8 +39,6 @@ type watcherConfig struct {
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
-	namespaceSelector           string
-	everyNamespaceSelector      string
 	alerts                      alertConfig
 }
 
@@ -57,8 +53,6 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.debounce, "debounce", time.Second, "wait after a change before touching, so that changes made together roll once")
 	fs.Float64Var(&c.touchRate, "touch-rate", 50, "touches per second at most for the workloads one change reaches; other changes are not held behind them")
 	fs.IntVar(&c.workers, "workers", 4, "workloads touched in parallel")
-	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on; the webhook configuration's first namespaceSelector must select the same")
-	fs.StringVar(&c.everyNamespaceSelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out (Reloader's --auto-reload-all, per namespace); the webhook configuration's second namespaceSelector must select the same; empty: none")
 	fs.BoolVar(&c.alerts.on, "alert-on-reload", false, "send an alert when workloads roll, are healed, or cannot be")
 	fs.StringVar(&c.alerts.sink, "alert-sink", string(alert.Webhook), "where alerts go: slack, teams (a Workflows webhook), gchat, or webhook (a JSON body, see docs/alerts.md)")
 	fs.StringVar(&c.alerts.url, "alert-webhook-url", "", "the sink's webhook URL; it may hold a token, so set it from a Secret through the environment; never logged")
@@ -90,24 +84,6 @@ func (c alertConfig) notifier(reg prometheus.Registerer, log zerolog.Logger) (*a
 		Sink: alert.Sink(strings.ToLower(c.sink)), URL: c.url, Proxy: c.proxy, Cluster: c.cluster, AdditionalInfo: c.info,
 		Metrics: metrics, Log: log.With().Str("component", "alerts").Logger(),
 	})
-}
-
-// selectors parses the namespace selectors.
-func (c *watcherConfig) selectors() (watcher.NamespaceSelectors, error) {
-	optedIn, err := labels.Parse(c.namespaceSelector)
-	if err != nil {
-		return watcher.NamespaceSelectors{}, fmt.Errorf("--namespace-selector: %w", err)
-	}
-	if optedIn.Empty() {
-		return watcher.NamespaceSelectors{}, errors.New("--namespace-selector is empty: it would select every namespace")
-	}
-	s := watcher.NamespaceSelectors{OptedIn: optedIn}
-	if c.everyNamespaceSelector != "" {
-		if s.Every, err = labels.Parse(c.everyNamespaceSelector); err != nil {
-			return watcher.NamespaceSelectors{}, fmt.Errorf("--every-workload-namespace-selector: %w", err)
-		}
-	}
-	return s, nil
 }
 
 // errRolloutsServed stops the process when Argo Rollouts is installed after it

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash/certs"
+	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/webhook"
 )
@@ -110,6 +111,14 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	selectors, err := cfg.selectors()
+	if err != nil {
+		return err
+	}
+	gate, err := namespaces.NewGate(client, selectors, cfg.watched, nil, log)
+	if err != nil {
+		return err
+	}
 	sources := sourcecache.New(client, cfg.watched, filter)
 	meta, err := metadata.NewForConfig(e.rest)
 	if err != nil {
@@ -117,7 +126,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mux, err := webhook.NewServeMux(webhook.NewMutator(webhook.MutatorConfig{
-		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Metrics: recorder,
+		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Namespaces: gate, Metrics: recorder,
 	}), log)
 	if err != nil {
 		return err
@@ -137,7 +146,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops, err := listenOps(cfg.ops, reg, serving.Ready, sources.Synced)
+	ops, err := listenOps(cfg.ops, reg, serving.Ready, sources.Synced, gate.HasSynced)
 	if err != nil {
 		return err
 	}
@@ -145,6 +154,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serving.Run(ctx) })
 	g.Go(func() error { return sources.Run(ctx) })
+	gate.Run(ctx)
 	g.Go(func() error { return admissionServer.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	return g.Wait()

@@ -70,6 +70,16 @@ affinity:
 {{- with .Values.sourceLabelSelector }}
 - {{ printf "--source-label-selector=%s" . | quote }}
 {{- end }}
+{{- with include "confighash.selectorFlag" .Values.namespaceSelector }}
+{{- if ne . "confighash.dev/injection=enabled" }}
+- {{ printf "--namespace-selector=%s" . | quote }}
+{{- end }}
+{{- end }}
+{{- with include "confighash.selectorFlag" .Values.everyNamespaceSelector }}
+{{- if ne . "confighash.dev/injection=all" }}
+- {{ printf "--every-workload-namespace-selector=%s" . | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- /* Pod placement and metadata of a component: (dict "root" $ "values" .Values.watcher "name" "confighash-watcher"). */ -}}

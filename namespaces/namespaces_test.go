@@ -1,4 +1,4 @@
-package watcher
+package namespaces
 
 import (
 	"slices"
@@ -29,18 +29,18 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "every", Labels: map[string]string{confighash.InjectionLabel: confighash.InjectionEvery}}},
 	)
 	var enabled []string
-	l := newListedNamespaces(client, DefaultNamespaceSelectors(), []string{"labelled", "unlabelled", "terminating", "missing", "every"}, time.Hour,
+	l := NewListed(client, DefaultSelectors(), []string{"labelled", "unlabelled", "terminating", "missing", "every"}, time.Hour,
 		func(ns string) { enabled = append(enabled, ns) }, zerolog.Nop())
-	if l.hasSynced() {
+	if l.HasSynced() {
 		t.Fatal("synced before the first read")
 	}
 	l.refresh(t.Context())
-	if !l.hasSynced() {
+	if !l.HasSynced() {
 		t.Fatal("not synced after the first read")
 	}
-	want := map[string]namespaceMode{"labelled": modeOptedIn, "every": modeEvery, "unlabelled": modeOff, "terminating": modeOff, "missing": modeOff, "not-listed": modeOff}
+	want := map[string]Mode{"labelled": OptedIn, "every": Every, "unlabelled": Off, "terminating": Off, "missing": Off, "not-listed": Off}
 	for ns, mode := range want {
-		if got := l.mode(ns); got != mode {
+		if got := l.Mode(ns); got != mode {
 			t.Errorf("mode(%q) = %v, want %v", ns, got, mode)
 		}
 	}
@@ -58,8 +58,8 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 	setLabels("labelled", nil)
 	setLabels("unlabelled", labelled)
 	l.refresh(t.Context())
-	if l.mode("labelled") != modeOff || l.mode("unlabelled") != modeOptedIn {
-		t.Errorf("after relabelling: labelled %v, unlabelled %v; want off, opted in", l.mode("labelled"), l.mode("unlabelled"))
+	if l.Mode("labelled") != Off || l.Mode("unlabelled") != OptedIn {
+		t.Errorf("after relabelling: labelled %v, unlabelled %v; want off, opted in", l.Mode("labelled"), l.Mode("unlabelled"))
 	}
 	if !slices.Equal(enabled, []string{"unlabelled"}) {
 		t.Errorf("newly enabled: %v, want [unlabelled]", enabled)
@@ -75,21 +75,21 @@ func TestListedNamespacesKeepTheirStateThroughATransientError(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	l := newListedNamespaces(client, DefaultNamespaceSelectors(), []string{"shop"}, time.Hour, func(string) {}, zerolog.Nop())
+	l := NewListed(client, DefaultSelectors(), []string{"shop"}, time.Hour, func(string) {}, zerolog.Nop())
 
 	failing = true
 	l.refresh(t.Context())
-	if l.hasSynced() {
+	if l.HasSynced() {
 		t.Fatal("synced although the namespace could not be read")
 	}
 	failing = false
 	l.refresh(t.Context())
-	if !l.hasSynced() || l.mode("shop") != modeOptedIn {
-		t.Fatalf("after a good read: synced %v, mode %v", l.hasSynced(), l.mode("shop"))
+	if !l.HasSynced() || l.Mode("shop") != OptedIn {
+		t.Fatalf("after a good read: synced %v, mode %v", l.HasSynced(), l.Mode("shop"))
 	}
 	failing = true
 	l.refresh(t.Context())
-	if l.mode("shop") != modeOptedIn {
+	if l.Mode("shop") != OptedIn {
 		t.Error("a timeout turned the namespace off: changes in it would be dropped")
 	}
 }

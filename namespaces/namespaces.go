@@ -1,4 +1,7 @@
-package watcher
+// Package namespaces tells both components how confighash acts in each namespace:
+// not at all, on the workloads that opt in, or on every workload that does not opt
+// out, from the namespace's labels.
+package namespaces
 
 import (
 	"context"
@@ -18,17 +21,18 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// namespaceMode is how confighash acts in a namespace.
-type namespaceMode int
+// Mode is how confighash acts in a namespace.
+type Mode int
 
+// The modes.
 const (
-	modeOff     namespaceMode = iota
-	modeOptedIn               // on the workloads that opt in
-	modeEvery                 // on every workload that does not opt out
+	Off     Mode = iota // not at all
+	OptedIn             // on the workloads that opt in
+	Every               // on every workload that does not opt out
 )
 
-// NamespaceSelectors select the namespaces confighash acts in.
-type NamespaceSelectors struct {
+// Selectors select the namespaces confighash acts in.
+type Selectors struct {
 	// OptedIn selects those where it acts on the workloads that opt in.
 	OptedIn labels.Selector
 	// Every selects those where it acts on every workload that does not opt out; it
@@ -36,57 +40,57 @@ type NamespaceSelectors struct {
 	Every labels.Selector
 }
 
-// DefaultNamespaceSelectors select namespaces by confighash's injection label.
-func DefaultNamespaceSelectors() NamespaceSelectors {
-	return NamespaceSelectors{
+// DefaultSelectors select namespaces by confighash's injection label.
+func DefaultSelectors() Selectors {
+	return Selectors{
 		OptedIn: labels.SelectorFromSet(labels.Set{confighash.InjectionLabel: confighash.InjectionEnabled}),
 		Every:   labels.SelectorFromSet(labels.Set{confighash.InjectionLabel: confighash.InjectionEvery}),
 	}
 }
 
-// modeOf is the namespace's mode. One being deleted is off: its sources and workloads
+// ModeOf is the namespace's mode. One being deleted is off: its sources and workloads
 // are going away, and touching them is waste.
-func (s NamespaceSelectors) modeOf(n *corev1.Namespace) namespaceMode {
+func (s Selectors) ModeOf(n *corev1.Namespace) Mode {
 	if n == nil || n.DeletionTimestamp != nil {
-		return modeOff
+		return Off
 	}
 	set := labels.Set(n.Labels)
 	switch {
 	case s.Every != nil && s.Every.Matches(set):
-		return modeEvery
+		return Every
 	case s.OptedIn != nil && s.OptedIn.Matches(set):
-		return modeOptedIn
+		return OptedIn
 	}
-	return modeOff
+	return Off
 }
 
-// namespaceGate tells how confighash acts in a namespace.
-type namespaceGate interface {
-	mode(namespace string) namespaceMode
-	hasSynced() bool
-	run(ctx context.Context)
+// Gate tells how confighash acts in a namespace, once it has synced.
+type Gate interface {
+	Mode(namespace string) Mode
+	HasSynced() bool
+	Run(ctx context.Context)
 }
 
-// clusterNamespaces watches every namespace: few, small objects.
-type clusterNamespaces struct {
+// Cluster watches every namespace: few, small objects.
+type Cluster struct {
 	informer  cache.SharedIndexInformer
-	selectors NamespaceSelectors
+	selectors Selectors
 }
 
-// newClusterNamespaces calls onEnabled when a namespace starts being acted in, or in
-// another mode, after the first list.
-func newClusterNamespaces(client kubernetes.Interface, selectors NamespaceSelectors, onEnabled func(namespace string)) (*clusterNamespaces, error) {
-	c := &clusterNamespaces{coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{}), selectors}
+// NewCluster watches every namespace. After the first list, it calls onEnabled, when
+// set, for a namespace that starts being acted in, or in another mode.
+func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func(namespace string)) (*Cluster, error) {
+	c := &Cluster{coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{}), selectors}
 	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
-			if n, ok := obj.(*corev1.Namespace); ok && !initial && selectors.modeOf(n) != modeOff {
+			if n, ok := obj.(*corev1.Namespace); ok && !initial && selectors.ModeOf(n) != Off && onEnabled != nil {
 				onEnabled(n.Name)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
 			o, _ := old.(*corev1.Namespace)
 			n, ok := obj.(*corev1.Namespace)
-			if now := selectors.modeOf(n); ok && now != modeOff && now != selectors.modeOf(o) {
+			if now := selectors.ModeOf(n); ok && now != Off && now != selectors.ModeOf(o) && onEnabled != nil {
 				onEnabled(n.Name)
 			}
 		},
@@ -94,29 +98,38 @@ func newClusterNamespaces(client kubernetes.Interface, selectors NamespaceSelect
 	return c, err
 }
 
-func (c *clusterNamespaces) mode(ns string) namespaceMode {
+func (c *Cluster) Mode(ns string) Mode {
 	obj, exists, err := c.informer.GetStore().GetByKey(ns)
 	n, ok := obj.(*corev1.Namespace)
 	if err != nil || !exists || !ok {
-		return modeOff
+		return Off
 	}
-	return c.selectors.modeOf(n)
+	return c.selectors.ModeOf(n)
 }
 
-func (c *clusterNamespaces) hasSynced() bool { return c.informer.HasSynced() }
+func (c *Cluster) HasSynced() bool { return c.informer.HasSynced() }
 
-func (c *clusterNamespaces) run(ctx context.Context) { go c.informer.RunWithContext(ctx) }
+func (c *Cluster) Run(ctx context.Context) { go c.informer.RunWithContext(ctx) }
 
-// namespacePollInterval is how soon a namespaced install sees a namespace labelled,
+// PollInterval is how soon a namespaced install sees a namespace labelled,
 // unlabelled or deleted.
-const namespacePollInterval = 10 * time.Second
+const PollInterval = 10 * time.Second
 
-// listedNamespaces reads each namespace of a namespaced install every interval. A
+// NewGate returns the gate for the listed namespaces of a namespaced install, or for
+// the whole cluster when none are listed.
+func NewGate(client kubernetes.Interface, selectors Selectors, listed []string, onEnabled func(string), log zerolog.Logger) (Gate, error) {
+	if len(listed) > 0 {
+		return NewListed(client, selectors, listed, PollInterval, onEnabled, log), nil
+	}
+	return NewCluster(client, selectors, onEnabled)
+}
+
+// Listed reads each namespace of a namespaced install every interval. A
 // RoleBinding in a namespace grants a get of that Namespace object, but a list or a
 // watch of namespaces needs a cluster-wide grant, so an informer cannot be used.
-type listedNamespaces struct {
+type Listed struct {
 	client    kubernetes.Interface
-	selectors NamespaceSelectors
+	selectors Selectors
 	names     []string
 	interval  time.Duration
 	onEnabled func(namespace string)
@@ -126,28 +139,28 @@ type listedNamespaces struct {
 	read, failing map[string]bool
 
 	mu     sync.RWMutex
-	state  map[string]namespaceMode
+	state  map[string]Mode
 	synced bool
 }
 
-func newListedNamespaces(client kubernetes.Interface, selectors NamespaceSelectors, names []string, interval time.Duration, onEnabled func(string), log zerolog.Logger) *listedNamespaces {
-	return &listedNamespaces{client: client, selectors: selectors, names: names, interval: interval, onEnabled: onEnabled, log: log,
-		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]namespaceMode{}}
+func NewListed(client kubernetes.Interface, selectors Selectors, names []string, interval time.Duration, onEnabled func(string), log zerolog.Logger) *Listed {
+	return &Listed{client: client, selectors: selectors, names: names, interval: interval, onEnabled: onEnabled, log: log,
+		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]Mode{}}
 }
 
-func (l *listedNamespaces) mode(ns string) namespaceMode {
+func (l *Listed) Mode(ns string) Mode {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.state[ns]
 }
 
-func (l *listedNamespaces) hasSynced() bool {
+func (l *Listed) HasSynced() bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.synced
 }
 
-func (l *listedNamespaces) run(ctx context.Context) {
+func (l *Listed) Run(ctx context.Context) {
 	go func() {
 		t := time.NewTicker(l.interval)
 		defer t.Stop()
@@ -166,7 +179,7 @@ func (l *listedNamespaces) run(ctx context.Context) {
 // after any other error, such as a timeout, it keeps its last state. Once all have
 // been read, a namespace that starts being acted in, or in another mode, is passed to
 // onEnabled.
-func (l *listedNamespaces) refresh(ctx context.Context) {
+func (l *Listed) refresh(ctx context.Context) {
 	l.mu.RLock()
 	state, wasSynced := maps.Clone(l.state), l.synced
 	l.mu.RUnlock()
@@ -183,11 +196,11 @@ func (l *listedNamespaces) refresh(ctx context.Context) {
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			continue
 		}
-		now := modeOff
+		now := Off
 		if err == nil {
-			now = l.selectors.modeOf(n)
+			now = l.selectors.ModeOf(n)
 		}
-		if wasSynced && now != modeOff && now != state[name] {
+		if wasSynced && now != Off && now != state[name] {
 			enabled = append(enabled, name)
 		}
 		state[name], l.read[name] = now, true
@@ -196,6 +209,8 @@ func (l *listedNamespaces) refresh(ctx context.Context) {
 	l.state, l.synced = state, len(l.read) == len(l.names)
 	l.mu.Unlock()
 	for _, name := range enabled {
-		l.onEnabled(name)
+		if l.onEnabled != nil {
+			l.onEnabled(name)
+		}
 	}
 }
