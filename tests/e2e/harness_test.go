@@ -136,6 +136,7 @@ type webhookProcess struct {
 	*component
 	addr    string // admission server, 127.0.0.1:port
 	certDir string
+	probe   string // the namespace waitAdmitting probes, if not probeNamespace's
 	ca      *certs.Authority
 }
 
@@ -144,6 +145,12 @@ type webhookProcess struct {
 func startWebhook(t testing.TB, c *cluster.Cluster, extra ...string) *webhookProcess {
 	t.Helper()
 	w := &webhookProcess{certDir: t.TempDir()}
+	// A webhook of a namespaced install reads nothing elsewhere: probe one of its own.
+	for _, arg := range extra {
+		if list, ok := strings.CutPrefix(arg, "--namespaces="); ok {
+			w.probe, _, _ = strings.Cut(list, ",")
+		}
+	}
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +199,11 @@ func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), webhookConfigName, metav1.DeleteOptions{}) })
-	waitAdmitting(t, c, probeNamespace(t, c))
+	probe := w.probe
+	if probe == "" {
+		probe = probeNamespace(t, c)
+	}
+	waitAdmitting(t, c, probe)
 }
 
 // probeNamespace returns a labelled namespace kept for waitAdmitting's dry runs.
