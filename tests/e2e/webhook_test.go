@@ -617,3 +617,47 @@ func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
 		t.Fatal("no hash: the API server could not call the self-signed webhook")
 	}
 }
+
+// TestCertificateRotationUnderAStreamOfAdmissionsFailsNoCall: creates keep arriving
+// through the API server while the serving certificate is renewed five times; every
+// one is hashed, so no call to the webhook failed (failing open would leave it bare).
+func TestCertificateRotationUnderAStreamOfAdmissionsFailsNoCall(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	w := startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	stop := make(chan struct{})
+	results := make(chan bool, 10000)
+	go func() {
+		defer close(results)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment(fmt.Sprintf("web-%d", i), 0, plainTemplate()),
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			results <- err == nil && d.Spec.Template.Annotations[confighash.AnnotationHash] != ""
+		}
+	}()
+	for range 5 {
+		time.Sleep(500 * time.Millisecond)
+		w.issue(t)
+	}
+	time.Sleep(time.Second) // past the last reload
+	close(stop)
+	calls, failed := 0, 0
+	for ok := range results {
+		calls++
+		if !ok {
+			failed++
+		}
+	}
+	if got := w.metric(t, "confighash_certificate_loads_total"); got < 2 {
+		t.Fatalf("certificate loads = %v: the rotations were not picked up", got)
+	}
+	if calls < 20 || failed != 0 {
+		t.Fatalf("%d of %d admissions during five certificate rotations were not hashed", failed, calls)
+	}
+	t.Logf("%d admissions during five rotations, none failed; %v certificates loaded", calls, w.metric(t, "confighash_certificate_loads_total"))
+}
