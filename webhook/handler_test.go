@@ -66,16 +66,23 @@ func newTestHandler(t testing.TB, reader SourceReader) (http.Handler, *Prometheu
 const deploymentJSON = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"ns","annotations":{%s}},
 "spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1","envFrom":[{"configMapRef":{"name":"cfg"}}]}]}}}}`
 
-func review(object string) []byte {
-	b, _ := json.Marshal(map[string]any{
-		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-		"request": map[string]any{
-			"uid": "1", "operation": "CREATE", "namespace": "ns", "name": "web",
-			"kind":     map[string]string{"group": "apps", "version": "v1", "kind": "Deployment"},
-			"resource": map[string]string{"group": "apps", "version": "v1", "resource": "deployments"},
-			"object":   json.RawMessage(object),
-		},
-	})
+// review is the AdmissionReview of the create of a Deployment.
+func review(object string) []byte { return reviewOf("CREATE", object, "") }
+
+// reviewUpdate is the AdmissionReview of an update from old to object.
+func reviewUpdate(object, old string) []byte { return reviewOf("UPDATE", object, old) }
+
+func reviewOf(operation, object, old string) []byte {
+	request := map[string]any{
+		"uid": "1", "operation": operation, "namespace": "ns", "name": "web",
+		"kind":     map[string]string{"group": "apps", "version": "v1", "kind": "Deployment"},
+		"resource": map[string]string{"group": "apps", "version": "v1", "resource": "deployments"},
+		"object":   json.RawMessage(object),
+	}
+	if old != "" {
+		request["oldObject"] = json.RawMessage(old)
+	}
+	b, _ := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
 	return b
 }
 
@@ -271,20 +278,6 @@ func TestHandlerHashesTheSourcesAReloaderPatternMatches(t *testing.T) {
 	if !strings.HasPrefix(record, "v1 configmap/app-a=") || !strings.Contains(record, " configmap/app-b=") || strings.Count(record, "configmap/") != 2 {
 		t.Fatalf("sources record = %q, want configmap/app-a and configmap/app-b only", record)
 	}
-}
-
-func reviewUpdate(object, old string) []byte {
-	b, _ := json.Marshal(map[string]any{
-		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-		"request": map[string]any{
-			"uid": "1", "operation": "UPDATE", "namespace": "ns", "name": "web",
-			"kind":      map[string]string{"group": "apps", "version": "v1", "kind": "Deployment"},
-			"resource":  map[string]string{"group": "apps", "version": "v1", "resource": "deployments"},
-			"object":    json.RawMessage(object),
-			"oldObject": json.RawMessage(old),
-		},
-	})
-	return b
 }
 
 // TestHandlerAdoption: an update that meets a running workload for the first time is
