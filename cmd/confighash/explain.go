@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 const explainSummary = `confighash explain: why a workload did or did not roll, and what would.
@@ -239,17 +240,11 @@ func (c *explainConfig) explainFiles(vocabulary confighash.Vocabulary) ([]config
 			return nil, err
 		}
 	}
-	key, haveKey := confighash.Key{}, false
-	if c.hashKeyFile != "" {
-		b, err := os.ReadFile(c.hashKeyFile)
-		if err != nil {
-			return nil, badInput("read %s: %v", c.hashKeyFile, errors.Unwrap(err))
-		}
-		if key, err = confighash.NewKey(b); err != nil {
-			return nil, badInput("%s: %v", c.hashKeyFile, err)
-		}
-		haveKey = true
-	} else if old != nil {
+	key, haveKey, err := c.fileKey()
+	if err != nil {
+		return nil, err
+	}
+	if !haveKey && old != nil {
 		// Which workloads roll needs only a consistent key: any will do.
 		b := make([]byte, confighash.MinKeySize)
 		_, _ = rand.Read(b)
@@ -384,7 +379,13 @@ func (c *explainConfig) explainLive(ctx context.Context, vocabulary confighash.V
 	if err != nil {
 		return nil, err
 	}
-	key, keyErr := loadKeyReadOnly(ctx, client, c.hashKeyFile, c.installNamespace, c.keySecret)
+	key, haveKey, keyErr := c.fileKey()
+	if keyErr != nil {
+		return nil, keyErr
+	}
+	if !haveKey {
+		key, keyErr = keyFromSecret(ctx, client, c.installNamespace, c.keySecret)
+	}
 	var out []confighash.Explanation
 	for _, u := range objs {
 		w, err := confighash.WorkloadOf(u)
@@ -422,7 +423,7 @@ func liveSources(ctx context.Context, client kubernetes.Interface, ns string) (m
 		s := confighash.SourceOfConfigMap(&cms.Items[i])
 		out[s.SourceRef] = s
 	}
-	secrets, err := client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{FieldSelector: "type!=helm.sh/release.v1"})
+	secrets, err := client.CoreV1().Secrets(ns).List(ctx, sourcecache.Filter{}.ListOptions(confighash.Secret))
 	if err != nil {
 		return nil, fmt.Errorf("list the Secrets of %s: %w", ns, err)
 	}
@@ -433,15 +434,19 @@ func liveSources(ctx context.Context, client kubernetes.Interface, ns string) (m
 	return out, nil
 }
 
-// loadKeyReadOnly reads the hash key from a file or its Secret, never creating it.
-func loadKeyReadOnly(ctx context.Context, client kubernetes.Interface, file, namespace, secret string) (confighash.Key, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return confighash.Key{}, badInput("read %s: %v", file, errors.Unwrap(err))
-		}
-		return confighash.NewKey(b)
+// fileKey reads --hash-key-file, when given.
+func (c *explainConfig) fileKey() (key confighash.Key, ok bool, err error) {
+	if c.hashKeyFile == "" {
+		return confighash.Key{}, false, nil
 	}
+	if key, err = keyFromFile(c.hashKeyFile); err != nil {
+		return confighash.Key{}, false, badInput("%v", err)
+	}
+	return key, true, nil
+}
+
+// keyFromSecret reads the hash key from its Secret, never creating it.
+func keyFromSecret(ctx context.Context, client kubernetes.Interface, namespace, secret string) (confighash.Key, error) {
 	s, err := client.CoreV1().Secrets(namespace).Get(ctx, secret, metav1.GetOptions{})
 	if err != nil {
 		return confighash.Key{}, fmt.Errorf("read Secret %s/%s: %s", namespace, secret, apierrors.ReasonForError(err))

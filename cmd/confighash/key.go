@@ -22,11 +22,7 @@ const hashKeyDataKey = "key"
 // it with a random key when absent (see certs.GetOrCreateSecret).
 func loadKey(ctx context.Context, client kubernetes.Interface, file, namespace, secret string) (confighash.Key, error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return confighash.Key{}, fmt.Errorf("read hash key file: %w", err)
-		}
-		return confighash.NewKey(b)
+		return keyFromFile(file)
 	}
 	s, err := certs.GetOrCreateSecret(ctx, client, namespace, secret, func() (*corev1.Secret, error) {
 		b := make([]byte, confighash.MinKeySize)
@@ -44,6 +40,19 @@ func loadKey(ctx context.Context, client kubernetes.Interface, file, namespace, 
 	key, err := confighash.NewKey(s.Data[hashKeyDataKey])
 	if err != nil {
 		return confighash.Key{}, fmt.Errorf("hash key secret %s/%s: %w", namespace, secret, err)
+	}
+	return key, nil
+}
+
+// keyFromFile reads the HMAC key from a file (--hash-key-file).
+func keyFromFile(file string) (confighash.Key, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return confighash.Key{}, fmt.Errorf("read hash key file: %w", err)
+	}
+	key, err := confighash.NewKey(b)
+	if err != nil {
+		return confighash.Key{}, fmt.Errorf("hash key file %s: %w", file, err)
 	}
 	return key, nil
 }
