@@ -185,15 +185,10 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return nil, warnings
 	}
 
-	oldObject := sync.OnceValue(func() *confighash.Workload { return oldWorkload(ar.OldObjectRaw) })
-	old := func() map[string]string {
-		if o := oldObject(); o != nil {
-			return o.Annotations
-		}
-		return nil
-	}
+	// Most updates need only the old object's annotations, if that.
+	old := sync.OnceValue(func() map[string]string { return oldAnnotations(ar.OldObjectRaw) })
 	triggers := touchTriggers(w.Annotations, ar.OldObjectRaw != nil, old)
-	if len(triggers) == 0 && firstMet(oldObject(), w) {
+	if len(triggers) == 0 && firstMet(ar.OldObjectRaw, old(), w) {
 		result = ResultDeferred
 		return nil, warnings
 	}
@@ -306,34 +301,40 @@ func touchTriggers(annotations map[string]string, update bool, old func() map[st
 	return triggers
 }
 
-// oldWorkload returns the workload view of the old object's JSON, or nil.
-func oldWorkload(raw []byte) *confighash.Workload {
+// oldAnnotations returns the metadata annotations of the old object's JSON, or nil.
+func oldAnnotations(raw []byte) map[string]string {
 	if len(raw) == 0 {
 		return nil
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(raw); err != nil {
+	var old struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &old); err != nil {
 		return nil
 	}
-	w, err := confighash.WorkloadOf(u)
-	if err != nil {
-		return nil
-	}
-	return w
+	return old.Metadata.Annotations
 }
 
 // firstMet reports whether an update meets a running workload for the first time (it
 // had no hash, record or adoption) without changing its pods: hashing it now would
 // roll it only to add the hash. The watcher decides instead whether its pods have the
 // current data (adopt) or not (roll once). A create, a pod template change, or a
-// watcher's touch is hashed as always.
-func firstMet(old, w *confighash.Workload) bool {
-	if old == nil {
+// watcher's touch is hashed as always. The old object is decoded whole only when its
+// annotations leave the question open.
+func firstMet(oldRaw []byte, oldAnnotations map[string]string, w *confighash.Workload) bool {
+	_, recorded := oldAnnotations[confighash.AnnotationSources]
+	_, adopted := oldAnnotations[confighash.AnnotationAdopted]
+	if len(oldRaw) == 0 || recorded || adopted {
 		return false
 	}
-	_, recorded := old.Annotations[confighash.AnnotationSources]
-	_, adopted := old.Annotations[confighash.AnnotationAdopted]
-	if recorded || adopted || old.Template.Annotations[confighash.AnnotationHash] != "" {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(oldRaw); err != nil {
+		return false
+	}
+	old, err := confighash.WorkloadOf(u)
+	if err != nil || old.Template.Annotations[confighash.AnnotationHash] != "" {
 		return false
 	}
 	return equality.Semantic.DeepEqual(old.Template, w.Template)
