@@ -69,6 +69,15 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 	return p.Kind == ref.Kind && p.Expr.MatchString(ref.Name)
 }
 
+// Equal reports whether two policies are the same, and so make the same decisions.
+func (p Policy) Equal(q Policy) bool {
+	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod &&
+		p.reloader == q.reloader && p.only == q.only &&
+		maps.Equal(p.Discover, q.Discover) && maps.Equal(p.decided, q.decided) && maps.Equal(p.Exclude, q.Exclude) &&
+		slices.Equal(p.Include, q.Include) &&
+		slices.EqualFunc(p.Patterns, q.Patterns, func(a, b NamePattern) bool { return a.Kind == b.Kind && a.Expr.String() == b.Expr.String() })
+}
+
 // Enabled reports whether the workload opted in and did not opt out.
 func (p Policy) Enabled() bool {
 	return !p.OptOut && (len(p.Discover) > 0 || len(p.Include) > 0 || len(p.Patterns) > 0)

@@ -421,3 +421,25 @@ func TestCheckCandidatesRefusesMoreThanMaxSources(t *testing.T) {
 		t.Fatalf("%d candidates: error %v, want ErrTooManySources", len(refs), err)
 	}
 }
+
+func TestPolicyEqual(t *testing.T) {
+	parse := func(annotations map[string]string) Policy {
+		p, _ := Vocabulary{Reloader: true}.ParsePolicy(annotations, nil)
+		return p
+	}
+	a := map[string]string{ReloaderConfigMapReload: "app-.*,db", ReloaderAuto: "true"}
+	if !parse(a).Equal(parse(a)) {
+		t.Fatal("a policy differs from itself parsed again")
+	}
+	for _, other := range []map[string]string{
+		{ReloaderConfigMapReload: "app-.+,db", ReloaderAuto: "true"},
+		{ReloaderConfigMapReload: "app-.*", ReloaderAuto: "true"},
+		{ReloaderConfigMapReload: "app-.*,db", ReloaderConfigMapAuto: "true"},
+		{ReloaderConfigMapReload: "app-.*,db", ReloaderAuto: "true", AnnotationPausePeriod: "1m"},
+		{ReloaderConfigMapReload: "app-.*,db", ReloaderAuto: "true", ReloaderSecretExclude: "x"},
+	} {
+		if parse(a).Equal(parse(other)) {
+			t.Errorf("%v equals %v", other, a)
+		}
+	}
+}

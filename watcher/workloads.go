@@ -92,19 +92,13 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 }
 
 // sameView reports whether two views would get the same decision, in a namespace of
-// either kind.
+// either kind: their candidates are a function of the policy and the references.
 func sameView(a, b *view) bool {
 	sameRef := func(x, y confighash.Reference) bool {
 		return x.SourceRef == y.SourceRef && x.AllKeys == y.AllKeys && x.Optional == y.Optional && x.Named == y.Named && slices.Equal(x.Keys, y.Keys)
 	}
-	samePattern := func(x, y confighash.NamePattern) bool { return x.Kind == y.Kind && x.Expr.String() == y.Expr.String() }
-	samePolicy := func(p, q confighash.Policy) bool {
-		return p.Enabled() == q.Enabled() && p.Search == q.Search && p.PausePeriod == q.PausePeriod &&
-			slices.EqualFunc(p.Candidates(a.References, nil), q.Candidates(b.References, nil), sameRef) &&
-			slices.EqualFunc(p.Patterns, q.Patterns, samePattern)
-	}
 	return a.Hash == b.Hash && a.Adopted == b.Adopted && slices.Equal(a.Record, b.Record) && (a.RecordErr == nil) == (b.RecordErr == nil) &&
-		samePolicy(a.Policy, b.Policy) && samePolicy(a.Policy.ForEveryWorkload(), b.Policy.ForEveryWorkload())
+		a.Policy.Equal(b.Policy) && slices.EqualFunc(a.References, b.References, sameRef)
 }
 
 // sourceIndex indexes workloads by the sources that may count for them:
