@@ -56,7 +56,7 @@ func References(tmpl *corev1.PodTemplateSpec) []Reference {
 }
 
 // Uses describes every use the pod template makes of each source, for people: "env
-// GREETING (key greeting) of container app", "volume files (keys a.conf)".
+// GREETING of container app (keys greeting)", "volume files (keys a.conf)".
 func Uses(tmpl *corev1.PodTemplateSpec) map[SourceRef][]string {
 	return collect(tmpl, true).uses
 }
@@ -73,10 +73,10 @@ func collect(tmpl *corev1.PodTemplateSpec, describe bool) *collector {
 	}
 	spec := &tmpl.Spec
 	for i := range spec.InitContainers {
-		c.container(&spec.InitContainers[i], "init container ")
+		c.container(&spec.InitContainers[i], "init container")
 	}
 	for i := range spec.Containers {
-		c.container(&spec.Containers[i], "container ")
+		c.container(&spec.Containers[i], "container")
 	}
 	for i := range spec.Volumes {
 		c.volume(spec.Volumes[i].Name, &spec.Volumes[i].VolumeSource)
@@ -90,17 +90,31 @@ type collector struct {
 	uses map[SourceRef][]string
 }
 
-// container records a container's uses; where says which kind of container it is.
-func (c *collector) container(ctr *corev1.Container, where string) {
-	if c.uses != nil {
-		where += ctr.Name
+// usage says how a source is used, in parts: the admission path never joins them.
+type usage struct {
+	what, name           string // "env", "GREETING"; "volume", "files"; "envFrom", ""
+	containerKind, owner string // "container", "app"; empty for a volume
+}
+
+func (u usage) String() string {
+	s := u.what
+	if u.name != "" {
+		s += " " + u.name
 	}
+	if u.owner != "" {
+		s += " of " + u.containerKind + " " + u.owner
+	}
+	return s
+}
+
+// container records a container's uses; kind says which kind of container it is.
+func (c *collector) container(ctr *corev1.Container, kind string) {
 	for _, from := range ctr.EnvFrom {
 		if r := from.ConfigMapRef; r != nil {
-			c.use(ConfigMap, r.Name, nil, r.Optional, "envFrom of "+where)
+			c.use(ConfigMap, r.Name, nil, r.Optional, usage{"envFrom", "", kind, ctr.Name})
 		}
 		if r := from.SecretRef; r != nil {
-			c.use(Secret, r.Name, nil, r.Optional, "envFrom of "+where)
+			c.use(Secret, r.Name, nil, r.Optional, usage{"envFrom", "", kind, ctr.Name})
 		}
 	}
 	for _, env := range ctr.Env {
@@ -108,28 +122,28 @@ func (c *collector) container(ctr *corev1.Container, where string) {
 			continue
 		}
 		if r := env.ValueFrom.ConfigMapKeyRef; r != nil {
-			c.use(ConfigMap, r.Name, []string{r.Key}, r.Optional, "env "+env.Name+" of "+where)
+			c.use(ConfigMap, r.Name, []string{r.Key}, r.Optional, usage{"env", env.Name, kind, ctr.Name})
 		}
 		if r := env.ValueFrom.SecretKeyRef; r != nil {
-			c.use(Secret, r.Name, []string{r.Key}, r.Optional, "env "+env.Name+" of "+where)
+			c.use(Secret, r.Name, []string{r.Key}, r.Optional, usage{"env", env.Name, kind, ctr.Name})
 		}
 	}
 }
 
 func (c *collector) volume(name string, v *corev1.VolumeSource) {
 	if s := v.ConfigMap; s != nil {
-		c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, "volume "+name)
+		c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, usage{what: "volume", name: name})
 	}
 	if s := v.Secret; s != nil {
-		c.use(Secret, s.SecretName, itemKeys(s.Items), s.Optional, "volume "+name)
+		c.use(Secret, s.SecretName, itemKeys(s.Items), s.Optional, usage{what: "volume", name: name})
 	}
 	if p := v.Projected; p != nil {
 		for _, src := range p.Sources {
 			if s := src.ConfigMap; s != nil {
-				c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, "projected volume "+name)
+				c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, usage{what: "projected volume", name: name})
 			}
 			if s := src.Secret; s != nil {
-				c.use(Secret, s.Name, itemKeys(s.Items), s.Optional, "projected volume "+name)
+				c.use(Secret, s.Name, itemKeys(s.Items), s.Optional, usage{what: "projected volume", name: name})
 			}
 		}
 	}
@@ -148,13 +162,14 @@ func itemKeys(items []corev1.KeyToPath) []string {
 }
 
 // use records one use; keys nil means the whole object.
-func (c *collector) use(kind SourceKind, name string, keys []string, optional *bool, how string) {
+func (c *collector) use(kind SourceKind, name string, keys []string, optional *bool, u usage) {
 	if name == "" {
 		return // invalid, and the API server rejects it; nothing to hash
 	}
 	ref := SourceRef{kind, name}
 	opt := optional != nil && *optional
 	if c.uses != nil {
+		how := u.String()
 		if keys != nil {
 			how += " (keys " + strings.Join(keys, ", ") + ")"
 		}
