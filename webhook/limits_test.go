@@ -150,9 +150,9 @@ func (blockingReader) Read(ctx context.Context, _ string, _ []confighash.SourceR
 	return nil, ctx.Err()
 }
 
-// TestASlowAPIServerGetsAnAnswerWithinTheBudget: the webhook answers "allowed,
+// TestFaultSlowReadsGetAnAnswerWithinTheBudget: the webhook answers "allowed,
 // unchanged" with a warning before the API server's timeout, rather than never.
-func TestASlowAPIServerGetsAnAnswerWithinTheBudget(t *testing.T) {
+func TestFaultSlowReadsGetAnAnswerWithinTheBudget(t *testing.T) {
 	h, rec := newTestHandler(t, blockingReader{})
 	start := time.Now()
 	resp := decodeResponse(t, post(h, "application/json", review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true"`, 1))))

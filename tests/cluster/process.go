@@ -16,21 +16,23 @@ const stopGrace = 10 * time.Second
 
 // process is one running control-plane component.
 type process struct {
-	Name    string `json:"name"`
-	Pid     int    `json:"pid"`
-	Binary  string `json:"binary"`
-	LogPath string `json:"log"`
+	Name    string   `json:"name"`
+	Pid     int      `json:"pid"`
+	Binary  string   `json:"binary"`
+	Args    []string `json:"args"`
+	LogPath string   `json:"log"`
 
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// startProcess runs binary with args, logging to dir/name.log. With detached, the
+// startProcess runs binary with args, appending to dir/name.log. With detached, the
 // process gets its own session and outlives this one (make cluster-up); otherwise the
 // kernel kills it if this process dies, so a crashed test leaves no orphans.
 func startProcess(dir, name, binary string, args []string, detached bool) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
+	// Appended to: a restarted component's log keeps what its first run wrote.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("create %s log: %w", name, err)
 	}
@@ -51,7 +53,7 @@ func startProcess(dir, name, binary string, args []string, detached bool) (*proc
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{Name: name, Pid: cmd.Process.Pid, Binary: binary, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &process{Name: name, Pid: cmd.Process.Pid, Binary: binary, Args: args, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
@@ -103,13 +105,7 @@ func (p *process) stop() error {
 	if p.waitExit(stopGrace) {
 		return nil
 	}
-	if err := syscall.Kill(p.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("kill %s: %w", p.Name, err)
-	}
-	if !p.waitExit(stopGrace) {
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid)
-	}
-	return nil
+	return p.kill()
 }
 
 func (p *process) waitExit(timeout time.Duration) bool {
@@ -145,4 +141,15 @@ func LogTail(path string, lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
+}
+
+// kill sends SIGKILL, as a crash or a lost node would, and waits for the exit.
+func (p *process) kill() error {
+	if err := syscall.Kill(p.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %s: %w", p.Name, err)
+	}
+	if !p.waitExit(stopGrace) {
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid)
+	}
+	return nil
 }

@@ -85,25 +85,9 @@ type component struct {
 // waits until it is ready, and stops it at the end of the test.
 func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component {
 	t.Helper()
-	ctx := t.Context()
 	ensureNamespaces(t, c, installNamespace)
-	ports, err := cluster.FreePorts(1)
+	p, err := spawnComponent(confighashBinary(t), c, filepath.Join(t.TempDir(), args[0]+".log"), args...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	p := &component{ops: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), logPath: filepath.Join(t.TempDir(), args[0]+".log")}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	// Defaults first: a flag the caller gives again wins.
-	defaults := []string{args[0], "--kubeconfig=" + c.Kubeconfig, "--namespace=" + installNamespace,
-		fmt.Sprintf("--ops-address=127.0.0.1:%d", ports[0]), "--log-level=debug"}
-	p.cmd = exec.Command(confighashBinary(t), append(defaults, args[1:]...)...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -112,12 +96,118 @@ func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component
 			t.Logf("%s log:\n%s", args[0], cluster.LogTail(p.logPath, 40))
 		}
 	})
-	ready, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ready, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := cluster.WaitHTTP(ready, p.ops+"/readyz"); err != nil {
 		t.Fatalf("%s not ready: %v", args[0], err)
 	}
 	return p
+}
+
+// spawnComponent starts `binary args...` with the test defaults, logging to logPath; it
+// neither waits until the process is ready nor stops it.
+func spawnComponent(binary string, c *cluster.Cluster, logPath string, args ...string) (*component, error) {
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	p := &component{ops: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), logPath: logPath}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	// Defaults first: a flag the caller gives again wins.
+	defaults := []string{args[0], "--kubeconfig=" + c.Kubeconfig, "--namespace=" + installNamespace,
+		fmt.Sprintf("--ops-address=127.0.0.1:%d", ports[0]), "--log-level=debug"}
+	p.cmd = exec.Command(binary, append(defaults, args[1:]...)...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// supervised is a component that starts again whenever it exits.
+type supervised struct {
+	mu      sync.Mutex
+	current *component
+	starts  int
+}
+
+// supervise runs `confighash args...` as kubelet runs a container that must keep
+// running: whenever it exits (a watcher that cannot renew its lease exits), it starts
+// again a second later, until the test ends.
+func supervise(t testing.TB, c *cluster.Cluster, args ...string) *supervised {
+	t.Helper()
+	ensureNamespaces(t, c, installNamespace)
+	binary, dir := confighashBinary(t), t.TempDir()
+	s := &supervised{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			s.mu.Lock()
+			s.starts++
+			logPath := filepath.Join(dir, fmt.Sprintf("%s-%d.log", args[0], s.starts))
+			p, err := spawnComponent(binary, c, logPath, args...)
+			s.current = p
+			s.mu.Unlock()
+			if err != nil {
+				t.Errorf("start %s: %v", args[0], err)
+				return
+			}
+			exited := make(chan struct{})
+			go func() {
+				_ = p.cmd.Wait()
+				close(exited)
+			}()
+			select {
+			case <-exited:
+				t.Logf("%s exited: %s", args[0], cluster.LogTail(logPath, 1))
+			case <-ctx.Done():
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				<-exited
+				return
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("%s log (start %d):\n%s", args[0], s.starts, cluster.LogTail(filepath.Join(dir, fmt.Sprintf("%s-%d.log", args[0], s.starts)), 400))
+		}
+	})
+	return s
+}
+
+// restarts is how many times the component has started again.
+func (s *supervised) restarts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts - 1
+}
+
+// metric is the running process's metric, or -1 while none answers.
+func (s *supervised) metric(prefix string) float64 {
+	s.mu.Lock()
+	p := s.current
+	s.mu.Unlock()
+	if p == nil {
+		return -1
+	}
+	v, err := p.metricValue(prefix)
+	if err != nil {
+		return -1
+	}
+	return v
 }
 
 // ensureNamespaces creates the namespaces that are missing; a server-side dry run
@@ -134,6 +224,7 @@ func ensureNamespaces(t testing.TB, c *cluster.Cluster, names ...string) {
 // webhookProcess is a running `confighash webhook`, registered with the API server.
 type webhookProcess struct {
 	*component
+	args    []string
 	addr    string // admission server, 127.0.0.1:port
 	certDir string
 	probe   string // the namespace waitAdmitting probes, if not probeNamespace's
@@ -160,12 +251,20 @@ func startWebhook(t testing.TB, c *cluster.Cluster, extra ...string) *webhookPro
 		t.Fatal(err)
 	}
 	w.issue(t)
-	w.component = startComponent(t, c, append([]string{"webhook",
+	w.args = append([]string{"webhook",
 		"--listen-address=" + w.addr,
 		"--tls-cert-file=" + filepath.Join(w.certDir, "tls.crt"), "--tls-key-file=" + filepath.Join(w.certDir, "tls.key"),
-		"--tls-poll-interval=200ms"}, extra...)...)
+		"--tls-poll-interval=200ms"}, extra...)
+	w.component = startComponent(t, c, w.args...)
 	w.register(t, c)
 	return w
+}
+
+// restart starts the webhook again, on the same address with the same certificate,
+// once the running one has been killed.
+func (w *webhookProcess) restart(t testing.TB, c *cluster.Cluster) {
+	t.Helper()
+	w.component = startComponent(t, c, w.args...)
 }
 
 // issue writes a new serving certificate for 127.0.0.1, signed by the test CA.
@@ -279,14 +378,22 @@ func (p *component) kill() {
 // (a name and optionally a label set start), from the component's /metrics.
 func (p *component) metric(t testing.TB, prefix string) float64 {
 	t.Helper()
-	resp, err := http.Get(p.ops + "/metrics")
+	v, err := p.metricValue(prefix)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+func (p *component) metricValue(prefix string) (float64, error) {
+	resp, err := http.Get(p.ops + "/metrics")
+	if err != nil {
+		return 0, err
 	}
 	defer resp.Body.Close()
 	var sum float64
 	forEachSample(resp.Body, prefix, func(_ string, v float64) { sum += v })
-	return sum
+	return sum, nil
 }
 
 // forEachSample calls fn with each sample line of Prometheus text that starts with

@@ -9,11 +9,11 @@ import (
 	"github.com/confighash/confighash/tests/cluster"
 )
 
-// TestDeletingTheHashKey: the components read the key once, at start. Deleting its
+// TestFaultHashKeyDeleted: the components read the key once, at start. Deleting its
 // Secret while they run changes nothing: a change still rolls once. Restarted, they
 // create a new key, which changes every hash: each opted-in workload rolls exactly
 // once, and then nothing more (docs/security.md says so).
-func TestDeletingTheHashKey(t *testing.T) {
+func TestFaultHashKeyDeleted(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	wh, w := startWebhook(t, c), startWatcher(t, c)
 	ns := labeledNamespace(t, c)

@@ -42,13 +42,13 @@ func TestLedgerMatchesRolloutsWithTheUpdatesTheyCarried(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := &ledger{key: key, updates: map[string][]ledgerUpdate{}, rollouts: map[string][]ledgerRollout{}, hashes: map[string]string{}, uses: map[string]string{}}
-			l.use(confighash.Deployment, "ns", "web", "cfg")
+			l := &ledger{key: key, updates: map[source][]ledgerUpdate{}, rollouts: map[string][]ledgerRollout{}, hashes: map[string]string{}, uses: map[string]source{}}
+			l.use(confighash.Deployment, "ns", "web", configMapIn("ns", "cfg"))
 			var digests []confighash.Digest
 			for i, ms := range tt.writes {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"k": string(rune('a' + i))}}
 				l.recordUpdate(cm, at(ms))
-				digests = append(digests, l.updates["ns/cfg"][i].digest)
+				digests = append(digests, l.updates[configMapIn("ns", "cfg")][i].digest)
 			}
 			times := make([]int, 0, len(tt.rollouts))
 			for ms := range tt.rollouts {

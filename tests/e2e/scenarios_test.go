@@ -65,7 +65,7 @@ func createUsers(t testing.TB, c *cluster.Cluster, l *ledger, ns string, n int, 
 		l.recordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())
 		name := fmt.Sprintf("web-%d", i)
 		createDeployment(t, c, ns, deployment(name, replicas, envFromTemplate(cm)))
-		l.use(confighash.Deployment, ns, name, cm)
+		l.use(confighash.Deployment, ns, name, configMapIn(ns, cm))
 	}
 }
 
@@ -83,14 +83,13 @@ func oneToOne(t testing.TB, c *cluster.Cluster, n int) (string, *ledger, *compon
 	return ns, l, w
 }
 
-// drive updates a ConfigMap that pick chooses every interval for d, each time to a
-// new value. It returns at the first failed update.
-func drive(ctx context.Context, c *cluster.Cluster, l *ledger, interval, d time.Duration, pick func() (ns, name string)) error {
+// drive updates a source that pick chooses every interval for d, each time to a new
+// value. It returns at the first failed update.
+func drive(ctx context.Context, c *cluster.Cluster, l *ledger, interval, d time.Duration, pick func() source) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for n, end := 0, time.Now().Add(d); time.Now().Before(end); n++ {
-		ns, name := pick()
-		if err := l.update(ctx, c, ns, name, fmt.Sprintf("v%d", n)); err != nil {
+		if err := l.update(ctx, c, pick(), fmt.Sprintf("v%d", n)); err != nil {
 			return err
 		}
 		<-tick.C
@@ -99,7 +98,7 @@ func drive(ctx context.Context, c *cluster.Cluster, l *ledger, interval, d time.
 }
 
 // mustDrive is drive for the test's own goroutine.
-func mustDrive(t testing.TB, c *cluster.Cluster, l *ledger, interval, d time.Duration, pick func() (ns, name string)) {
+func mustDrive(t testing.TB, c *cluster.Cluster, l *ledger, interval, d time.Duration, pick func() source) {
 	t.Helper()
 	if err := drive(t.Context(), c, l, interval, d, pick); err != nil {
 		t.Fatal(err)
@@ -133,8 +132,8 @@ func BenchmarkScenarioBurst(b *testing.B) {
 	}, func(s *bench.Scenario) {
 		ns, l, _ := oneToOne(b, c, 10)
 		rng := rand.New(rand.NewPCG(1, 1))
-		mustDrive(b, c, l, 100*time.Millisecond, 30*time.Second, func() (string, string) { return ns, fmt.Sprintf("cm-%d", rng.IntN(10)) })
-		l.settle(2 * time.Minute)
+		mustDrive(b, c, l, 100*time.Millisecond, 30*time.Second, func() source { return configMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(10))) })
+		l.settle(b, 2*time.Minute)
 		s.Judge(exactlyOnce, addOutcome(s, l.outcome(time.Time{})))
 	})
 }
@@ -190,10 +189,10 @@ func BenchmarkScenarioManyNamespaces(b *testing.B) {
 		startBenchWatcher(b, c)
 		l.watch(b, confighash.Deployment)
 		rng := rand.New(rand.NewPCG(3, 3))
-		mustDrive(b, c, l, 200*time.Millisecond, 60*time.Second, func() (string, string) {
-			return nss[rng.IntN(namespaces)], fmt.Sprintf("cm-%d", rng.IntN(perNamespace))
+		mustDrive(b, c, l, 200*time.Millisecond, 60*time.Second, func() source {
+			return configMapIn(nss[rng.IntN(namespaces)], fmt.Sprintf("cm-%d", rng.IntN(perNamespace)))
 		})
-		l.settle(2 * time.Minute)
+		l.settle(b, 2*time.Minute)
 		s.Judge(exactlyOnce, addOutcome(s, l.outcome(time.Time{})))
 	})
 }
@@ -220,15 +219,15 @@ func BenchmarkScenarioMixedKinds(b *testing.B) {
 			create(b, c.Client.BatchV1().CronJobs(ns).Create, cronJob(name("cronjob"), tmpl))
 			createRollout(b, c, ns, name("rollout"), tmpl)
 			for _, k := range confighash.Kinds {
-				l.use(k, ns, name(strings.ToLower(k.Kind)), "shared")
+				l.use(k, ns, name(strings.ToLower(k.Kind)), configMapIn(ns, "shared"))
 			}
 		}
 		startBenchWatcher(b, c)
 		for _, k := range confighash.Kinds {
 			l.watch(b, k)
 		}
-		mustDrive(b, c, l, 5*time.Second, updates*5*time.Second, func() (string, string) { return ns, "shared" })
-		l.settle(time.Minute)
+		mustDrive(b, c, l, 5*time.Second, updates*5*time.Second, func() source { return configMapIn(ns, "shared") })
+		l.settle(b, time.Minute)
 		o := l.outcome(time.Time{})
 		met := addOutcome(s, o)
 		for _, k := range confighash.Kinds {
@@ -258,7 +257,7 @@ func BenchmarkScenarioRestart(b *testing.B) {
 		rng := rand.New(rand.NewPCG(4, 4))
 		driven := make(chan error, 1)
 		go func() {
-			driven <- drive(b.Context(), c, l, 200*time.Millisecond, 40*time.Second, func() (string, string) { return ns, fmt.Sprintf("cm-%d", rng.IntN(20)) })
+			driven <- drive(b.Context(), c, l, 200*time.Millisecond, 40*time.Second, func() source { return configMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(20))) })
 		}()
 		time.Sleep(10 * time.Second)
 		first.kill()
@@ -269,7 +268,7 @@ func BenchmarkScenarioRestart(b *testing.B) {
 		if err := <-driven; err != nil {
 			b.Fatal(err)
 		}
-		l.settle(2 * time.Minute)
+		l.settle(b, 2*time.Minute)
 		met := addOutcome(s, l.outcome(time.Time{}))
 		s.Add("kill to new leader", bench.Milliseconds(led), "ms")
 		s.Judge("nothing lost, nothing doubled across the restart: "+exactlyOnce, met)
@@ -478,7 +477,7 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 		l.recordUpdate(createConfigMap(b, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
 		parallel(b, 16, n, func(i int) error {
 			name := fmt.Sprintf("web-%d", i)
-			l.use(confighash.Deployment, ns, name, "shared")
+			l.use(confighash.Deployment, ns, name, configMapIn(ns, "shared"))
 			_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), deployment(name, 0, envFromTemplate("shared")), metav1.CreateOptions{})
 			return err
 		})
@@ -501,10 +500,10 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 			w := startBenchWatcher(b, c, round.args...)
 			before := apiRequests(b, c)
 			start := time.Now()
-			if err := l.update(b.Context(), c, ns, "shared", round.name); err != nil {
+			if err := l.update(b.Context(), c, configMapIn(ns, "shared"), round.name); err != nil {
 				b.Fatal(err)
 			}
-			l.settle(5 * time.Minute)
+			l.settle(b, 5*time.Minute)
 			after := apiRequests(b, c)
 			o := l.outcome(start)
 			s.AddLatencies(round.name+" latency", o.latencies)

@@ -618,10 +618,10 @@ func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
 	}
 }
 
-// TestCertificateRotationUnderAStreamOfAdmissionsFailsNoCall: creates keep arriving
+// TestFaultCertificateRotationUnderAStreamOfAdmissionsFailsNoCall: creates keep arriving
 // through the API server while the serving certificate is renewed five times; every
 // one is hashed, so no call to the webhook failed (failing open would leave it bare).
-func TestCertificateRotationUnderAStreamOfAdmissionsFailsNoCall(t *testing.T) {
+func TestFaultCertificateRotationUnderAStreamOfAdmissionsFailsNoCall(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	w := startWebhook(t, c)
 	ns := labeledNamespace(t, c)

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// faultSet is the workloads a fault test runs over, in a new labelled namespace:
+// ConfigMaps cm-i and Secrets secret-i, each used whole by one Deployment (web-i,
+// api-i), and the ConfigMap shared, used by the fan-out Deployments fan-i. Every
+// Deployment keeps its whole history, so that the ledger reads its rollouts from its
+// ReplicaSets: the API server's own state, which outlives a watch. They run no pods:
+// the controller-manager's 20 requests a second would go to pods, and fall behind.
+type faultSet struct {
+	c       *cluster.Cluster
+	ns      string
+	l       *ledger
+	sources []source // each used by one Deployment: what the stream changes
+	shared  source
+	fanOut  int
+}
+
+// newFaultSet creates n ConfigMap users, n Secret users and fanOut users of shared.
+// The webhook must be running.
+func newFaultSet(t testing.TB, c *cluster.Cluster, n, fanOut int) *faultSet {
+	t.Helper()
+	ns := labeledNamespace(t, c)
+	f := &faultSet{c: c, ns: ns, l: newLedger(t, c), shared: configMapIn(ns, "shared"), fanOut: fanOut}
+	f.l.fromReplicaSets(c, ns)
+	for i := range n {
+		cm, secret := fmt.Sprintf("cm-%d", i), fmt.Sprintf("secret-%d", i)
+		f.l.recordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())
+		f.l.recordSecretUpdate(createSecret(t, c, ns, secret, map[string]string{"k": "initial"}), time.Now())
+		f.sources = append(f.sources, configMapIn(ns, cm), secretIn(ns, secret))
+		f.create(t, fmt.Sprintf("web-%d", i), configMapIn(ns, cm))
+		f.create(t, fmt.Sprintf("api-%d", i), secretIn(ns, secret))
+	}
+	f.l.recordUpdate(createConfigMap(t, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
+	for i := range fanOut {
+		f.create(t, fmt.Sprintf("fan-%d", i), f.shared)
+	}
+	// Each Deployment's first ReplicaSet is its birth: a change before the controller
+	// made it would make it the rollout.
+	waitFor(t, 2*time.Minute, "every Deployment's first ReplicaSet", func() bool {
+		list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == len(f.l.uses)
+	})
+	return f
+}
+
+// create makes a Deployment that uses src whole and keeps its whole history.
+func (f *faultSet) create(t testing.TB, name string, src source) {
+	t.Helper()
+	tmpl := plainTemplate()
+	if src.ref.Kind == confighash.Secret {
+		tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: src.ref.Name}}}}
+	} else {
+		tmpl = envFromTemplate(src.ref.Name)
+	}
+	d := deployment(name, 0, tmpl)
+	d.Spec.RevisionHistoryLimit = ptr.To[int32](1000)
+	createDeployment(t, f.c, f.ns, d)
+	f.l.use(confighash.Deployment, f.ns, name, src)
+}
+
+// faultValues makes every value a fault test writes new, so that no template ever
+// returns to an earlier one (which would reuse its ReplicaSet).
+var faultValues atomic.Int64
+
+func nextValue() string { return fmt.Sprintf("v%d", faultValues.Add(1)) }
+
+// changeShared updates the ConfigMap of the fan-out.
+func (f *faultSet) changeShared(t testing.TB) {
+	t.Helper()
+	if err := f.l.update(t.Context(), f.c, f.shared, nextValue()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fannedOut is how many fan-out Deployments have rolled out revision rev or later
+// (their first is 1).
+func (f *faultSet) fannedOut(t testing.TB, rev int) int {
+	t.Helper()
+	list, err := f.c.Client.AppsV1().ReplicaSets(f.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return -1 // the API server may be away; the caller polls again
+	}
+	rolled := map[string]bool{}
+	for i := range list.Items {
+		rs := &list.Items[i]
+		if owner := metav1.GetControllerOf(rs); owner != nil && strings.HasPrefix(owner.Name, "fan-") && revision(rs) >= rev {
+			rolled[owner.Name] = true
+		}
+	}
+	return len(rolled)
+}
+
+// awaitFanOut waits until n of the fan-out Deployments have rolled out revision rev,
+// and returns how long that took.
+func (f *faultSet) awaitFanOut(t testing.TB, rev, n int, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for f.fannedOut(t, rev) < n {
+		if time.Since(start) > timeout {
+			f.describeFanOut(t)
+			t.Fatalf("after %v, %d of %d fan-out Deployments have rolled out revision %d, want %d", timeout, f.fannedOut(t, rev), f.fanOut, rev, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// describeFanOut logs how far the controller got with each fan-out Deployment and
+// what its sources record says, for a failed test.
+func (f *faultSet) describeFanOut(t testing.TB) {
+	t.Helper()
+	list, err := f.c.Client.AppsV1().Deployments(f.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("list Deployments: %v", err)
+		return
+	}
+	for _, d := range list.Items {
+		if strings.HasPrefix(d.Name, "fan-") {
+			t.Logf("%s: generation %d, observed %d, revision %s, hash %s, record %s", d.Name, d.Generation, d.Status.ObservedGeneration,
+				d.Annotations["deployment.kubernetes.io/revision"], d.Spec.Template.Annotations[confighash.AnnotationHash], d.Annotations[confighash.AnnotationSources])
+		}
+	}
+}
+
+// stream is a steady stream of changes to the set's sources.
+type stream struct {
+	// hold is held while an update is written: a fault that takes the API server away
+	// takes it first, so that no update is left half-known to the ledger.
+	hold   sync.Mutex
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// stream updates a random one of the set's sources every interval until stop.
+func (f *faultSet) stream(t testing.TB, interval time.Duration, seed uint64) *stream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	s := &stream{cancel: cancel, done: make(chan error, 1)}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	go func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				s.done <- nil
+				return
+			case <-tick.C:
+			}
+			s.hold.Lock()
+			err := f.l.update(ctx, f.c, f.sources[rng.IntN(len(f.sources))], nextValue())
+			s.hold.Unlock()
+			if err != nil && ctx.Err() == nil {
+				s.done <- err
+				return
+			}
+		}
+	}()
+	t.Cleanup(cancel)
+	return s
+}
+
+// stop ends the stream and fails the test if an update failed.
+func (s *stream) stop(t testing.TB) {
+	t.Helper()
+	s.cancel()
+	if err := <-s.done; err != nil {
+		t.Fatalf("the stream of changes: %v", err)
+	}
+}
+
+// check settles the ledger and fails the test unless every change rolled each
+// workload that uses it exactly once and nothing rolled without a change.
+func (f *faultSet) check(t testing.TB) outcome {
+	t.Helper()
+	f.l.settle(t, 3*time.Minute)
+	o := f.l.outcome(time.Time{})
+	t.Logf("ledger: %d updates to roll, %d rollouts, %d coalesced, %d lost, %d spurious", o.updates, o.rollouts, o.coalesced, o.lost, o.spurious)
+	if o.lost != 0 || o.spurious != 0 || o.rollouts == 0 {
+		t.Fatalf("lost %d, spurious %d, rollouts %d: want every change rolled once and nothing else", o.lost, o.spurious, o.rollouts)
+	}
+	return o
+}
