@@ -341,7 +341,7 @@ func (w *warnings) all() string {
 
 // TestFaultWebhookAndLeaderKilledMidFanOut: while Secrets and ConfigMaps change every
 // 500 ms, a ConfigMap used by 100 Deployments changes three times; at a random point
-// of each fan-out the webhook is killed and started again 3 s later, the leading
+// of each fan-out's touches the webhook is killed and started again 3 s later, the leading
 // watcher is killed (a standby takes over when its lease expires), or both. Every
 // change rolls each workload that uses it once, and nothing rolls without a change.
 func TestFaultWebhookAndLeaderKilledMidFanOut(t *testing.T) {
@@ -374,11 +374,14 @@ func TestFaultWebhookAndLeaderKilledMidFanOut(t *testing.T) {
 	}
 	for i, fault := range faults {
 		f.changeShared(t)
-		at := rng.IntN(f.fanOut)
-		f.awaitFanOut(t, 2+i, at, 2*time.Minute)
+		// The watcher touches the fan-out from 1 s after the change (its debounce), 50
+		// a second: the fault lands while its touches are being admitted.
+		at := time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+		time.Sleep(at)
+		rolled := f.fannedOut(t, 2+i)
 		fault.inject()
 		took := f.awaitFanOut(t, 2+i, f.fanOut, 3*time.Minute)
-		t.Logf("%s with %d of %d rolled; the rest rolled in %v", fault.name, at, f.fanOut, took.Round(100*time.Millisecond))
+		t.Logf("%s %v after the change, with %d of %d rolled; all had rolled %v later", fault.name, at.Round(time.Millisecond), rolled, f.fanOut, took.Round(100*time.Millisecond))
 	}
 	time.Sleep(5 * time.Second)
 	s.stop(t)
