@@ -45,6 +45,10 @@ test: control-plane helm ## unit and end-to-end tests against a real local contr
 	go test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
+.PHONY: test-faults
+test-faults: control-plane ## the fault suite alone, with its figures: API server killed, watches expired, slow reads, components killed, key deleted (docs/reliability.md)
+	go test -count=1 -v -timeout $(GO_TEST_TIMEOUT) -run '^TestFault' ./tests/cluster ./tests/e2e ./webhook 2>&1 | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:[0-9]+:'
+
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 2m)
 	for t in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}" ; done
