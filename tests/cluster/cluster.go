@@ -575,7 +575,8 @@ func Attach(dir string) (*Cluster, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("decode cluster state %s: %w", filepath.Join(dir, stateFile), err)
 	}
-	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, processes: s.Processes}
+	// What it restarts must outlive this process too, as the rest of the cluster does.
+	c := &Cluster{Dir: dir, Kubeconfig: s.Kubeconfig, KubectlPath: s.Kubectl, processes: s.Processes, detached: true}
 	if err := c.connect(); err != nil {
 		return nil, err
 	}
