@@ -63,6 +63,21 @@ func newTestHandler(t testing.TB, reader SourceReader) (http.Handler, *Prometheu
 	return h, rec
 }
 
+// oneSourceHandler is a test handler whose reader holds one ConfigMap, cfg, which
+// deploymentJSON uses whole; with the key it hashes with and the record an opted-in
+// admission of deploymentJSON writes.
+func oneSourceHandler(t testing.TB) (http.Handler, *PrometheusRecorder, confighash.Key, confighash.Record) {
+	t.Helper()
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	src := confighash.Source{SourceRef: cfg, Present: true, Data: map[string]confighash.Sum{"k": {1}}}
+	sources := map[confighash.SourceRef]confighash.Source{cfg: src}
+	h, rec := newTestHandler(t, stubReader{sources: sources})
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	policy, _ := confighash.Vocabulary{}.ParsePolicy(map[string]string{confighash.AnnotationInject: "true"}, nil)
+	record := confighash.Update(nil, confighash.Observe(key, policy, []confighash.Reference{{SourceRef: cfg, AllKeys: true}}, sources))
+	return h, rec, key, record
+}
+
 const deploymentJSON = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"ns","annotations":{%s}},
 "spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1","envFrom":[{"configMapRef":{"name":"cfg"}}]}]}}}}`
 
@@ -237,12 +252,7 @@ func TestHandlerWarnsAboutBadAnnotationsAndStillHashes(t *testing.T) {
 }
 
 func TestHandlerSendsNoPatchWhenNothingChanged(t *testing.T) {
-	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
-	src := confighash.Source{SourceRef: cfg, Present: true, Data: map[string]confighash.Sum{"k": {1}}}
-	h, rec := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: src}})
-	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
-	policy, _ := confighash.Vocabulary{}.ParsePolicy(map[string]string{confighash.AnnotationInject: "true"}, nil)
-	record := confighash.Update(nil, confighash.Observe(key, policy, []confighash.Reference{{SourceRef: cfg, AllKeys: true}}, map[confighash.SourceRef]confighash.Source{cfg: src}))
+	h, rec, key, record := oneSourceHandler(t)
 	obj := strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true","`+confighash.AnnotationSources+`":"`+record.String()+`"`, 1)
 	obj = strings.Replace(obj, `"labels":{"app":"web"}`, `"labels":{"app":"web"},"annotations":{"`+confighash.AnnotationHash+`":"`+record.Hash(key)+`"}`, 1)
 
@@ -284,12 +294,7 @@ func TestHandlerHashesTheSourcesAReloaderPatternMatches(t *testing.T) {
 // left to the watcher; an adopted workload keeps its pod template without a hash until
 // its sources change.
 func TestHandlerAdoption(t *testing.T) {
-	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
-	src := confighash.Source{SourceRef: cfg, Present: true, Data: map[string]confighash.Sum{"k": {1}}}
-	h, rec := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: src}})
-	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
-	policy, _ := confighash.Vocabulary{}.ParsePolicy(map[string]string{confighash.AnnotationInject: "true"}, nil)
-	record := confighash.Update(nil, confighash.Observe(key, policy, []confighash.Reference{{SourceRef: cfg, AllKeys: true}}, map[confighash.SourceRef]confighash.Source{cfg: src}))
+	h, rec, key, record := oneSourceHandler(t)
 	with := func(annotations string) string { return strings.Replace(deploymentJSON, "%s", annotations, 1) }
 	inject := `"` + confighash.AnnotationInject + `":"true"`
 	paths := func(body []byte) []string {
