@@ -278,10 +278,8 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	}
 	for i := range late {
 		name := fmt.Sprintf("late-%d", i)
-		d := deployment(name, 0, envFromTemplate(name))
-		d.Spec.RevisionHistoryLimit = ptr.To[int32](1000)
 		start := time.Now()
-		created, err := client.AppsV1().Deployments(f.ns).Create(t.Context(), d, metav1.CreateOptions{})
+		created, err := client.AppsV1().Deployments(f.ns).Create(t.Context(), f.deployment(name, configMapIn(f.ns, name)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("create %s while the API server is slow: %v", name, err)
 		}
@@ -291,7 +289,6 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 		if h := created.Spec.Template.Annotations[confighash.AnnotationHash]; h != "" {
 			t.Errorf("%s was hashed (%s) with reads held for %v", name, h, slow.delay)
 		}
-		f.l.use(confighash.Deployment, f.ns, name, configMapIn(f.ns, name))
 	}
 	time.Sleep(5 * time.Second)
 	slow.slow.Store(false)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -64,6 +65,12 @@ func newFaultSet(t testing.TB, c *cluster.Cluster, n, fanOut int) *faultSet {
 // create makes a Deployment that uses src whole and keeps its whole history.
 func (f *faultSet) create(t testing.TB, name string, src source) {
 	t.Helper()
+	createDeployment(t, f.c, f.ns, f.deployment(name, src))
+}
+
+// deployment returns a Deployment of no pods that uses src whole and keeps its whole
+// history, and declares the use to the ledger.
+func (f *faultSet) deployment(name string, src source) *appsv1.Deployment {
 	tmpl := plainTemplate()
 	if src.ref.Kind == confighash.Secret {
 		tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: src.ref.Name}}}}
@@ -72,8 +79,8 @@ func (f *faultSet) create(t testing.TB, name string, src source) {
 	}
 	d := deployment(name, 0, tmpl)
 	d.Spec.RevisionHistoryLimit = ptr.To[int32](1000)
-	createDeployment(t, f.c, f.ns, d)
 	f.l.use(confighash.Deployment, f.ns, name, src)
+	return d
 }
 
 // faultValues makes every value a fault test writes new, so that no template ever
@@ -91,21 +98,21 @@ func (f *faultSet) changeShared(t testing.TB) {
 }
 
 // fannedOut is how many fan-out Deployments have rolled out revision rev or later
-// (their first is 1).
+// (their first is 1), as the ledger reads them from the ReplicaSets.
 func (f *faultSet) fannedOut(t testing.TB, rev int) int {
 	t.Helper()
-	list, err := f.c.Client.AppsV1().ReplicaSets(f.ns).List(t.Context(), metav1.ListOptions{})
-	if err != nil {
+	if err := f.l.read(t.Context()); err != nil {
 		return -1 // the API server may be away; the caller polls again
 	}
-	rolled := map[string]bool{}
-	for i := range list.Items {
-		rs := &list.Items[i]
-		if owner := metav1.GetControllerOf(rs); owner != nil && strings.HasPrefix(owner.Name, "fan-") && revision(rs) >= rev {
-			rolled[owner.Name] = true
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	rolled := 0
+	for i := range f.fanOut {
+		if len(f.l.rollouts[workloadID(confighash.Deployment, f.ns, fmt.Sprintf("fan-%d", i))]) >= rev-1 {
+			rolled++
 		}
 	}
-	return len(rolled)
+	return rolled
 }
 
 // awaitFanOut waits until n of the fan-out Deployments have rolled out revision rev,

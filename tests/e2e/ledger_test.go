@@ -188,15 +188,15 @@ func revision(rs *appsv1.ReplicaSet) int {
 }
 
 // update sets key k of the source to value and records the update.
+// Its time is when the write returned, as latencies have always been measured.
 func (l *ledger) update(ctx context.Context, c *cluster.Cluster, src source, value string) error {
-	now := time.Now()
 	if src.ref.Kind == confighash.Secret {
 		patch := fmt.Sprintf(`{"data":{"k":%q}}`, base64.StdEncoding.EncodeToString([]byte(value)))
 		s, err := c.Client.CoreV1().Secrets(src.ns).Patch(ctx, src.ref.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		if err != nil {
 			return err
 		}
-		l.recordSecretUpdate(s, now)
+		l.recordSecretUpdate(s, time.Now())
 		return nil
 	}
 	patch := fmt.Sprintf(`{"data":{"k":%q}}`, value)
@@ -204,7 +204,7 @@ func (l *ledger) update(ctx context.Context, c *cluster.Cluster, src source, val
 	if err != nil {
 		return err
 	}
-	l.recordUpdate(cm, now)
+	l.recordUpdate(cm, time.Now())
 	return nil
 }
 
