@@ -23,7 +23,8 @@ type Explanation struct {
 	TemplateHash string `json:"templateHash"`
 	Hash         string `json:"hash,omitempty"`
 	Adopted      string `json:"adopted,omitempty"`
-	// Verdict is one of VerdictUpToDate, VerdictRollout, VerdictNoRollout, VerdictUnknown.
+	// Verdict is one of VerdictUpToDate, VerdictRollout, VerdictNoRollout,
+	// VerdictPending, VerdictUnknown, VerdictCreated.
 	Verdict string `json:"verdict"`
 	// Why says what the verdict rests on.
 	Why string `json:"why"`
@@ -51,6 +52,9 @@ const (
 	VerdictRollout   = "rollout pending"
 	VerdictNoRollout = "nothing will roll"
 	VerdictUnknown   = "unknown"
+	// VerdictPending is for sources that started to count: the watcher finds out
+	// whether the running pods hold their data.
+	VerdictPending = "pending"
 	// VerdictCreated is for a manifest not yet applied: the webhook hashes it at its
 	// creation.
 	VerdictCreated = "hashed at creation"
@@ -62,52 +66,62 @@ type ExplainInput struct {
 	Workload   *Workload
 	// New is set for a manifest not yet applied.
 	New bool
-	// Every is set in a namespace that opts every workload in.
-	Every bool
-	// Sources are the namespace's sources that exist, by reference; Names, all of
-	// them, for name patterns.
+	// Mode is how confighash acts in the namespace.
+	Mode Mode
+	// Sources are the namespace's sources that exist, by reference.
 	Sources map[SourceRef]Source
-	Names   []SourceRef
+	// Old, when set, are the sources as they were: the workload is taken as the
+	// webhook left it with them, to tell what the change to Sources rolls.
+	Old map[SourceRef]Source
 	// Key, when HaveKey, lets digests and hashes be compared.
 	Key     Key
 	HaveKey bool
 }
 
-// Explain explains a workload. It computes what the webhook and the watcher would.
-func Explain(in ExplainInput) Explanation {
+// Explain explains a workload from the decision the webhook and the watcher make.
+func Explain(in ExplainInput) (e Explanation) {
 	w := in.Workload
-	e := Explanation{Kind: w.Kind.Kind, Namespace: w.Namespace, Name: w.Name, TemplateHash: w.Template.Annotations[AnnotationHash],
-		Adopted: w.Annotations[AnnotationAdopted]}
-	policy, problems := in.Vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
-	for _, p := range problems {
+	state := in.Vocabulary.Read(w)
+	e = Explanation{Kind: w.Kind.Kind, Namespace: w.Namespace, Name: w.Name, TemplateHash: state.Hash, Adopted: state.Adopted}
+	for _, p := range state.Problems {
 		e.Problems = append(e.Problems, p.Error())
 	}
-	if in.Every {
-		policy = policy.ForEveryWorkload()
+	if state.RecordErr != nil {
+		e.Problems = append(e.Problems, state.RecordErr.Error())
 	}
-	e.OptedIn, e.OptIn = policy.Enabled(), optInOf(in, w, policy)
-	prev, recordErr := Record(nil), error(nil)
-	if text, ok := w.Annotations[AnnotationSources]; ok {
-		prev, recordErr = ParseRecord(text)
-		if recordErr != nil {
-			e.Problems = append(e.Problems, recordErr.Error())
+	key := in.Key
+	if !in.HaveKey {
+		key = unknownKey // which sources count, and what rolls, do not depend on the key
+	}
+	if in.Old != nil {
+		hashed, err := Decide(Input{Key: key, State: state, Mode: in.Mode, Pods: Pods{Fresh: true}}, listedSources(in.Old))
+		if err == nil && hashed.Acts {
+			state.Record, state.Hash, state.Adopted = hashed.Record, hashed.Hash, hashed.Adopted
 		}
 	}
-	refs := References(w.Template)
-	candidates := policy.Candidates(refs, append(slices.Clone(in.Names), prev.Sources()...))
-	e.Sources = explainSources(in, policy, refs, candidates, prev)
-	if !e.OptedIn {
+	d, err := Decide(Input{Key: key, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}}, listedSources(in.Sources))
+	if !in.HaveKey {
+		defer hideDigests(&e)
+	}
+	e.OptedIn, e.OptIn = d.Acts, optInOf(in, w, d.Policy)
+	e.Sources = explainSources(in.Workload, d, state.Record)
+	switch {
+	case !e.OptedIn:
 		e.Verdict, e.Why = VerdictNoRollout, "not opted in: "+e.OptIn
 		return e
-	}
-	if !in.HaveKey {
+	case err != nil:
+		e.Verdict, e.Why = VerdictNoRollout, err.Error()
+		return e
+	case !in.HaveKey && in.Old == nil:
 		e.Verdict, e.Why = VerdictUnknown, "without the hash key, digests and hashes cannot be compared; the sources and the keys that count are listed"
 		return e
+	case d.Record == nil:
+		e.Verdict, e.Why = VerdictRollout, "never hashed: the watcher adopts it if its pods hold the current data of "+refList(d.Unproven)+", and rolls it once otherwise"
+		return e
 	}
-	want := Update(prev, Observe(in.Key, policy, candidates, in.Sources))
-	e.Hash = want.Hash(in.Key)
+	e.Hash, e.TemplateHash = d.Record.Hash(key), state.Hash
 	switch {
-	case recordErr == nil && slices.Equal(want, prev) && Settled(e.TemplateHash, e.Adopted, e.Hash):
+	case d.Converged:
 		e.Verdict, e.Why = VerdictUpToDate, "the recorded digests are the current ones, and the pod template carries their hash"
 		if e.TemplateHash == "" {
 			e.Why = "adopted without a rollout: its pods have the current data"
@@ -115,16 +129,51 @@ func Explain(in ExplainInput) Explanation {
 		if ignored := notCounted(e.Sources); ignored != "" {
 			e.Why += "; changes to " + ignored + " roll nothing"
 		}
-	case prev == nil && e.TemplateHash == "" && in.New:
+	case !state.met() && in.New:
 		e.Verdict, e.Why = VerdictCreated, "the webhook writes this hash when the workload is created, so it starts with the current data"
-	case prev == nil && e.TemplateHash == "":
-		e.Verdict, e.Why = VerdictRollout, "never hashed: the watcher adopts it if no source was written after its current revision, and rolls it once otherwise"
-	case Settled(e.TemplateHash, e.Adopted, e.Hash):
-		e.Verdict, e.Why = VerdictUpToDate, "the hash is current; only the record will be rewritten ("+changedEntries(prev, want)+")"
+	case len(d.Unproven) > 0:
+		e.Verdict, e.Why = VerdictPending, refList(d.Unproven)+" started to count: the watcher records them without a rollout if the running pods hold their current data, and rolls it once otherwise"
+	case d.Hash == e.TemplateHash:
+		e.Verdict, e.Why = VerdictUpToDate, "the hash is current; only the record will be rewritten ("+changedEntries(state.Record, d.Record)+")"
 	default:
-		e.Verdict, e.Why = VerdictRollout, changedEntries(prev, want)+": the next touch writes the new hash"
+		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the next touch writes the new hash"
 	}
 	return e
+}
+
+// unknownKey stands for the hash key where it is not known: digests and hashes made
+// with it are never shown.
+var unknownKey, _ = NewKey(make([]byte, MinKeySize))
+
+// hideDigests removes the hashes and digests made with unknownKey.
+func hideDigests(e *Explanation) {
+	e.Hash, e.TemplateHash = "", ""
+	for i := range e.Sources {
+		e.Sources[i].Recorded, e.Sources[i].Now = "", ""
+	}
+}
+
+// listedSources are sources listed beforehand, as explain reads them.
+type listedSources map[SourceRef]Source
+
+func (l listedSources) Names(kind SourceKind) ([]string, error) {
+	var names []string
+	for ref, src := range l {
+		if ref.Kind == kind && src.Present {
+			names = append(names, ref.Name)
+		}
+	}
+	return names, nil
+}
+
+func (l listedSources) Read(refs []SourceRef) (map[SourceRef]Source, error) { return l, nil }
+
+func refList(refs []SourceRef) string {
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // optInOf says which annotation opts the workload in, or why it is not.
@@ -138,11 +187,13 @@ func optInOf(in ExplainInput, w *Workload, p Policy) string {
 		}
 	}
 	switch {
+	case in.Mode == ModeOff:
+		return "its namespace is not one confighash acts in"
 	case p.OptOut:
 		return "opted out by " + strings.Join(by, ", ")
 	case len(by) > 0 && p.Enabled():
 		return strings.Join(by, ", ")
-	case in.Every && p.Enabled():
+	case in.Mode == ModeEvery && p.Enabled():
 		return "its namespace opts every workload in"
 	case len(by) > 0:
 		return strings.Join(by, ", ") + " opts in to no source kind"
@@ -150,66 +201,42 @@ func optInOf(in ExplainInput, w *Workload, p Policy) string {
 	return "no opt-in annotation"
 }
 
-func explainSources(in ExplainInput, p Policy, refs, candidates []Reference, prev Record) []SourceExplanation {
-	uses := Uses(in.Workload.Template)
-	byRef := map[SourceRef]*SourceExplanation{}
-	var order []SourceRef
-	add := func(ref SourceRef) *SourceExplanation {
-		if s, ok := byRef[ref]; ok {
-			return s
-		}
-		s := &SourceExplanation{Kind: string(ref.Kind), Name: ref.Name, Uses: uses[ref]}
-		byRef[ref] = s
-		order = append(order, ref)
-		return s
-	}
-	for _, r := range refs {
-		s := add(r.SourceRef)
-		switch {
-		case p.Exclude[r.SourceRef]:
-			s.Why = "excluded by the workload's annotations"
-		case !p.Discover[r.Kind]:
-			s.Why = fmt.Sprintf("the workload's opt-in does not count %ss", strings.ToLower(string(r.Kind)))
-		}
-	}
+func explainSources(w *Workload, d Decision, prev Record) []SourceExplanation {
+	uses := Uses(w.Template)
 	recorded := map[SourceRef]RecordEntry{}
 	for _, e := range prev {
 		recorded[e.SourceRef] = e
 	}
-	for _, c := range candidates {
-		s := add(c.SourceRef)
-		if c.Named {
+	out := make([]SourceExplanation, 0, len(d.Observations))
+	for _, o := range d.Observations {
+		s := SourceExplanation{Kind: string(o.Kind), Name: o.Name, Uses: uses[o.SourceRef]}
+		if o.Named {
 			s.Uses = append(s.Uses, "named by the workload's annotations")
 		}
-		src, exists := in.Sources[c.SourceRef]
 		switch {
-		case !exists || !src.Present:
+		case d.Policy.Exclude[o.SourceRef]:
+			s.Why = "excluded by the workload's annotations"
+		case !d.Policy.Discover[o.Kind] && !o.Named:
+			s.Why = fmt.Sprintf("the workload's opt-in does not count %ss", strings.ToLower(string(o.Kind)))
+		case !o.Present:
 			s.Why = "does not exist"
-		case !p.counts(c, src):
+		case !o.Counts:
 			s.Why = "ignored by its own annotation, or unmatched in search mode"
 		default:
-			s.Counts, s.Why = true, ""
-			if !c.AllKeys {
-				s.Keys = c.Keys
+			s.Counts = true
+			if !o.AllKeys {
+				s.Keys = o.Keys
 			}
 		}
-		if in.HaveKey {
-			if e, ok := recorded[c.SourceRef]; ok {
-				s.Recorded = strings.TrimPrefix(Record{e}.String(), recordVersion+" "+recordKinds[e.Kind]+"/"+e.Name+"=")
-			}
-			s.Now = "absent"
-			if exists && src.Present {
-				s.Now = SourceDigest(in.Key, c, src).String()
-			}
+		if e, ok := recorded[o.SourceRef]; ok {
+			s.Recorded = strings.TrimPrefix(Record{e}.String(), recordVersion+" "+recordKinds[e.Kind]+"/"+e.Name+"=")
 		}
+		s.Now = "absent"
+		if o.Present {
+			s.Now = o.Digest.String()
+		}
+		out = append(out, s)
 	}
-	out := make([]SourceExplanation, len(order))
-	for i, ref := range order {
-		out[i] = *byRef[ref]
-	}
-	slices.SortFunc(out, func(a, b SourceExplanation) int {
-		return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name)
-	})
 	return out
 }
 

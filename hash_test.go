@@ -211,9 +211,6 @@ func TestWebhookAndWatcherAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {
 		cms, secs, tmpl := randomWorld(rng)
-		policy, _ := Vocabulary{}.ParsePolicy(map[string]string{AnnotationInject: "true"}, nil)
-		candidates := policy.Candidates(References(tmpl), nil)
-
 		full := map[SourceRef]Source{}
 		for _, cm := range cms {
 			full[SourceRef{ConfigMap, cm.Name}] = SourceOfConfigMap(cm)
@@ -221,7 +218,8 @@ func TestWebhookAndWatcherAgree(t *testing.T) {
 		for _, s := range secs {
 			full[SourceRef{Secret, s.Name}] = SourceOfSecret(s)
 		}
-		webhookRecord := Update(nil, Observe(testKey, policy, candidates, full))
+		webhook := created(tmpl, full)
+		webhookRecord := webhook.Record
 
 		stored := map[SourceRef]Source{}
 		for ref, src := range full {
@@ -239,11 +237,16 @@ func TestWebhookAndWatcherAgree(t *testing.T) {
 		if err != nil {
 			t.Fatalf("world %d: the record does not parse back: %v", i, err)
 		}
-		watcherRecord := Update(written, Observe(testKey, policy, candidates, stored))
-		if watcherRecord.String() != webhookRecord.String() {
-			t.Fatalf("world %d: watcher record %s, webhook record %s", i, watcherRecord, webhookRecord)
+		state := injected(tmpl)
+		state.Record, state.Hash = written, webhook.Hash
+		watcher, err := Decide(Input{Key: testKey, State: state, Mode: ModeOptedIn}, listedSources(stored))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if w, h := written.Hash(testKey), webhookRecord.Hash(testKey); w != h {
+		if !watcher.Converged || watcher.Record.String() != webhookRecord.String() {
+			t.Fatalf("world %d: watcher record %s (converged %v), webhook record %s", i, watcher.Record, watcher.Converged, webhookRecord)
+		}
+		if w, h := written.Hash(testKey), webhook.Hash; w != h {
 			t.Fatalf("world %d: hash from the written record %s, webhook hash %s", i, w, h)
 		}
 	}

@@ -1,7 +1,6 @@
 package confighash
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -295,22 +294,6 @@ func (r *policyReader) patterns(annotation string, kind SourceKind) ([]SourceRef
 		}
 	}
 	return refs, patterns
-}
-
-// MaxSources is how many sources one workload may count. A workload that names or
-// uses more is left as it is, with a warning, rather than hashed from a partial list:
-// each source costs a read at every admission (DESIGN rule 9).
-const MaxSources = 256
-
-// ErrTooManySources is returned by CheckCandidates.
-var ErrTooManySources = errors.New("too many sources")
-
-// CheckCandidates refuses more candidates than MaxSources.
-func CheckCandidates(candidates []Reference) error {
-	if len(candidates) > MaxSources {
-		return fmt.Errorf("%w: the workload counts %d ConfigMaps and Secrets, more than the %d allowed; it is left as it is", ErrTooManySources, len(candidates), MaxSources)
-	}
-	return nil
 }
 
 // Candidates returns the sources that may count for the workload: the pod template's

@@ -1,7 +1,6 @@
 package confighash
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -409,16 +408,6 @@ func TestProblemsAreBounded(t *testing.T) {
 	_, problems := Vocabulary{}.ParsePolicy(map[string]string{AnnotationIncludeSecrets: strings.Join(names, ",")}, nil)
 	if len(problems) != maxProblems+1 || !strings.Contains(problems[maxProblems].Error(), "and more problems") {
 		t.Fatalf("%d problems for 5,000 bad names, want %d and a note", len(problems), maxProblems+1)
-	}
-}
-
-func TestCheckCandidatesRefusesMoreThanMaxSources(t *testing.T) {
-	refs := make([]Reference, MaxSources+1)
-	if err := CheckCandidates(refs[:MaxSources]); err != nil {
-		t.Fatalf("%d candidates refused: %v", MaxSources, err)
-	}
-	if err := CheckCandidates(refs); !errors.Is(err, ErrTooManySources) {
-		t.Fatalf("%d candidates: error %v, want ErrTooManySources", len(refs), err)
 	}
 }
 

@@ -19,10 +19,16 @@ type RecordEntry struct {
 	Seen bool
 	// Absent is set while the source does not exist.
 	Absent bool
-	// Baseline marks a required source that first appeared after the workload: its pods
-	// could not start without it and started with this data, so the data enters the
-	// hash only when it changes.
+	// Baseline marks a source whose data the running pods already hold, so that it
+	// enters the hash only when it changes: a required source that first appeared after
+	// the workload (its pods could not start without it), or one that started to count
+	// while the pods held its current data.
 	Baseline bool
+	// Uncounted marks a source that does not count now (ignored, unmatched, excluded,
+	// no longer used): its digest is no longer followed and stays in the hash, so that
+	// a change of what counts rolls nothing. Should it count again with the same data,
+	// nothing rolls either.
+	Uncounted bool
 }
 
 // hashed reports whether the entry's digest is part of the workload hash.
@@ -43,66 +49,113 @@ func Settled(templateHash, adopted, want string) bool {
 	return templateHash == want || templateHash == "" && adopted == want
 }
 
-// Observation is a candidate source as it is now.
+// Observation is a source the workload uses or names, as it is now.
 type Observation struct {
 	Reference
 	Present bool
+	// Counts is set when the source counts for the workload: a candidate that does not
+	// exist (whether it counts is known once it does), or one that exists and is
+	// neither ignored nor, in search mode, unmatched.
+	Counts bool
 	// Digest is the source's digest for this workload, when Present.
 	Digest Digest
 }
 
-// Observe returns the observations of the candidates: absent candidates are kept, since
-// whether they count is known only once they exist; existing ones are kept if they
-// count for the policy and carry their digest. Sources missing from the map are absent.
-func Observe(key Key, p Policy, candidates []Reference, sources map[SourceRef]Source) []Observation {
-	obs := make([]Observation, 0, len(candidates))
-	for _, ref := range candidates {
-		src, ok := sources[ref.SourceRef]
-		switch {
-		case !ok || !src.Present:
-			obs = append(obs, Observation{Reference: ref})
-		case p.counts(ref, src):
-			obs = append(obs, Observation{Reference: ref, Present: true, Digest: SourceDigest(key, ref, src)})
-		}
-	}
-	return obs
+// step says how the record is rewritten at this admission.
+type step struct {
+	// rolling: the pods are about to be replaced (a new workload, a changed pod
+	// template, or a rollout due), so they will hold the current data of every source.
+	rolling bool
+	// held tells, for a source new to the record, whether the running pods hold its
+	// current data; a source it does not name is unproven.
+	held map[SourceRef]bool
 }
 
-// Update returns the record after observing the counted sources, from the previous
-// record (empty for a new workload). observations must be sorted by kind and name, as
-// Observe returns them when given sorted candidates. The rules:
-//   - a source new to the record enters with its current digest, or as absent;
-//   - a required source never seen before that appears is a baseline: no rollout;
-//   - an optional one that appears counts at once: its pods ran without it;
-//   - a deletion changes nothing but the absent mark;
-//   - a source that exists with a digest other than the last one seen counts with the
-//     new digest, also when it was recreated with other data.
-func Update(prev Record, observations []Observation) Record {
-	next := make(Record, 0, len(observations))
-	for _, o := range observations {
-		i, existed := slices.BinarySearchFunc(prev, o.SourceRef, func(e RecordEntry, r SourceRef) int { return e.compare(r) })
-		fresh := RecordEntry{SourceRef: o.SourceRef, Digest: o.Digest, Seen: true}
+// next returns the record after observing the sources, from the previous record
+// (empty for a new workload), and the sources whose entry waits until the running
+// pods are known to hold their data. Both inputs are sorted by kind and name. The
+// rules, for a source that:
+//   - counts and does not exist: enters as absent; one recorded keeps its last digest,
+//     marked absent, so deleting it rolls nothing; when rolling, it is recorded as
+//     never seen, since the new pods start without it or wait for it;
+//   - counts and exists with its recorded digest: unchanged, counted again if it was not;
+//   - counts and exists with another recorded digest, also recreated or changed while
+//     it did not count: enters with the new digest, hashed;
+//   - counts, exists, and the record holds no digest the pods were rolled with (new to
+//     it, never seen, or an uncounted baseline whose data changed): enters with its
+//     digest when rolling; otherwise as a baseline if the running pods hold its data
+//     (a required source that appears after its pods: they waited for it), hashed if
+//     they may not (an optional one: they ran without it), and as it was while that is
+//     unknown (DESIGN rules 2 and 8);
+//   - does not count (ignored, unmatched, excluded, no longer used): when rolling, one
+//     that exists is recorded afresh as an uncounted baseline, the others are
+//     forgotten; otherwise a source seen before keeps its entry, uncounted, and one
+//     that exists is recorded as an uncounted baseline if the pods hold its data.
+func (s step) next(prev Record, observations []Observation) (Record, []SourceRef) {
+	next := make(Record, 0, max(len(prev), len(observations)))
+	var unproven []SourceRef
+	for i, j := 0, 0; i < len(prev) || j < len(observations); {
+		var p *RecordEntry
+		var o *Observation
+		order := 0
+		switch {
+		case i == len(prev):
+			order = 1
+		case j == len(observations):
+			order = -1
+		default:
+			order = prev[i].compare(observations[j].SourceRef)
+		}
+		if order <= 0 {
+			p, i = &prev[i], i+1
+		}
+		if order >= 0 {
+			o, j = &observations[j], j+1
+		}
+		var ref SourceRef
+		if p != nil {
+			ref = p.SourceRef
+		} else {
+			ref = o.SourceRef
+		}
+		held, known := s.held[ref]
 		var e RecordEntry
 		switch {
-		case !existed && o.Present:
-			e = fresh
-		case !existed:
-			e = RecordEntry{SourceRef: o.SourceRef, Absent: true}
+		case o == nil || !o.Counts:
+			switch {
+			case o != nil && o.Present && (s.rolling || p == nil && held):
+				e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true, Baseline: true, Uncounted: true}
+			case s.rolling || p == nil || !p.Seen:
+				continue
+			default:
+				e = *p
+				e.Uncounted = true
+				if o != nil {
+					e.Absent = !o.Present
+				}
+			}
+		case !o.Present && (p == nil || s.rolling):
+			e = RecordEntry{SourceRef: ref, Absent: true}
 		case !o.Present:
-			e = prev[i]
+			e = *p
 			e.Absent = true
-		case !prev[i].Seen:
-			e = fresh
-			e.Baseline = !o.Optional
-		case prev[i].Digest == o.Digest:
-			e = prev[i]
-			e.Absent = false
+		case p != nil && p.Seen && p.Digest == o.Digest:
+			e = *p
+			e.Absent, e.Uncounted = false, false
+		case s.rolling || known && !held || p != nil && p.Seen && !(p.Uncounted && p.Baseline):
+			e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true}
+		case known:
+			e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true, Baseline: true}
+		case p != nil:
+			unproven = append(unproven, ref)
+			e = *p
 		default:
-			e = fresh
+			unproven = append(unproven, ref)
+			continue
 		}
 		next = append(next, e)
 	}
-	return next
+	return next, unproven
 }
 
 // Sources returns the sources the record names.
@@ -119,7 +172,8 @@ func (r Record) Sources() []SourceRef {
 //	v1 configmap/app=9f86d081884c7d65 secret/db=60303ae22b998861,baseline secret/tls=absent
 //
 // An entry is kind/name= followed by comma-separated tokens: the last digest seen (16 hex
-// digits), "absent" while the source does not exist, "baseline" for a baseline.
+// digits), "absent" while the source does not exist, "baseline" for a baseline,
+// "uncounted" for a source that does not count now.
 const recordVersion = "v1"
 
 var recordKinds = map[SourceKind]string{ConfigMap: "configmap", Secret: "secret"}
@@ -143,6 +197,9 @@ func (r Record) String() string {
 		}
 		if e.Absent {
 			tokens = append(tokens, "absent")
+		}
+		if e.Uncounted {
+			tokens = append(tokens, "uncounted")
 		}
 		b.WriteString(strings.Join(tokens, ","))
 	}
@@ -203,6 +260,8 @@ func parseEntry(f string) (RecordEntry, error) {
 			e.Absent = true
 		case tok == "baseline" && !e.Baseline:
 			e.Baseline = true
+		case tok == "uncounted" && !e.Uncounted:
+			e.Uncounted = true
 		case len(tok) == 2*len(e.Digest) && !e.Seen:
 			if _, err := hex.Decode(e.Digest[:], []byte(tok)); err != nil {
 				return RecordEntry{}, fmt.Errorf("bad digest %q", tok)

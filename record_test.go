@@ -7,119 +7,199 @@ import (
 	"testing"
 )
 
-func TestUpdate(t *testing.T) {
+func TestNext(t *testing.T) {
 	ref := SourceRef{Secret, "db"}
 	d1, d2 := Digest{1}, Digest{2}
-	present := func(d Digest, optional bool) Observation {
-		return Observation{Reference: Reference{SourceRef: ref, AllKeys: true, Optional: optional}, Present: true, Digest: d}
+	observed := func(present, counts, optional bool, d Digest) []Observation {
+		return []Observation{{Reference: Reference{SourceRef: ref, AllKeys: true, Optional: optional}, Present: present, Counts: counts, Digest: d}}
 	}
-	absent := func(optional bool) Observation {
-		return Observation{Reference: Reference{SourceRef: ref, AllKeys: true, Optional: optional}}
-	}
+	present := func(d Digest, optional bool) []Observation { return observed(true, true, optional, d) }
+	absent := func(optional bool) []Observation { return observed(false, true, optional, Digest{}) }
+	uncounted := func(d Digest) []Observation { return observed(true, false, false, d) }
 	entry := func(e RecordEntry) Record { e.SourceRef = ref; return Record{e} }
+	held := map[SourceRef]bool{ref: true}
+	stale := map[SourceRef]bool{ref: false}
 	tests := []struct {
 		name     string
+		step     step
 		prev     Record
 		obs      []Observation
 		want     Record
 		wantRoll bool
 	}{
-		{"a new workload records a present source", nil, []Observation{present(d1, false)}, entry(RecordEntry{Digest: d1, Seen: true}), true},
-		{"a new workload records a missing source as absent", nil, []Observation{absent(false)}, entry(RecordEntry{Absent: true}), false},
-		{"nothing changed: nothing rolls", entry(RecordEntry{Digest: d1, Seen: true}), []Observation{present(d1, false)}, entry(RecordEntry{Digest: d1, Seen: true}), false},
-		{"used data changed: rolls", entry(RecordEntry{Digest: d1, Seen: true}), []Observation{present(d2, false)}, entry(RecordEntry{Digest: d2, Seen: true}), true},
+		{"a new workload records a present source", step{rolling: true}, nil, present(d1, false), entry(RecordEntry{Digest: d1, Seen: true}), true},
+		{"a new workload records a missing source as absent", step{rolling: true}, nil, absent(false), entry(RecordEntry{Absent: true}), false},
+		{"a new workload records a source that does not count as an uncounted baseline", step{rolling: true}, nil, uncounted(d1),
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true, Uncounted: true}), false},
+		{"nothing changed: nothing rolls", step{}, entry(RecordEntry{Digest: d1, Seen: true}), present(d1, false), entry(RecordEntry{Digest: d1, Seen: true}), false},
+		{"used data changed: rolls", step{}, entry(RecordEntry{Digest: d1, Seen: true}), present(d2, false), entry(RecordEntry{Digest: d2, Seen: true}), true},
 		{
-			"a required source never seen appears: a baseline, no rollout",
-			entry(RecordEntry{Absent: true}), []Observation{present(d1, false)},
+			"a required source never seen appears, held by the pods that waited for it: a baseline, no rollout", step{held: held},
+			entry(RecordEntry{Absent: true}), present(d1, false),
 			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
 		},
 		{
-			"a baseline's data changes: rolls",
-			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), []Observation{present(d2, false)},
+			"a source never seen appears, nothing known of the pods: the entry waits", step{},
+			entry(RecordEntry{Absent: true}), present(d1, false),
+			entry(RecordEntry{Absent: true}), false,
+		},
+		{
+			"a baseline's data changes: rolls", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), present(d2, false),
 			entry(RecordEntry{Digest: d2, Seen: true}), true,
 		},
 		{
-			"a baseline unchanged stays a baseline",
-			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), []Observation{present(d1, false)},
+			"a baseline unchanged stays a baseline", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), present(d1, false),
 			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
 		},
 		{
-			"an optional source never seen appears: rolls, the pods ran without it",
-			entry(RecordEntry{Absent: true}), []Observation{present(d1, true)},
+			"an optional source never seen appears: rolls, the pods ran without it", step{held: stale},
+			entry(RecordEntry{Absent: true}), present(d1, true),
 			entry(RecordEntry{Digest: d1, Seen: true}), true,
 		},
 		{
-			"a source is deleted: no rollout, last digest kept",
-			entry(RecordEntry{Digest: d1, Seen: true}), []Observation{absent(false)},
+			"a source is deleted: no rollout, last digest kept", step{},
+			entry(RecordEntry{Digest: d1, Seen: true}), absent(false),
 			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), false,
 		},
 		{
-			"an optional source is deleted: no rollout either",
-			entry(RecordEntry{Digest: d1, Seen: true}), []Observation{absent(true)},
+			"an optional source is deleted: no rollout either", step{},
+			entry(RecordEntry{Digest: d1, Seen: true}), absent(true),
 			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), false,
 		},
 		{
-			"a deleted source stays deleted: nothing changes",
-			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), []Observation{absent(false)},
+			"a deleted source stays deleted: nothing changes", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), absent(false),
 			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), false,
 		},
 		{
-			"recreated with the same data: no rollout",
-			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), []Observation{present(d1, false)},
+			"a deleted source at a rollout is recorded as never seen: the new pods start without it",
+			step{rolling: true}, entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), absent(false),
+			entry(RecordEntry{Absent: true}), true,
+		},
+		{
+			"recreated with the same data: no rollout", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), present(d1, false),
 			entry(RecordEntry{Digest: d1, Seen: true}), false,
 		},
 		{
-			"recreated with other data: rolls",
-			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), []Observation{present(d2, false)},
+			"recreated with other data: rolls", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), present(d2, false),
 			entry(RecordEntry{Digest: d2, Seen: true}), true,
 		},
 		{
-			"a deleted baseline recreated with the same data: still a baseline, no rollout",
-			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true, Absent: true}), []Observation{present(d1, false)},
+			"a deleted baseline recreated with the same data: still a baseline, no rollout", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true, Absent: true}), present(d1, false),
 			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
 		},
 		{
-			"a deleted baseline recreated with other data: rolls",
-			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true, Absent: true}), []Observation{present(d2, false)},
+			"a deleted baseline recreated with other data: rolls", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true, Absent: true}), present(d2, false),
 			entry(RecordEntry{Digest: d2, Seen: true}), true,
 		},
 		{
-			"a source that no longer counts leaves the record: rolls if it was hashed",
+			"a source that stops counting stays in the hash, uncounted: no rollout", step{},
+			entry(RecordEntry{Digest: d1, Seen: true}), uncounted(d1),
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), false,
+		},
+		{
+			"a source no longer used stays in the hash, uncounted: no rollout", step{},
 			entry(RecordEntry{Digest: d1, Seen: true}), nil,
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), false,
+		},
+		{
+			"an uncounted source's data is not followed", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), uncounted(d2),
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), false,
+		},
+		{
+			"an uncounted source counts again with the same data: no rollout", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), present(d1, false),
+			entry(RecordEntry{Digest: d1, Seen: true}), false,
+		},
+		{
+			"an uncounted source counts again with other data: rolls, the pods have the old", step{},
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), present(d2, false),
+			entry(RecordEntry{Digest: d2, Seen: true}), true,
+		},
+		{
+			"at a rollout, an uncounted source is recorded afresh", step{rolling: true},
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), uncounted(d2),
+			entry(RecordEntry{Digest: d2, Seen: true, Baseline: true, Uncounted: true}), true,
+		},
+		{
+			"at a rollout, a source no longer used is forgotten", step{rolling: true},
+			entry(RecordEntry{Digest: d1, Seen: true, Uncounted: true}), nil,
 			Record{}, true,
 		},
 		{
-			"a source never seen that no longer counts leaves without a rollout",
+			"a source never seen that no longer counts leaves without a rollout", step{},
 			entry(RecordEntry{Absent: true}), nil,
 			Record{}, false,
+		},
+		{
+			"a source starts to count and the pods hold its data: a baseline, no rollout", step{held: held},
+			Record{}, present(d1, false),
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
+		},
+		{
+			"a source starts to count and the pods may hold older data: rolls", step{held: stale},
+			Record{}, present(d1, false),
+			entry(RecordEntry{Digest: d1, Seen: true}), true,
+		},
+		{
+			"a source starts to count and nothing is known of the pods: left out", step{},
+			Record{}, present(d1, false),
+			Record{}, false,
+		},
+		{
+			"a source that does not count, with pods that hold its data: an uncounted baseline", step{held: held},
+			Record{}, uncounted(d1),
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true, Uncounted: true}), false,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Update(tt.prev, tt.obs)
+			got, _ := tt.step.next(tt.prev, tt.obs)
 			if !slices.Equal(got, tt.want) {
-				t.Fatalf("Update() = %s, want %s", got, tt.want)
+				t.Fatalf("next() = %s, want %s", got, tt.want)
 			}
 			if roll := got.Hash(testKey) != tt.prev.Hash(testKey); roll != tt.wantRoll {
 				t.Fatalf("rollout = %v, want %v", roll, tt.wantRoll)
 			}
-			if again := Update(got, tt.obs); !slices.Equal(again, got) {
+			if again, _ := (step{}).next(got, tt.obs); !slices.Equal(again, got) {
 				t.Fatalf("a second admission with nothing changed gives %s, want %s", again, got)
 			}
 		})
 	}
 }
 
-func TestUpdateKeepsOtherSourcesApart(t *testing.T) {
+func TestNextLeavesOutOnlyUnprovenSources(t *testing.T) {
+	a, b := SourceRef{ConfigMap, "a"}, SourceRef{ConfigMap, "b"}
+	obs := []Observation{
+		{Reference: Reference{SourceRef: a}, Present: true, Counts: true, Digest: Digest{1}},
+		{Reference: Reference{SourceRef: b}, Present: true, Counts: true, Digest: Digest{2}},
+	}
+	got, unproven := step{held: map[SourceRef]bool{b: true}}.next(Record{}, obs)
+	if want := (Record{{SourceRef: b, Digest: Digest{2}, Seen: true, Baseline: true}}); !slices.Equal(got, want) || !slices.Equal(unproven, []SourceRef{a}) {
+		t.Fatalf("next() = %s, unproven %v; want %s and %v unproven", got, unproven, want, a)
+	}
+	if _, unproven := (step{rolling: true}).next(Record{}, obs); len(unproven) > 0 {
+		t.Fatalf("rolling, %v left unproven: the new pods hold every source's data", unproven)
+	}
+}
+
+func TestNextKeepsOtherSourcesApart(t *testing.T) {
 	a, b := SourceRef{ConfigMap, "a"}, SourceRef{Secret, "b"}
 	prev := Record{{SourceRef: a, Digest: Digest{1}, Seen: true}, {SourceRef: b, Digest: Digest{2}, Seen: true}}
-	got := Update(prev, []Observation{
-		{Reference: Reference{SourceRef: a}, Present: true, Digest: Digest{3}},
-		{Reference: Reference{SourceRef: b}, Present: true, Digest: Digest{2}},
+	got, _ := step{}.next(prev, []Observation{
+		{Reference: Reference{SourceRef: a}, Present: true, Counts: true, Digest: Digest{3}},
+		{Reference: Reference{SourceRef: b}, Present: true, Counts: true, Digest: Digest{2}},
 	})
 	want := Record{{SourceRef: a, Digest: Digest{3}, Seen: true}, {SourceRef: b, Digest: Digest{2}, Seen: true}}
 	if !slices.Equal(got, want) {
-		t.Fatalf("Update() = %s, want %s", got, want)
+		t.Fatalf("next() = %s, want %s", got, want)
 	}
 }
 
@@ -134,18 +214,23 @@ func TestObserve(t *testing.T) {
 		ignored: {SourceRef: ignored, Present: true, Ignore: true},
 		plain:   {SourceRef: plain, Present: true},
 	}
-	names := func(obs []Observation) string {
+	counted := func(obs []Observation) string {
 		var out []string
 		for _, o := range obs {
-			out = append(out, o.String())
+			if o.Counts {
+				out = append(out, o.String())
+			}
 		}
 		return strings.Join(out, " ")
 	}
-	if got, want := names(Observe(testKey, Policy{}, candidates, sources)), "ConfigMap/missing ConfigMap/present Secret/plain"; got != want {
-		t.Errorf("Observe() = %s, want %s: ignored sources never count", got, want)
+	if got, want := counted(Policy{}.observe(testKey, candidates, candidates, sources)), "ConfigMap/missing ConfigMap/present Secret/plain"; got != want {
+		t.Errorf("observe() counts %s, want %s: ignored sources never count", got, want)
 	}
-	if got, want := names(Observe(testKey, Policy{Search: true}, candidates, sources)), "ConfigMap/missing ConfigMap/present"; got != want {
-		t.Errorf("search mode Observe() = %s, want %s: absent sources stay until known", got, want)
+	if got, want := counted(Policy{Search: true}.observe(testKey, candidates, candidates, sources)), "ConfigMap/missing ConfigMap/present"; got != want {
+		t.Errorf("search mode observe() counts %s, want %s: absent sources count until known", got, want)
+	}
+	if got := counted(Policy{}.observe(testKey, candidates, candidates[:1], sources)); got != "ConfigMap/missing" {
+		t.Errorf("observe() counts %s, want only the candidate", got)
 	}
 }
 
@@ -155,7 +240,8 @@ func TestRecordText(t *testing.T) {
 		{SourceRef: SourceRef{Secret, "db"}, Digest: Digest{1}, Seen: true, Baseline: true, Absent: true},
 		{SourceRef: SourceRef{Secret, "tls"}, Absent: true},
 	}
-	const want = "v1 configmap/app=9f86d081884c7d65 secret/db=0100000000000000,baseline,absent secret/tls=absent"
+	r = append(r, RecordEntry{SourceRef: SourceRef{Secret, "was"}, Digest: Digest{2}, Seen: true, Uncounted: true})
+	const want = "v1 configmap/app=9f86d081884c7d65 secret/db=0100000000000000,baseline,absent secret/tls=absent secret/was=0200000000000000,uncounted"
 	if got := r.String(); got != want {
 		t.Fatalf("String() = %q, want %q", got, want)
 	}
@@ -193,6 +279,7 @@ func TestParseRecordRejects(t *testing.T) {
 		"v1 configmap/a=0000000000000000,0000000000000001",
 		"v1 configmap/a=0000000000000000,later",
 		"v1 configmap/a=absent configmap/a=absent",
+		"v1 configmap/a=0000000000000000,uncounted,uncounted",
 	} {
 		if r, err := ParseRecord(text); !errors.Is(err, ErrBadRecord) {
 			t.Errorf("ParseRecord(%q) = %v, %v; want ErrBadRecord", text, r, err)

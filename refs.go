@@ -44,6 +44,12 @@ type Reference struct {
 	Named bool
 }
 
+// Equal reports whether two references are the same.
+func (r Reference) Equal(o Reference) bool {
+	return r.SourceRef == o.SourceRef && r.AllKeys == o.AllKeys && slices.Equal(r.Keys, o.Keys) &&
+		r.Optional == o.Optional && r.Named == o.Named
+}
+
 // References returns every ConfigMap and Secret the pod template uses, from containers,
 // init containers, volumes and projected volumes, sorted by kind and name.
 // imagePullSecrets and service-account tokens do not count: a change to them does not

@@ -2,6 +2,7 @@ package confighash
 
 import (
 	"crypto/sha256"
+	"maps"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,14 @@ type Source struct {
 	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
 	Data       map[string]Sum
 	BinaryData map[string]Sum
+}
+
+// Equal reports whether two views are the same: the same data, existence and
+// counting annotations.
+func (s Source) Equal(o Source) bool {
+	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
+		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch &&
+		maps.Equal(s.Data, o.Data) && maps.Equal(s.BinaryData, o.BinaryData)
 }
 
 // SourceOfConfigMap returns the digest-only view of a ConfigMap.

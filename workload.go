@@ -3,12 +3,14 @@ package confighash
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -149,4 +151,20 @@ func refName(ref any) string {
 		return "another workload"
 	}
 	return kind + "/" + name
+}
+
+// TemplateChanged reports whether a pod template changed apart from confighash's hash:
+// the workload rolls by itself, and its new pods read the current data.
+func TemplateChanged(old, now *corev1.PodTemplateSpec) bool {
+	withoutHash := func(t *corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+		c := *t
+		c.Annotations = maps.Clone(t.Annotations)
+		delete(c.Annotations, AnnotationHash)
+		if len(c.Annotations) == 0 {
+			c.Annotations = nil
+		}
+		return c
+	}
+	a, b := withoutHash(old), withoutHash(now)
+	return !equality.Semantic.DeepEqual(&a, &b)
 }

@@ -21,16 +21,6 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// Mode is how confighash acts in a namespace.
-type Mode int
-
-// The modes.
-const (
-	Off     Mode = iota // not at all
-	OptedIn             // on the workloads that opt in
-	Every               // on every workload that does not opt out
-)
-
 // Selectors select the namespaces confighash acts in.
 type Selectors struct {
 	// OptedIn selects those where it acts on the workloads that opt in.
@@ -50,23 +40,23 @@ func DefaultSelectors() Selectors {
 
 // ModeOf is the namespace's mode. One being deleted is off: its sources and workloads
 // are going away, and touching them is waste.
-func (s Selectors) ModeOf(n *corev1.Namespace) Mode {
+func (s Selectors) ModeOf(n *corev1.Namespace) confighash.Mode {
 	if n == nil || n.DeletionTimestamp != nil {
-		return Off
+		return confighash.ModeOff
 	}
 	set := labels.Set(n.Labels)
 	switch {
 	case s.Every != nil && s.Every.Matches(set):
-		return Every
+		return confighash.ModeEvery
 	case s.OptedIn != nil && s.OptedIn.Matches(set):
-		return OptedIn
+		return confighash.ModeOptedIn
 	}
-	return Off
+	return confighash.ModeOff
 }
 
 // Gate tells how confighash acts in a namespace, once it has synced.
 type Gate interface {
-	Mode(namespace string) Mode
+	Mode(namespace string) confighash.Mode
 	HasSynced() bool
 	Run(ctx context.Context)
 }
@@ -83,14 +73,14 @@ func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func
 	c := &Cluster{coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{}), selectors}
 	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
-			if n, ok := obj.(*corev1.Namespace); ok && !initial && selectors.ModeOf(n) != Off && onEnabled != nil {
+			if n, ok := obj.(*corev1.Namespace); ok && !initial && selectors.ModeOf(n) != confighash.ModeOff && onEnabled != nil {
 				onEnabled(n.Name)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
 			o, _ := old.(*corev1.Namespace)
 			n, ok := obj.(*corev1.Namespace)
-			if now := selectors.ModeOf(n); ok && now != Off && now != selectors.ModeOf(o) && onEnabled != nil {
+			if now := selectors.ModeOf(n); ok && now != confighash.ModeOff && now != selectors.ModeOf(o) && onEnabled != nil {
 				onEnabled(n.Name)
 			}
 		},
@@ -98,11 +88,11 @@ func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func
 	return c, err
 }
 
-func (c *Cluster) Mode(ns string) Mode {
+func (c *Cluster) Mode(ns string) confighash.Mode {
 	obj, exists, err := c.informer.GetStore().GetByKey(ns)
 	n, ok := obj.(*corev1.Namespace)
 	if err != nil || !exists || !ok {
-		return Off
+		return confighash.ModeOff
 	}
 	return c.selectors.ModeOf(n)
 }
@@ -139,16 +129,16 @@ type Listed struct {
 	read, failing map[string]bool
 
 	mu     sync.RWMutex
-	state  map[string]Mode
+	state  map[string]confighash.Mode
 	synced bool
 }
 
 func NewListed(client kubernetes.Interface, selectors Selectors, names []string, interval time.Duration, onEnabled func(string), log zerolog.Logger) *Listed {
 	return &Listed{client: client, selectors: selectors, names: names, interval: interval, onEnabled: onEnabled, log: log,
-		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]Mode{}}
+		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]confighash.Mode{}}
 }
 
-func (l *Listed) Mode(ns string) Mode {
+func (l *Listed) Mode(ns string) confighash.Mode {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.state[ns]
@@ -196,11 +186,11 @@ func (l *Listed) refresh(ctx context.Context) {
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			continue
 		}
-		now := Off
+		now := confighash.ModeOff
 		if err == nil {
 			now = l.selectors.ModeOf(n)
 		}
-		if wasSynced && now != Off && now != state[name] {
+		if wasSynced && now != confighash.ModeOff && now != state[name] {
 			enabled = append(enabled, name)
 		}
 		state[name], l.read[name] = now, true

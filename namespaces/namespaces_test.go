@@ -38,7 +38,7 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 	if !l.HasSynced() {
 		t.Fatal("not synced after the first read")
 	}
-	want := map[string]Mode{"labelled": OptedIn, "every": Every, "unlabelled": Off, "terminating": Off, "missing": Off, "not-listed": Off}
+	want := map[string]confighash.Mode{"labelled": confighash.ModeOptedIn, "every": confighash.ModeEvery, "unlabelled": confighash.ModeOff, "terminating": confighash.ModeOff, "missing": confighash.ModeOff, "not-listed": confighash.ModeOff}
 	for ns, mode := range want {
 		if got := l.Mode(ns); got != mode {
 			t.Errorf("mode(%q) = %v, want %v", ns, got, mode)
@@ -58,7 +58,7 @@ func TestListedNamespacesActOnlyWhereLabelledAndNotTerminating(t *testing.T) {
 	setLabels("labelled", nil)
 	setLabels("unlabelled", labelled)
 	l.refresh(t.Context())
-	if l.Mode("labelled") != Off || l.Mode("unlabelled") != OptedIn {
+	if l.Mode("labelled") != confighash.ModeOff || l.Mode("unlabelled") != confighash.ModeOptedIn {
 		t.Errorf("after relabelling: labelled %v, unlabelled %v; want off, opted in", l.Mode("labelled"), l.Mode("unlabelled"))
 	}
 	if !slices.Equal(enabled, []string{"unlabelled"}) {
@@ -84,12 +84,12 @@ func TestListedNamespacesKeepTheirStateThroughATransientError(t *testing.T) {
 	}
 	failing = false
 	l.refresh(t.Context())
-	if !l.HasSynced() || l.Mode("shop") != OptedIn {
+	if !l.HasSynced() || l.Mode("shop") != confighash.ModeOptedIn {
 		t.Fatalf("after a good read: synced %v, mode %v", l.HasSynced(), l.Mode("shop"))
 	}
 	failing = true
 	l.refresh(t.Context())
-	if l.Mode("shop") != OptedIn {
+	if l.Mode("shop") != confighash.ModeOptedIn {
 		t.Error("a timeout turned the namespace off: changes in it would be dropped")
 	}
 }

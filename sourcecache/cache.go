@@ -6,6 +6,8 @@ package sourcecache
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,13 +52,15 @@ func (f Filter) Admits(sourceLabels map[string]string) bool {
 }
 
 // Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
-// resourceVersion, when it was last written, and its digest-only view. Never a value.
+// resourceVersion, when it was created and last written, and its digest-only view.
+// Never a value.
 type Digested struct {
 	metav1.ObjectMeta
-	// Written is the time of its last write that the API server recorded: the latest
-	// of its creation and of its managed fields' times (to the second).
-	Written time.Time
-	Source  confighash.Source
+	// Created is its creation time; Written, the time of its last write that the API
+	// server recorded: the latest of its creation and of its managed fields' times. Both
+	// are to the second.
+	Created, Written time.Time
+	Source           confighash.Source
 }
 
 var _ runtime.Object = (*Digested)(nil)
@@ -87,6 +91,7 @@ func toDigested(obj any) (any, error) {
 	}
 	return &Digested{
 		ObjectMeta: metav1.ObjectMeta{Name: meta.Name, Namespace: meta.Namespace, ResourceVersion: meta.ResourceVersion},
+		Created:    meta.CreationTimestamp.Time,
 		Written:    lastWritten(&meta),
 		Source:     src,
 	}, nil
@@ -106,6 +111,17 @@ func lastWritten(meta *metav1.ObjectMeta) time.Time {
 // Cache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
 type Cache struct {
 	informers map[confighash.SourceKind]*Informers
+
+	mu sync.Mutex
+	// dataWritten holds, for the sources whose latest writes changed only their
+	// metadata (a match annotation added, say), their last write of data: the data
+	// running pods may hold dates from then, not from the metadata's write.
+	dataWritten map[dataKey]confighash.Written
+}
+
+type dataKey struct {
+	namespace string
+	ref       confighash.SourceRef
 }
 
 // New returns a cache fed by informers on client, for the given namespaces, or for the
@@ -116,7 +132,7 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter) *Cache
 		return func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = want.LabelSelector, want.FieldSelector }
 	}
 	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	c := &Cache{informers: map[confighash.SourceKind]*Informers{
+	c := &Cache{dataWritten: map[dataKey]confighash.Written{}, informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, byNamespace, options(confighash.ConfigMap))
 		}),
@@ -127,7 +143,54 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter) *Cache
 	for _, in := range c.informers {
 		_ = in.SetTransform(toDigested) // cannot fail before the informers run
 	}
+	_ = c.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: c.written, DeleteFunc: c.deleted}) // cannot fail before the informers run
 	return c
+}
+
+// written keeps a source's last data write across writes of its metadata only.
+func (c *Cache) written(old, obj any) {
+	prev, ok1 := old.(*Digested)
+	d, ok2 := obj.(*Digested)
+	if !ok1 || !ok2 {
+		return
+	}
+	key := dataKey{d.Namespace, d.Source.SourceRef}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !maps.Equal(prev.Source.Data, d.Source.Data) || !maps.Equal(prev.Source.BinaryData, d.Source.BinaryData) {
+		delete(c.dataWritten, key)
+		return
+	}
+	if _, ok := c.dataWritten[key]; !ok {
+		c.dataWritten[key] = confighash.Written{Time: prev.Written, ResourceVersion: prev.ResourceVersion}
+	}
+}
+
+func (c *Cache) deleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if d, ok := obj.(*Digested); ok {
+		c.mu.Lock()
+		delete(c.dataWritten, dataKey{d.Namespace, d.Source.SourceRef})
+		c.mu.Unlock()
+	}
+}
+
+// DataWritten returns the source's last write of data as far as the cache has seen:
+// after a restart, its last write of any kind.
+func (c *Cache) DataWritten(namespace string, ref confighash.SourceRef) (confighash.Written, bool) {
+	d, ok := c.Lookup(namespace, ref)
+	if !ok {
+		return confighash.Written{}, false
+	}
+	c.mu.Lock()
+	w, kept := c.dataWritten[dataKey{namespace, ref}]
+	c.mu.Unlock()
+	if kept {
+		return w, true
+	}
+	return confighash.Written{Time: d.Written, ResourceVersion: d.ResourceVersion}, true
 }
 
 // Run runs the informers until ctx is done.
@@ -189,19 +252,16 @@ func (c *Cache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, b
 	return d, ok
 }
 
-// Names returns every source of the namespace the cache holds.
-func (c *Cache) Names(namespace string) []confighash.SourceRef {
-	var refs []confighash.SourceRef
-	for kind, in := range c.informers {
-		inf := in.For(namespace)
-		if inf == nil {
-			continue
-		}
-		keys, _ := inf.GetIndexer().IndexKeys(cache.NamespaceIndex, namespace)
-		for _, key := range keys {
-			_, name, _ := cache.SplitMetaNamespaceKey(key)
-			refs = append(refs, confighash.SourceRef{Kind: kind, Name: name})
-		}
+// Names returns the names of the namespace's sources of a kind the cache holds.
+func (c *Cache) Names(namespace string, kind confighash.SourceKind) []string {
+	inf := c.informers[kind].For(namespace)
+	if inf == nil {
+		return nil
 	}
-	return refs
+	keys, _ := inf.GetIndexer().IndexKeys(cache.NamespaceIndex, namespace)
+	names := make([]string, len(keys))
+	for i, key := range keys {
+		_, names[i], _ = cache.SplitMetaNamespaceKey(key)
+	}
+	return names
 }

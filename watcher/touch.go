@@ -70,7 +70,8 @@ func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger)
 }
 
 // heal writes the hash and the record the webhook would have written, and says so.
-func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, want confighash.Record) error {
+func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	want := d.Record
 	hash := want.Hash(w.cfg.Key)
 	tmplMeta := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
 	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{
@@ -94,6 +95,15 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, want confi
 	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.converged(key)
 	return nil
+}
+
+// sourceList names the sources, comma-separated.
+func sourceList(refs []confighash.SourceRef) string {
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*view, error) {

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"fmt"
-	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,17 +22,8 @@ import (
 // check it has converged, never its pod template.
 type view struct {
 	metav1.ObjectMeta
-	Kind     confighash.Kind
-	Policy   confighash.Policy
-	Problems []confighash.Problem
-	// References are the pod template's, unless the workload opts out: which of them
-	// count depends on the policy and on its namespace (see Watcher.policy).
-	References []confighash.Reference
-	Record     confighash.Record
-	RecordErr  error
-	Hash       string
-	// Adopted is the hash it was adopted at, without one on its pod template.
-	Adopted string
+	Kind confighash.Kind
+	confighash.State
 }
 
 var _ runtime.Object = (*view)(nil)
@@ -65,21 +55,12 @@ func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
 		if err != nil {
 			return obj, nil
 		}
-		v := &view{
+		return &view{
 			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
 				UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
-			Kind:    w.Kind,
-			Hash:    w.Template.Annotations[confighash.AnnotationHash],
-			Adopted: w.Annotations[confighash.AnnotationAdopted],
-		}
-		if text, ok := w.Annotations[confighash.AnnotationSources]; ok {
-			v.Record, v.RecordErr = confighash.ParseRecord(text)
-		}
-		v.Policy, v.Problems = vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
-		if !v.Policy.OptOut {
-			v.References = confighash.References(w.Template)
-		}
-		return v, nil
+			Kind:  w.Kind,
+			State: vocabulary.Read(w),
+		}, nil
 	}
 }
 
@@ -89,16 +70,6 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 		return nil, fmt.Errorf("%T has no metadata", o)
 	}
 	return m, nil
-}
-
-// sameView reports whether two views would get the same decision, in a namespace of
-// either kind: their candidates are a function of the policy and the references.
-func sameView(a, b *view) bool {
-	sameRef := func(x, y confighash.Reference) bool {
-		return x.SourceRef == y.SourceRef && x.AllKeys == y.AllKeys && x.Optional == y.Optional && x.Named == y.Named && slices.Equal(x.Keys, y.Keys)
-	}
-	return a.Hash == b.Hash && a.Adopted == b.Adopted && slices.Equal(a.Record, b.Record) && (a.RecordErr == nil) == (b.RecordErr == nil) &&
-		a.Policy.Equal(b.Policy) && slices.EqualFunc(a.References, b.References, sameRef)
 }
 
 // sourceIndex indexes workloads by the sources that may count for them:

@@ -78,16 +78,16 @@ func TestRolloutWithAWorkloadRefIsNotAWorkloadToWatch(t *testing.T) {
 	}
 }
 
-func TestSameViewIgnoresWhatDoesNotDecide(t *testing.T) {
+func TestAViewChangesOnlyWithWhatDecides(t *testing.T) {
 	a, _ := toView(deploymentUsing(map[string]string{confighash.AnnotationInject: "true"}, "cfg"))
 	b := deploymentUsing(map[string]string{confighash.AnnotationInject: "true", "other": "x"}, "cfg")
 	b.ResourceVersion = "6"
 	bv, _ := toView(b)
-	if !sameView(a.(*view), bv.(*view)) {
+	if !a.(*view).State.Equal(bv.(*view).State) {
 		t.Fatal("another annotation and a new resourceVersion make a different view")
 	}
 	c, _ := toView(deploymentUsing(map[string]string{confighash.AnnotationInject: "true"}, "other"))
-	if sameView(a.(*view), c.(*view)) {
+	if a.(*view).State.Equal(c.(*view).State) {
 		t.Fatal("a different source makes the same view")
 	}
 }

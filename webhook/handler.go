@@ -25,7 +25,7 @@ func NewHandler(m *Mutator, log zerolog.Logger) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &guard{next: inner, metrics: m.metrics, log: log}, nil
+	return &guard{next: inner, metrics: m.cfg.Metrics, log: log}, nil
 }
 
 // NewServeMux serves the mutator at Path, and its form for namespaces that opt every

@@ -18,7 +18,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/namespaces"
 )
 
 // stubReader answers from a fixed set of sources: the HTTP guard and the patch shape
@@ -46,6 +45,15 @@ func (s stubReader) Names(_ context.Context, _ string, kind confighash.SourceKin
 	return names, s.err
 }
 
+func newMutator(t testing.TB, cfg Config) *Mutator {
+	t.Helper()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func newTestHandler(t testing.TB, reader SourceReader) (http.Handler, *PrometheusRecorder) {
 	t.Helper()
 	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
@@ -56,7 +64,7 @@ func newTestHandler(t testing.TB, reader SourceReader) (http.Handler, *Prometheu
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHandler(NewMutator(MutatorConfig{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader, Metrics: rec}), zerolog.Nop())
+	h, err := NewHandler(newMutator(t, Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader, Metrics: rec}), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +81,8 @@ func oneSourceHandler(t testing.TB) (http.Handler, *PrometheusRecorder, configha
 	sources := map[confighash.SourceRef]confighash.Source{cfg: src}
 	h, rec := newTestHandler(t, stubReader{sources: sources})
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
-	policy, _ := confighash.Vocabulary{}.ParsePolicy(map[string]string{confighash.AnnotationInject: "true"}, nil)
-	record := confighash.Update(nil, confighash.Observe(key, policy, []confighash.Reference{{SourceRef: cfg, AllKeys: true}}, sources))
+	ref := confighash.Reference{SourceRef: cfg, AllKeys: true}
+	record := confighash.Record{{SourceRef: cfg, Digest: confighash.SourceDigest(key, ref, src), Seen: true}}
 	return h, rec, key, record
 }
 
@@ -207,7 +215,7 @@ func TestHandlerAllowsUnchangedWhenItCannotHash(t *testing.T) {
 		wantResult  Result
 		wantPanics  float64
 	}{
-		{"a failed read", stubReader{err: errors.New("etcd is down")}, optedIn, "could not read the sources, the hash was not updated: etcd is down", ResultError, 0},
+		{"a failed read", stubReader{err: errors.New("etcd is down")}, optedIn, "could not read the sources: etcd is down; the hash was not updated", ResultError, 0},
 		{"a panic while reading", stubReader{panics: true}, optedIn, "internal error, allowed unchanged: boom", ResultError, 1},
 		{"an object that is not a workload", stubReader{}, review(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}`), "", ResultSkipped, 0},
 		{"a Rollout with a workloadRef", stubReader{}, review(`{"apiVersion":"argoproj.io/v1alpha1","kind":"Rollout","metadata":{"name":"r","annotations":{"confighash.dev/inject":"true"}},
@@ -285,8 +293,10 @@ func TestHandlerHashesTheSourcesAReloaderPatternMatches(t *testing.T) {
 			record, _ = op["value"].(string)
 		}
 	}
-	if !strings.HasPrefix(record, "v1 configmap/app-a=") || !strings.Contains(record, " configmap/app-b=") || strings.Count(record, "configmap/") != 2 {
-		t.Fatalf("sources record = %q, want configmap/app-a and configmap/app-b only", record)
+	// cfg, used but not counted by a reload list alone, is recorded as not counting.
+	if !strings.HasPrefix(record, "v1 configmap/app-a=") || !strings.Contains(record, " configmap/app-b=") ||
+		!strings.HasSuffix(record, ",baseline,uncounted") || strings.Count(record, "configmap/") != 3 {
+		t.Fatalf("sources record = %q, want configmap/app-a and configmap/app-b counted, configmap/cfg not", record)
 	}
 }
 
@@ -365,15 +375,15 @@ func FuzzAdmissionHandler(f *testing.F) {
 }
 
 // modes is a namespace gate for tests.
-type modes map[string]namespaces.Mode
+type modes map[string]confighash.Mode
 
-func (m modes) Mode(ns string) namespaces.Mode { return m[ns] }
+func (m modes) Mode(ns string) confighash.Mode { return m[ns] }
 
 // TestAReviewForANamespaceConfighashDoesNotActInReadsNothing: posted straight to the
 // webhook by a pod, a review of a namespace that is not enabled learns nothing.
 func TestAReviewForANamespaceConfighashDoesNotActInReadsNothing(t *testing.T) {
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
-	m := NewMutator(MutatorConfig{Key: key, Reader: stubReader{panics: true}, Namespaces: modes{"ns": namespaces.Off}})
+	m := newMutator(t, Config{Key: key, Reader: stubReader{panics: true}, Namespaces: modes{"ns": confighash.ModeOff}})
 	h, err := NewHandler(m, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -382,7 +392,7 @@ func TestAReviewForANamespaceConfighashDoesNotActInReadsNothing(t *testing.T) {
 	if len(jsonPatch(t, resp)) != 0 || len(resp.Warnings) != 0 {
 		t.Fatalf("patch %v, warnings %q: want nothing read and nothing said", jsonPatch(t, resp), resp.Warnings)
 	}
-	m = NewMutator(MutatorConfig{Key: key, Reader: stubReader{}, Namespaces: modes{"ns": namespaces.OptedIn}})
+	m = newMutator(t, Config{Key: key, Reader: stubReader{}, Namespaces: modes{"ns": confighash.ModeOptedIn}})
 	if h, err = NewHandler(m, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestAdmissionAtTheLimits(t *testing.T) {
 		hashed      bool
 		warning     string
 	}{
-		{"5,000 included names", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(manyNames, ",")}, corev1.PodSpec{}, nil, false, "counts 5000 ConfigMaps and Secrets, more than the 256 allowed"},
+		{"5,000 included names", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(manyNames, ",")}, corev1.PodSpec{}, nil, false, "uses or names 5000 ConfigMaps and Secrets, more than the 256 allowed"},
 		{"an annotation of 256 KiB", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(longNames, ",")}, corev1.PodSpec{}, nil, false, "more than the 256 allowed"},
 		{"a ConfigMap of 10,000 keys", inject, corev1.PodSpec{Volumes: []corev1.Volume{{Name: "b", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "big"}}}}}},
 			[]kruntime.Object{bigConfigMap}, true, ""},

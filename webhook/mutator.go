@@ -13,14 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
 	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/namespaces"
 )
 
 // SourceReader reads the current state of the named sources of one namespace, as
@@ -40,8 +38,9 @@ const (
 	ResultUnchanged Result = "unchanged" // opted in, nothing to change
 	ResultSkipped   Result = "skipped"   // not opted in, or not a workload
 	ResultError     Result = "error"     // a lookup failed: allowed unchanged
-	// ResultDeferred: an update of a running workload met for the first time, left
-	// for the watcher to adopt without a rollout, or to roll if its pods are stale.
+	// ResultDeferred: sources that started to count, or a running workload met for
+	// the first time, left for the watcher to record without a rollout when the pods
+	// hold their data, or to roll once.
 	ResultDeferred Result = "deferred"
 	// ResultTooLarge: more sources than confighash.MaxSources: allowed unchanged.
 	ResultTooLarge Result = "too_large"
@@ -53,23 +52,19 @@ const (
 const Budget = Timeout - time.Second
 
 // Mutator writes the hash and the sources record into opted-in workloads. It is a
-// kubewebhook Webhook that builds its JSON patch from the two annotations it sets,
-// rather than by serializing and diffing the whole object.
+// kubewebhook Webhook that builds its JSON patch from the annotations it sets, rather
+// than by serializing and diffing the whole object.
 type Mutator struct {
-	key        confighash.Key
-	vocabulary confighash.Vocabulary
-	kinds      []confighash.Kind
-	namespaces NamespaceModes
-	reader     SourceReader
-	metrics    Recorder
-	// every: in a namespace that opts every workload in (see Policy.ForEveryWorkload).
-	every bool
+	cfg Config
+	// mode is how confighash acts in the namespaces whose requests reach it: the API
+	// server sends those that opt every workload in to EveryPath.
+	mode confighash.Mode
 }
 
 var _ kwhwebhook.Webhook = (*Mutator)(nil)
 
-// MutatorConfig configures a Mutator.
-type MutatorConfig struct {
+// Config configures a Mutator.
+type Config struct {
 	// Key hashes.
 	Key confighash.Key
 	// Vocabulary is which annotations workloads are read in.
@@ -85,26 +80,36 @@ type MutatorConfig struct {
 	Metrics    Recorder
 }
 
-// NamespaceModes tells how confighash acts in a namespace (namespaces.Gate).
-type NamespaceModes interface {
-	Mode(namespace string) namespaces.Mode
+func (c *Config) defaults() error {
+	if c.Reader == nil {
+		return errors.New("a source reader is required")
+	}
+	if c.Metrics == nil {
+		c.Metrics = NoopRecorder{}
+	}
+	if len(c.Kinds) == 0 {
+		c.Kinds = confighash.Kinds
+	}
+	return nil
 }
 
-// NewMutator returns a mutator.
-func NewMutator(cfg MutatorConfig) *Mutator {
-	if cfg.Metrics == nil {
-		cfg.Metrics = NoopRecorder{}
+// NamespaceModes tells how confighash acts in a namespace (namespaces.Gate).
+type NamespaceModes interface {
+	Mode(namespace string) confighash.Mode
+}
+
+// New returns a mutator for namespaces that opt workloads in.
+func New(cfg Config) (*Mutator, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
 	}
-	if len(cfg.Kinds) == 0 {
-		cfg.Kinds = confighash.Kinds
-	}
-	return &Mutator{key: cfg.Key, vocabulary: cfg.Vocabulary, kinds: cfg.Kinds, namespaces: cfg.Namespaces, reader: cfg.Reader, metrics: cfg.Metrics}
+	return &Mutator{cfg: cfg, mode: confighash.ModeOptedIn}, nil
 }
 
 // ForEveryWorkload returns the mutator for namespaces that opt every workload in.
 func (m *Mutator) ForEveryWorkload() *Mutator {
 	every := *m
-	every.every = true
+	every.mode = confighash.ModeEvery
 	return &every
 }
 
@@ -131,8 +136,8 @@ func (m *Mutator) Review(ctx context.Context, ar kwhmodel.AdmissionReview) (kwhm
 // warningPrefix marks our admission warnings among others in kubectl's output.
 const warningPrefix = "confighash: "
 
-// admit returns the patch that writes the workload's hash and sources record, and the
-// warnings for the user.
+// admit returns the patch that writes what confighash decides for the workload, and
+// the warnings for the user.
 func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops []patchOp, warnings []string) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, Budget)
@@ -140,12 +145,12 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	kind, result := "unknown", ResultSkipped
 	defer func() {
 		if p := recover(); p != nil {
-			m.metrics.Panic()
+			m.cfg.Metrics.Panic()
 			ops, result = nil, ResultError
 			warnings = append(warnings, warningPrefix+fmt.Sprintf("internal error, allowed unchanged: %v", p))
 		}
 		// kubewebhook spells operations in lower case; the API server and its metrics, in upper.
-		m.metrics.ObserveAdmission(kind, strings.ToUpper(string(ar.Operation)), result, time.Since(start))
+		m.cfg.Metrics.ObserveAdmission(kind, strings.ToUpper(string(ar.Operation)), result, time.Since(start))
 	}()
 	fail := func(msg string) ([]patchOp, []string) {
 		result = ResultError
@@ -160,7 +165,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	switch {
 	case errors.Is(err, confighash.ErrUnsupportedKind):
 		return nil, nil
-	case err == nil && !slices.ContainsFunc(m.kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind }):
+	case err == nil && !slices.ContainsFunc(m.cfg.Kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind }):
 		return nil, nil // a kind this install does not handle
 	case errors.Is(err, confighash.ErrNoPodTemplate):
 		// Nothing to hash: writing into its template would break, e.g., a Rollout
@@ -170,121 +175,73 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return fail(err.Error())
 	}
 	kind = w.Kind.Kind
-	if m.namespaces != nil && m.namespaces.Mode(w.Namespace) == namespaces.Off {
+	if m.cfg.Namespaces != nil && m.cfg.Namespaces.Mode(w.Namespace) == confighash.ModeOff {
 		return nil, nil // the API server does not send these: read nothing for others
 	}
 
-	policy, problems := m.vocabulary.ParsePolicy(w.Annotations, w.Template.Annotations)
-	if m.every {
-		policy = policy.ForEveryWorkload()
-	}
-	for _, p := range problems {
+	state := m.cfg.Vocabulary.Read(w)
+	for _, p := range state.Problems {
 		warnings = append(warnings, warningPrefix+p.Error())
 	}
-	if !policy.Enabled() {
-		return nil, warnings
-	}
-
 	// Most updates need only the old object's annotations, if that.
 	old := sync.OnceValue(func() map[string]string { return oldAnnotations(ar.OldObjectRaw) })
-	triggers := touchTriggers(w.Annotations, ar.OldObjectRaw != nil, old)
-	if len(triggers) == 0 && firstMet(ar.OldObjectRaw, old(), w) {
-		result = ResultDeferred
-		return nil, warnings
+	created := ar.OldObjectRaw == nil
+	if !created {
+		state.Inherit(old)
 	}
-	prev, warning := previousRecord(w.Annotations, old)
-	if warning != "" {
-		warnings = append(warnings, warningPrefix+warning)
+	if state.RecordErr != nil {
+		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, state.RecordErr))
 	}
-	names, err := m.patternNames(ctx, w.Namespace, policy, prev)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fail(fmt.Sprintf("the sources could not be listed within %v, the hash was not updated; the watcher will update it", Budget))
+	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, !created, old)}
+	in := confighash.Input{Key: m.cfg.Key, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}}
+	d, err := confighash.Decide(in, sources)
+	if err == nil && len(d.Unproven) > 0 && templateChanged(ar.OldObjectRaw, w) {
+		// The new pods will read the current data: nothing to find out.
+		in.Pods.Fresh = true
+		d, err = confighash.Decide(in, sources)
 	}
-	if err != nil {
-		return fail("could not list the sources its name patterns may match, the hash was not updated: " + err.Error())
-	}
-	candidates := policy.Candidates(confighash.References(w.Template), names)
-	if err := confighash.CheckCandidates(candidates); err != nil {
+	switch {
+	case errors.Is(err, confighash.ErrTooManySources):
 		result = ResultTooLarge
 		return nil, append(warnings, warningPrefix+"not hashed: "+err.Error())
-	}
-	refs := make([]confighash.SourceRef, len(candidates))
-	for i, c := range candidates {
-		refs[i] = c.SourceRef
-	}
-	sources, err := m.reader.Read(ctx, w.Namespace, refs, triggers)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fail(fmt.Sprintf("the sources could not be read within %v, the hash was not updated; the watcher will update it", Budget))
+	case err != nil:
+		return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
+	case !d.Acts:
+		return nil, warnings
 	}
-	if err != nil {
-		return fail("could not read the sources, the hash was not updated: " + err.Error())
-	}
-
-	record := confighash.Update(prev, confighash.Observe(m.key, policy, candidates, sources))
-	want := written{record: record.String(), hash: record.Hash(m.key)}
-	if w.Template.Annotations[confighash.AnnotationHash] == "" {
-		// An adopted workload keeps its pod template without a hash until a change
-		// is due; an apply that replaced the whole object keeps the adoption too.
-		adopted, ok := w.Annotations[confighash.AnnotationAdopted]
-		if !ok {
-			adopted = old()[confighash.AnnotationAdopted]
-		}
-		if confighash.Settled("", adopted, want.hash) {
-			want.hash, want.adopted = "", adopted
+	if d.Record != nil {
+		if ops, err = annotationPatch(u, w.Kind, written{record: d.Record.String(), hash: d.Hash, adopted: d.Adopted}); err != nil {
+			return fail(err.Error())
 		}
 	}
-	ops, err = annotationPatch(u, w.Kind, want)
-	if err != nil {
-		return fail(err.Error())
-	}
-	result = ResultUnchanged
-	if len(ops) > 0 {
+	switch {
+	case len(d.Unproven) > 0:
+		result = ResultDeferred
+	case len(ops) > 0:
 		result = ResultPatched
+	default:
+		result = ResultUnchanged
 	}
 	return ops, warnings
 }
 
-// patternNames returns what the policy's name patterns are matched against: the
-// sources of their kinds that exist now, and those in the record, so that a deleted
-// one stays in it as absent.
-func (m *Mutator) patternNames(ctx context.Context, namespace string, policy confighash.Policy, prev confighash.Record) ([]confighash.SourceRef, error) {
-	if len(policy.Patterns) == 0 {
-		return nil, nil
-	}
-	names := prev.Sources()
-	listed := map[confighash.SourceKind]bool{}
-	for _, p := range policy.Patterns {
-		if listed[p.Kind] {
-			continue
-		}
-		listed[p.Kind] = true
-		found, err := m.reader.Names(ctx, namespace, p.Kind)
-		if err != nil {
-			return nil, err
-		}
-		for _, name := range found {
-			names = append(names, confighash.SourceRef{Kind: p.Kind, Name: name})
-		}
-	}
-	return names, nil
+// admissionSources reads the sources of one admission's namespace: at least at the
+// versions its touch names.
+type admissionSources struct {
+	ctx       context.Context
+	reader    SourceReader
+	namespace string
+	triggers  []confighash.Trigger
 }
 
-// previousRecord returns the sources record of the object, or else of the old object:
-// an apply that replaces the whole object drops it, and losing it would lose which
-// sources are baselines and the last digests of deleted ones.
-func previousRecord(annotations map[string]string, old func() map[string]string) (confighash.Record, string) {
-	text, ok := annotations[confighash.AnnotationSources]
-	if !ok {
-		text, ok = old()[confighash.AnnotationSources]
-	}
-	if !ok {
-		return nil, ""
-	}
-	rec, err := confighash.ParseRecord(text)
-	if err != nil {
-		return nil, fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, err)
-	}
-	return rec, ""
+func (a *admissionSources) Names(kind confighash.SourceKind) ([]string, error) {
+	return a.reader.Names(a.ctx, a.namespace, kind)
+}
+
+func (a *admissionSources) Read(refs []confighash.SourceRef) (map[confighash.SourceRef]confighash.Source, error) {
+	return a.reader.Read(a.ctx, a.namespace, refs, a.triggers)
 }
 
 // touchTriggers returns the source changes that made the watcher touch the workload:
@@ -317,96 +274,13 @@ func oldAnnotations(raw []byte) map[string]string {
 	return old.Metadata.Annotations
 }
 
-// firstMet reports whether an update meets a running workload for the first time (it
-// had no hash, record or adoption) without changing its pods: hashing it now would
-// roll it only to add the hash. The watcher decides instead whether its pods have the
-// current data (adopt) or not (roll once). A create, a pod template change, or a
-// watcher's touch is hashed as always. The old object is decoded whole only when its
-// annotations leave the question open.
-func firstMet(oldRaw []byte, oldAnnotations map[string]string, w *confighash.Workload) bool {
-	_, recorded := oldAnnotations[confighash.AnnotationSources]
-	_, adopted := oldAnnotations[confighash.AnnotationAdopted]
-	if len(oldRaw) == 0 || recorded || adopted {
-		return false
-	}
+// templateChanged reports whether an update changes the pod template, apart from the
+// hash: the workload rolls by itself. The old object is decoded whole only then.
+func templateChanged(oldRaw []byte, w *confighash.Workload) bool {
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(oldRaw); err != nil {
 		return false
 	}
 	old, err := confighash.WorkloadOf(u)
-	if err != nil || old.Template.Annotations[confighash.AnnotationHash] != "" {
-		return false
-	}
-	return equality.Semantic.DeepEqual(old.Template, w.Template)
+	return err == nil && confighash.TemplateChanged(old.Template, w.Template)
 }
-
-// patchOp is one JSON patch (RFC 6902) operation.
-type patchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"` // none for a remove
-}
-
-// written is what the webhook writes on a workload.
-type written struct {
-	record string // on the metadata
-	hash   string // on the pod template; empty leaves it without one
-	// adopted stays on the metadata when set; otherwise it is removed.
-	adopted string
-}
-
-// annotationPatch returns the operations that write w: the record and the adoption on
-// the metadata and the hash on the pod template, for those that differ. An "add"
-// replaces a member that exists; a missing annotations map (or template metadata) is
-// added whole.
-func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w written) ([]patchOp, error) {
-	var ops []patchOp
-	set := func(parent []string, key, value string) error {
-		path := append(slices.Clone(parent), "annotations")
-		raw, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
-		switch annotations := raw.(type) {
-		case map[string]any:
-			if annotations[key] != value {
-				ops = append(ops, patchOp{"add", pointer(append(path, key)), value})
-			}
-		case nil: // absent, or null
-			if meta, _, _ := unstructured.NestedFieldNoCopy(u.Object, parent...); meta == nil {
-				ops = append(ops, patchOp{"add", pointer(parent), map[string]any{"annotations": map[string]string{key: value}}})
-			} else {
-				ops = append(ops, patchOp{"add", pointer(path), map[string]string{key: value}})
-			}
-		default:
-			return fmt.Errorf("%s is not a map of annotations", pointer(path))
-		}
-		return nil
-	}
-	if err := set([]string{"metadata"}, confighash.AnnotationSources, w.record); err != nil {
-		return nil, err
-	}
-	if w.adopted != "" {
-		if err := set([]string{"metadata"}, confighash.AnnotationAdopted, w.adopted); err != nil {
-			return nil, err
-		}
-	} else if _, ok := u.GetAnnotations()[confighash.AnnotationAdopted]; ok {
-		ops = append(ops, patchOp{Op: "remove", Path: pointer([]string{"metadata", "annotations", confighash.AnnotationAdopted})})
-	}
-	if w.hash == "" {
-		return ops, nil
-	}
-	if err := set(append(slices.Clone(kind.TemplatePath), "metadata"), confighash.AnnotationHash, w.hash); err != nil {
-		return nil, err
-	}
-	return ops, nil
-}
-
-// pointer is the JSON pointer (RFC 6901) to a field path.
-func pointer(path []string) string {
-	var b strings.Builder
-	for _, p := range path {
-		b.WriteByte('/')
-		b.WriteString(pointerEscaper.Replace(p))
-	}
-	return b.String()
-}
-
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")

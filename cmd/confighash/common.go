@@ -64,7 +64,12 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 
 // selectors parses the namespace selectors.
 func (c *common) selectors() (namespaces.Selectors, error) {
-	optedIn, err := labels.Parse(c.namespaceSelector)
+	return parseSelectors(c.namespaceSelector, c.everySelector)
+}
+
+// parseSelectors parses --namespace-selector and --every-workload-namespace-selector.
+func parseSelectors(optedInFlag, everyFlag string) (namespaces.Selectors, error) {
+	optedIn, err := labels.Parse(optedInFlag)
 	if err != nil {
 		return namespaces.Selectors{}, fmt.Errorf("--namespace-selector: %w", err)
 	}
@@ -72,8 +77,8 @@ func (c *common) selectors() (namespaces.Selectors, error) {
 		return namespaces.Selectors{}, errors.New("--namespace-selector is empty: it would select every namespace")
 	}
 	s := namespaces.Selectors{OptedIn: optedIn}
-	if c.everySelector != "" {
-		if s.Every, err = labels.Parse(c.everySelector); err != nil {
+	if everyFlag != "" {
+		if s.Every, err = labels.Parse(everyFlag); err != nil {
 			return namespaces.Selectors{}, fmt.Errorf("--every-workload-namespace-selector: %w", err)
 		}
 	}

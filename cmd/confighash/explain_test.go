@@ -48,8 +48,11 @@ func webhookHash(t *testing.T, d *appsv1.Deployment, cm *corev1.ConfigMap, sec *
 	t.Helper()
 	key, _ := confighash.NewKey(testKey)
 	client := fake.NewClientset(cm, sec)
-	m := webhook.NewMutator(webhook.MutatorConfig{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true},
+	m, err := webhook.New(webhook.Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true},
 		Reader: webhook.NewLiveReader(client, sourcecache.Filter{}, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	raw, _ := json.Marshal(d)
 	resp, err := m.Review(t.Context(), kwhmodel.AdmissionReview{ID: "1", Namespace: "shop", Operation: kwhmodel.OperationCreate, NewObjectRaw: raw})
 	if err != nil {

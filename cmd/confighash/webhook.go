@@ -125,9 +125,13 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
-	mux, err := webhook.NewServeMux(webhook.NewMutator(webhook.MutatorConfig{
+	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Namespaces: gate, Metrics: recorder,
-	}), log)
+	})
+	if err != nil {
+		return err
+	}
+	mux, err := webhook.NewServeMux(mutator, log)
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,11 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	}
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{3}, 32))
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
-	handler, err := webhook.NewHandler(webhook.NewMutator(webhook.MutatorConfig{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader}), zerolog.Nop())
+	mutator, err := webhook.New(webhook.Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader})
+	if err != nil {
+		b.Fatal(err)
+	}
+	handler, err := webhook.NewHandler(mutator, zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}

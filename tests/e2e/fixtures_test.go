@@ -255,25 +255,41 @@ func hashKey(t testing.TB, c *cluster.Cluster) confighash.Key {
 // template and metadata annotations must get from the sources as they are now.
 func expectedHash(t testing.TB, c *cluster.Cluster, key confighash.Key, ns string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) string {
 	t.Helper()
-	policy, problems := confighash.Vocabulary{Reloader: true}.ParsePolicy(annotations, tmpl.Annotations)
-	if len(problems) > 0 {
-		t.Fatalf("fixture has bad annotations: %v", problems)
+	state := confighash.Vocabulary{Reloader: true}.Read(&confighash.Workload{Annotations: annotations, Template: tmpl})
+	if len(state.Problems) > 0 {
+		t.Fatalf("fixture has bad annotations: %v", state.Problems)
 	}
-	candidates := policy.Candidates(confighash.References(tmpl), nil)
+	d, err := confighash.Decide(confighash.Input{Key: key, State: state, Mode: confighash.ModeOptedIn, Pods: confighash.Pods{Fresh: true}}, readSources{t, c, ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Hash
+}
+
+// readSources reads a namespace's sources from the API server, for the domain.
+type readSources struct {
+	t  testing.TB
+	c  *cluster.Cluster
+	ns string
+}
+
+func (r readSources) Names(confighash.SourceKind) ([]string, error) { return nil, nil }
+
+func (r readSources) Read(refs []confighash.SourceRef) (map[confighash.SourceRef]confighash.Source, error) {
 	sources := map[confighash.SourceRef]confighash.Source{}
-	for _, ref := range candidates {
+	for _, ref := range refs {
 		switch ref.Kind {
 		case confighash.ConfigMap:
-			if cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), ref.Name, metav1.GetOptions{}); err == nil {
-				sources[ref.SourceRef] = confighash.SourceOfConfigMap(cm)
+			if cm, err := r.c.Client.CoreV1().ConfigMaps(r.ns).Get(r.t.Context(), ref.Name, metav1.GetOptions{}); err == nil {
+				sources[ref] = confighash.SourceOfConfigMap(cm)
 			}
 		case confighash.Secret:
-			if s, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), ref.Name, metav1.GetOptions{}); err == nil {
-				sources[ref.SourceRef] = confighash.SourceOfSecret(s)
+			if s, err := r.c.Client.CoreV1().Secrets(r.ns).Get(r.t.Context(), ref.Name, metav1.GetOptions{}); err == nil {
+				sources[ref] = confighash.SourceOfSecret(s)
 			}
 		}
 	}
-	return confighash.Update(nil, confighash.Observe(key, policy, candidates, sources)).Hash(key)
+	return sources, nil
 }
 
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {

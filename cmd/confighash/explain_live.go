@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/namespaces"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// explain's live half: workloads, sources and the namespace read from the cluster.
+
+func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainInput, selectors namespaces.Selectors, target string) ([]confighash.Explanation, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context})
+	config, err := loader.ClientConfig()
+	if err != nil {
+		return nil, badInput("kubeconfig: %v", err)
+	}
+	ns := c.namespace
+	if ns == "" {
+		if ns, _, err = loader.Namespace(); err != nil {
+			return nil, badInput("kubeconfig: %v", err)
+		}
+	}
+	if target == "" && c.namespace == "" {
+		return nil, badInput("name a workload (deployment/web) or a namespace (-n shop)")
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	var objs []*unstructured.Unstructured
+	if target != "" {
+		kindName, name, ok := strings.Cut(target, "/")
+		kinds, kindErr := confighash.ParseKinds(kindName)
+		if !ok || name == "" || kindErr != nil {
+			kinds, kindErr = confighash.ParseKinds(kindName + "s")
+		}
+		if !ok || name == "" || kindErr != nil || len(kinds) != 1 {
+			return nil, badInput("%q: want kind/name, the kind one of deployment, statefulset, daemonset, cronjob, rollout", target)
+		}
+		k := kinds[0]
+		u, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, badInput("%s %s/%s does not exist", k.Kind, ns, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s %s/%s: %w", k.Kind, ns, name, err)
+		}
+		objs = append(objs, u)
+	} else {
+		for _, k := range confighash.Kinds {
+			list, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).List(ctx, metav1.ListOptions{})
+			if apierrors.IsNotFound(err) && k.Kind == confighash.Rollout.Kind {
+				continue // Argo Rollouts not installed
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list %s in %s: %w", k.Resource, ns, err)
+			}
+			for i := range list.Items {
+				objs = append(objs, &list.Items[i])
+			}
+		}
+	}
+
+	namespace, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read namespace %s: %w", ns, err)
+	}
+	in.Mode = selectors.ModeOf(namespace)
+	if in.Sources, err = liveSources(ctx, client, ns); err != nil {
+		return nil, err
+	}
+	var keyErr error
+	if in.Key, in.HaveKey, keyErr = c.fileKey(); keyErr != nil {
+		return nil, keyErr
+	}
+	if !in.HaveKey {
+		in.Key, keyErr = keyFromSecret(ctx, client, c.installNamespace, c.keySecret)
+		in.HaveKey = keyErr == nil
+	}
+	var out []confighash.Explanation
+	for _, u := range objs {
+		w, err := confighash.WorkloadOf(u)
+		if err != nil {
+			if target != "" {
+				return nil, badInput("%s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+			continue
+		}
+		in.Workload = w
+		e := confighash.Explain(in)
+		switch {
+		case in.Mode == confighash.ModeOff:
+			e.Verdict, e.Why = confighash.VerdictNoRollout, fmt.Sprintf("namespace %s is not enabled: --namespace-selector %q does not select it; label it %s=%s", ns, c.namespaceSelector, confighash.InjectionLabel, confighash.InjectionEnabled)
+		case !e.OptedIn && target == "":
+			continue // -n lists the opted-in workloads
+		case keyErr != nil && e.OptedIn:
+			e.Why = "the hash key could not be read (" + keyErr.Error() + "), so digests are not compared; the sources and the keys that count are listed"
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// liveSources reads the namespace's ConfigMaps and Secrets as digest views.
+func liveSources(ctx context.Context, client kubernetes.Interface, ns string) (map[confighash.SourceRef]confighash.Source, error) {
+	out := map[confighash.SourceRef]confighash.Source{}
+	cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list the ConfigMaps of %s: %w", ns, err)
+	}
+	for i := range cms.Items {
+		s := confighash.SourceOfConfigMap(&cms.Items[i])
+		out[s.SourceRef] = s
+	}
+	secrets, err := client.CoreV1().Secrets(ns).List(ctx, sourcecache.Filter{}.ListOptions(confighash.Secret))
+	if err != nil {
+		return nil, fmt.Errorf("list the Secrets of %s: %w", ns, err)
+	}
+	for i := range secrets.Items {
+		s := confighash.SourceOfSecret(&secrets.Items[i])
+		out[s.SourceRef] = s
+	}
+	return out, nil
+}
+
+// keyFromSecret reads the hash key from its Secret, never creating it.
+func keyFromSecret(ctx context.Context, client kubernetes.Interface, namespace, secret string) (confighash.Key, error) {
+	s, err := client.CoreV1().Secrets(namespace).Get(ctx, secret, metav1.GetOptions{})
+	if err != nil {
+		return confighash.Key{}, fmt.Errorf("read Secret %s/%s: %s", namespace, secret, apierrors.ReasonForError(err))
+	}
+	return confighash.NewKey(s.Data[hashKeyDataKey])
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/confighash/confighash"
+)
+
+func printExplanations(out io.Writer, format string, explanations []confighash.Explanation) error {
+	if format == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(explanations)
+	}
+	for i, e := range explanations {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "%s %s/%s: %s\n  %s\n", e.Kind, e.Namespace, e.Name, strings.ToUpper(e.Verdict), e.Why)
+		fmt.Fprintf(out, "  opted in: %v (%s)\n", e.OptedIn, e.OptIn)
+		for _, p := range e.Problems {
+			fmt.Fprintf(out, "  problem: %s\n", p)
+		}
+		if e.Hash != "" || e.TemplateHash != "" {
+			fmt.Fprintf(out, "  hash on the pod template: %s\n  hash now:                 %s\n", orNone(e.TemplateHash), orNone(e.Hash))
+		}
+		if e.Adopted != "" {
+			fmt.Fprintf(out, "  adopted at:               %s\n", e.Adopted)
+		}
+		if len(e.Sources) == 0 {
+			continue
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SOURCE\tCOUNTS\tKEYS\tRECORDED\tNOW\tUSED BY")
+		for _, s := range e.Sources {
+			counts := "yes"
+			if !s.Counts {
+				counts = "no: " + s.Why
+			}
+			keys := "all"
+			if len(s.Keys) > 0 {
+				keys = strings.Join(s.Keys, ",")
+			}
+			fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\t%s\t%s\n", s.Kind, s.Name, counts, keys, orNone(s.Recorded), orNone(s.Now), strings.Join(s.Uses, "; "))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,277 @@
+package confighash
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Mode is how confighash acts in a namespace.
+type Mode int
+
+// The modes.
+const (
+	ModeOff     Mode = iota // not at all
+	ModeOptedIn             // on the workloads that opt in
+	ModeEvery               // on every workload that does not opt out
+)
+
+// State is what confighash reads of a workload: its policy, the sources its pod
+// template uses, and what confighash last wrote on it.
+type State struct {
+	Policy   Policy
+	Problems []Problem
+	// References are the pod template's, unless the workload opts out.
+	References []Reference
+	// Record is the sources record, nil when the workload has none; RecordErr, why it
+	// could not be read.
+	Record    Record
+	RecordErr error
+	// Hash is the hash on the pod template; Adopted, the hash the workload was adopted
+	// at while its pod template carries none.
+	Hash    string
+	Adopted string
+}
+
+// Read reads a workload's state, its annotations in this vocabulary.
+func (v Vocabulary) Read(w *Workload) State {
+	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted]}
+	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
+	if !s.Policy.OptOut {
+		s.References = References(w.Template)
+	}
+	if text, ok := w.Annotations[AnnotationSources]; ok {
+		s.Record, s.RecordErr = ParseRecord(text)
+	}
+	return s
+}
+
+// Inherit takes the sources record and the adoption from the old object's annotations
+// when the new one lacks them: an apply that replaces the whole object drops them, and
+// losing them would lose baselines, deleted sources' last digests and the adoption.
+func (s *State) Inherit(old func() map[string]string) {
+	if s.Record == nil && s.RecordErr == nil {
+		if text, ok := old()[AnnotationSources]; ok {
+			s.Record, s.RecordErr = ParseRecord(text)
+		}
+	}
+	if s.Adopted == "" {
+		s.Adopted = old()[AnnotationAdopted]
+	}
+}
+
+// PolicyIn returns the workload's policy as it applies in a namespace of this mode,
+// and whether confighash acts on the workload there.
+func (s State) PolicyIn(mode Mode) (Policy, bool) {
+	switch mode {
+	case ModeOff:
+		return s.Policy, false
+	case ModeEvery:
+		p := s.Policy.ForEveryWorkload()
+		return p, p.Enabled()
+	}
+	return s.Policy, s.Policy.Enabled()
+}
+
+// met reports whether confighash has met the workload before: it carries a record, a
+// hash or an adoption.
+func (s State) met() bool {
+	return s.Record != nil || s.RecordErr != nil || s.Hash != "" || s.Adopted != ""
+}
+
+// Equal reports whether two states are the same, and so get the same decision.
+func (s State) Equal(o State) bool {
+	return s.Policy.Equal(o.Policy) && slices.Equal(s.Problems, o.Problems) &&
+		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
+		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) &&
+		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Pods is what is known of the data the workload's pods hold.
+type Pods struct {
+	// Fresh is set when the pods that will run are created after this admission: a new
+	// workload, or a changed pod template. They read the current data.
+	Fresh bool
+	// Held tells, for sources new to the record, whether the running pods provably
+	// hold their current data (see Running.Holds). A source it does not name is
+	// unproven: the webhook knows nothing of the running pods, the watcher finds out.
+	Held map[SourceRef]bool
+}
+
+// Sources is how the decision sees the ConfigMaps and Secrets of the workload's
+// namespace: the webhook's reads, the watcher's cache, explain's listing.
+type Sources interface {
+	// Names lists the names of the namespace's sources of a kind, for name patterns.
+	Names(kind SourceKind) ([]string, error)
+	// Read returns the sources as they are now; one missing from the map is absent.
+	Read(refs []SourceRef) (map[SourceRef]Source, error)
+}
+
+// Input is what the decision takes.
+type Input struct {
+	Key   Key
+	State State
+	// Mode is how confighash acts in the workload's namespace.
+	Mode Mode
+	Pods Pods
+}
+
+// Decision is what a workload must carry, and whether it does.
+type Decision struct {
+	// Policy is the workload's policy as it applies in its namespace.
+	Policy Policy
+	// Acts is set when confighash acts on the workload: it opts in, or its namespace
+	// opts every workload in, and it does not opt out. The rest is set only then.
+	Acts bool
+	// Observations are the sources the workload uses or names, as they are now,
+	// whether they count or not, sorted by kind and name.
+	Observations []Observation
+	// Record is the sources record to write on its metadata; nil when nothing is to be
+	// written yet, for a workload met for the first time whose pods are not known to
+	// hold the current data. Hash is the hash to write on its pod template, "" for none:
+	// then Adopted is the hash it is adopted at, without a rollout.
+	Record  Record
+	Hash    string
+	Adopted string
+	// Unproven are the sources that started to count, left out of Record until the
+	// running pods are known to hold their current data (Pods.Held).
+	Unproven []SourceRef
+	// Converged is set when the workload already carries Record and Hash, or is
+	// adopted at Record's hash, and nothing is unproven.
+	Converged bool
+}
+
+// ErrTooManySources is returned by Decide for a workload that uses or names more than
+// MaxSources.
+var ErrTooManySources = errors.New("too many sources")
+
+// MaxSources is how many sources one workload may use or name. A workload with more is
+// left as it is, with a warning, rather than hashed from a partial list: each source
+// costs a read at every admission (DESIGN rule 9).
+const MaxSources = 256
+
+// Decide decides what a workload must carry: which sources count, the record of their
+// digests, and the pod-template hash, which changes only when the running pods may
+// hold data other than the current data of a source that counts (DESIGN rules 1, 2
+// and 8). A change of what counts rolls nothing: a source that stops counting keeps
+// its entry, and one that starts to count is recorded without a rollout when the pods
+// hold its current data. The webhook, the watcher and explain all decide here.
+func Decide(in Input, sources Sources) (Decision, error) {
+	s := in.State
+	d := Decision{}
+	if d.Policy, d.Acts = s.PolicyIn(in.Mode); !d.Acts {
+		return d, nil
+	}
+	names, err := d.Policy.patternNames(s.Record, sources)
+	if err != nil {
+		return d, err
+	}
+	candidates := d.Policy.Candidates(s.References, names)
+	used := usedOrNamed(s.References, candidates)
+	if len(used) > MaxSources {
+		return d, fmt.Errorf("%w: the workload uses or names %d ConfigMaps and Secrets, more than the %d allowed; it is left as it is", ErrTooManySources, len(used), MaxSources)
+	}
+	refs := make([]SourceRef, len(used))
+	for i, u := range used {
+		refs[i] = u.SourceRef
+	}
+	current, err := sources.Read(refs)
+	if err != nil {
+		return d, fmt.Errorf("read the sources: %w", err)
+	}
+	d.Observations = d.Policy.observe(in.Key, used, candidates, current)
+
+	first := !s.met() && !in.Pods.Fresh
+	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, held: in.Pods.Held}
+	next, unproven := st.next(s.Record, d.Observations)
+	if !st.rolling && next.Hash(in.Key) != s.Record.Hash(in.Key) {
+		// A rollout is due: the new pods will hold every source's current data.
+		st.rolling = true
+		next, unproven = st.next(s.Record, d.Observations)
+	}
+	if first && len(unproven) > 0 {
+		d.Unproven = unproven
+		return d, nil
+	}
+	hash := next.Hash(in.Key)
+	if s.Hash == "" && !st.rolling && (first || s.Adopted == hash) {
+		d.Record, d.Adopted = next, hash
+	} else {
+		d.Record, d.Hash = next, hash
+	}
+	d.Unproven = unproven
+	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) &&
+		Settled(s.Hash, s.Adopted, hash) && len(unproven) == 0
+	return d, nil
+}
+
+// patternNames returns what the policy's name patterns are matched against: the
+// sources of their kinds that exist now, and those in the record, so that a deleted
+// one stays in it as absent.
+func (p Policy) patternNames(record Record, sources Sources) ([]SourceRef, error) {
+	if len(p.Patterns) == 0 {
+		return nil, nil
+	}
+	names := record.Sources()
+	var listed []SourceKind
+	for _, pat := range p.Patterns {
+		if slices.Contains(listed, pat.Kind) {
+			continue
+		}
+		listed = append(listed, pat.Kind)
+		found, err := sources.Names(pat.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("list the %ss its name patterns may match: %w", pat.Kind, err)
+		}
+		for _, name := range found {
+			names = append(names, SourceRef{pat.Kind, name})
+		}
+	}
+	return names, nil
+}
+
+// usedOrNamed merges the pod template's references with the candidates, both sorted,
+// taking a candidate's form (whole objects for named ones) where both have a source.
+func usedOrNamed(refs, candidates []Reference) []Reference {
+	out := make([]Reference, 0, len(refs)+len(candidates))
+	i, j := 0, 0
+	for i < len(refs) || j < len(candidates) {
+		switch {
+		case j == len(candidates) || i < len(refs) && refs[i].compare(candidates[j].SourceRef) < 0:
+			out = append(out, refs[i])
+			i++
+		case i < len(refs) && refs[i].SourceRef == candidates[j].SourceRef:
+			out = append(out, candidates[j])
+			i, j = i+1, j+1
+		default:
+			out = append(out, candidates[j])
+			j++
+		}
+	}
+	return out
+}
+
+// observe returns the observations of the used or named sources: whether each exists,
+// whether it counts, and its digest when it exists. Sources missing from the map are
+// absent.
+func (p Policy) observe(key Key, used, candidates []Reference, sources map[SourceRef]Source) []Observation {
+	obs := make([]Observation, len(used))
+	for i, ref := range used {
+		_, candidate := slices.BinarySearchFunc(candidates, ref.SourceRef, func(r Reference, t SourceRef) int { return r.compare(t) })
+		src, ok := sources[ref.SourceRef]
+		o := Observation{Reference: ref, Present: ok && src.Present, Counts: candidate}
+		if o.Present {
+			o.Digest = SourceDigest(key, ref, src)
+			o.Counts = candidate && p.counts(ref, src)
+		}
+		obs[i] = o
+	}
+	return obs
+}

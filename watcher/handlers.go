@@ -1,0 +1,105 @@
+package watcher
+
+import (
+	"slices"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// The informers' handlers: each enqueues the workloads a change may concern, and
+// never does the work itself.
+
+// sourceChanged enqueues the workloads that may use a source whose data, existence or
+// counting annotations changed.
+func (w *Watcher) sourceChanged(old, obj any, initial bool) {
+	if initial {
+		return // the leader's resync covers what existed before
+	}
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	d, ok := obj.(*sourcecache.Digested)
+	if !ok {
+		return
+	}
+	if prev, ok := old.(*sourcecache.Digested); ok && prev.Source.Equal(d.Source) {
+		return // metadata only
+	}
+	w.cfg.Metrics.SourceChanged(d.Source.Kind)
+	w.enqueueUsers(d.Namespace, d.Source.SourceRef)
+}
+
+// enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
+func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
+	if w.namespaces.Mode(namespace) != confighash.ModeOff {
+		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
+		w.enqueueIndexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
+			return slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
+		})
+	}
+}
+
+// enqueueIndexed enqueues the workloads confighash acts on in the namespace that an
+// index of the workload informers lists under value, and that match when it is given,
+// spread at TouchRate.
+func (w *Watcher) enqueueIndexed(namespace, index, value string, match func(*view) bool) {
+	i := 0
+	for _, in := range w.workloads {
+		inf := in.For(namespace)
+		if inf == nil {
+			continue
+		}
+		objs, _ := inf.GetIndexer().ByIndex(index, value)
+		for _, obj := range objs {
+			if v, ok := obj.(*view); ok && (match == nil || match(v)) && w.acts(v) {
+				w.enqueue(v, w.cfg.Debounce+time.Duration(i)*w.touchInterval)
+				i++
+			}
+		}
+	}
+}
+
+// workloadChanged enqueues a workload whose opt-in, references or record changed, for
+// a convergence check; status updates and our own touches do not change a view.
+func (w *Watcher) workloadChanged(old, obj any, initial bool) {
+	v, ok := obj.(*view)
+	if !ok || initial {
+		return
+	}
+	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.DeletionTimestamp.Equal(v.DeletionTimestamp) {
+		return
+	}
+	if w.acts(v) {
+		w.enqueue(v, w.cfg.Debounce)
+	}
+}
+
+// enqueue queues the workload for a check after the delay, or, while its pause
+// period holds it, when that ends.
+func (w *Watcher) enqueue(v *view, after time.Duration) {
+	key := keyOf(v)
+	w.queue.AddAfter(key, w.progress.reached(key, time.Now(), after))
+}
+
+// resync enqueues every workload that drifted while no watcher led.
+func (w *Watcher) resync() {
+	drifted := 0
+	for _, in := range w.workloads {
+		for _, obj := range in.List() {
+			v, ok := obj.(*view)
+			if !ok || !w.acts(v) {
+				continue
+			}
+			if d, err := w.decide(v, confighash.Pods{}); err != nil || !d.Converged {
+				w.enqueue(v, time.Duration(drifted)*w.touchInterval)
+				drifted++
+			}
+		}
+	}
+	w.cfg.Metrics.Resynced(drifted)
+	w.cfg.Log.Info().Int("drifted", drifted).Msg("resync done")
+}

@@ -1,0 +1,199 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// The worker loop and the sync: a workload taken from the queue is decided as the
+// webhook decides it, from the cache, and converged.
+
+func (w *Watcher) processNext(ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	w.cfg.Metrics.QueueDepth(w.queue.Len())
+	if err := w.sync(ctx, key); err != nil {
+		if ctx.Err() != nil {
+			return true
+		}
+		w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Int("attempt", w.queue.NumRequeues(key)+1).Msg("workload not converged; retrying")
+		w.queue.AddRateLimited(key)
+		return true
+	}
+	w.queue.Forget(key)
+	return true
+}
+
+func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
+
+// acts reports whether the watcher acts on the workload: confighash acts on it in its
+// namespace, and it is not being deleted.
+func (w *Watcher) acts(v *view) bool {
+	_, acts := v.PolicyIn(w.namespaces.Mode(v.Namespace))
+	return acts && v.DeletionTimestamp == nil
+}
+
+// decide decides for the workload from the cache, as the webhook would.
+func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
+	return confighash.Decide(confighash.Input{Key: w.cfg.Key, State: v.State, Mode: w.namespaces.Mode(v.Namespace), Pods: pods},
+		cachedSources{w.sources, v.Namespace})
+}
+
+// errNotConverged means the touch was admitted without the webhook's hash: the
+// webhook failed open.
+var errNotConverged = errors.New("the webhook did not write the hash")
+
+// sync converges one workload: nothing when it already is; when sources started to
+// count, a record of them from what its running pods hold; otherwise a touch, and
+// past HealAfter failed touches, the watcher's own write.
+func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
+	v := w.lookup(key)
+	// A namespace whose sources cannot be listed is left alone: the record computed
+	// from a cache without them would be wrong, and healing would write it.
+	if v == nil || !w.sources.Covers(key.Namespace) || !w.acts(v) {
+		w.progress.done(key)
+		return nil
+	}
+	d, err := w.decide(v, confighash.Pods{})
+	w.warnAboutAnnotations(key, v, err)
+	switch {
+	case errors.Is(err, confighash.ErrTooManySources):
+		w.progress.unreached(key) // the warning stays sent for this version
+		return nil
+	case err != nil:
+		return err
+	}
+	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.String()).Str("want", d.Record.String()).Msg("checked")
+	switch {
+	case d.Converged:
+		w.converged(key)
+		return nil
+	case len(d.Unproven) > 0:
+		return w.record(ctx, key, v, d)
+	case w.queue.NumRequeues(key) >= w.cfg.HealAfter:
+		return w.heal(ctx, key, v, d)
+	}
+	// The pause starts before the touch: the touch's own update event, and changes
+	// that follow it at once, must already find the workload held.
+	rolls := d.Hash != v.Hash
+	if rolls {
+		w.progress.pause(key, d.Policy.PausePeriod)
+	}
+	trig := triggers(v, d.Record, w.sources)
+	admitted, err := w.touch(ctx, v, trig)
+	return w.admitted(key, v, d, trig, nil, admitted, err)
+}
+
+// admitted checks the workload as admitted after the watcher's write: it carries the
+// decision, or the webhook failed open and the write is retried. It tells what
+// happened: a rollout, the sources that started to count (counted) recorded without
+// one, or a record rewritten.
+func (w *Watcher) admitted(key workloadKey, v *view, d confighash.Decision, trig []confighash.Trigger, counted []confighash.SourceRef, admitted *view, err error) error {
+	if err != nil {
+		w.progress.unpause(key)
+		w.cfg.Metrics.Touch(TouchError)
+		return err
+	}
+	if admitted == nil {
+		w.progress.done(key) // deleted meanwhile
+		return nil
+	}
+	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, d.Record) || !confighash.Settled(admitted.Hash, admitted.Adopted, d.Record.Hash(w.cfg.Key)) {
+		w.progress.unpause(key)
+		w.cfg.Metrics.Touch(TouchNotConverged)
+		return errNotConverged
+	}
+	ref := objectRef(v)
+	switch {
+	case admitted.Hash != v.Hash:
+		w.cfg.Metrics.Touch(TouchConverged)
+		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+changedSources(v.Record, d.Record))
+		w.alert(alert.Rolled, v, trig, "")
+	case v.Record == nil && v.Hash == "" && v.Adopted == "":
+		w.cfg.Metrics.Touch(TouchAdopted)
+		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "Adopted",
+			fmt.Sprintf("its pods already have the current data of its %d sources: recorded without a rollout", len(d.Record)))
+	case len(counted) > 0:
+		w.cfg.Metrics.Touch(TouchAdopted)
+		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "Counted",
+			fmt.Sprintf("%s started to count, and its pods already have the data: recorded without a rollout", sourceList(counted)))
+	default:
+		w.cfg.Metrics.Touch(TouchConverged)
+	}
+	w.converged(key)
+	return nil
+}
+
+// warnAboutAnnotations sends one Event per version of the workload for its bad
+// annotations and for too many sources.
+func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
+	tooMany := errors.Is(err, confighash.ErrTooManySources)
+	if len(v.Problems) == 0 && !tooMany || !w.progress.warnOnce(key, v.ResourceVersion) {
+		return
+	}
+	msgs := make([]string, len(v.Problems))
+	for i, p := range v.Problems {
+		msgs[i] = "ignored: " + p.Error()
+	}
+	if tooMany {
+		msgs = append(msgs, "not hashed: "+err.Error())
+	}
+	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "BadAnnotation", strings.Join(msgs, "; "))
+}
+
+// converged records the convergence latency of a workload a change reached.
+func (w *Watcher) converged(key workloadKey) {
+	if d, ok := w.progress.converged(key); ok {
+		w.cfg.Metrics.Converged(d)
+	}
+}
+
+// lookup returns the cached view of the workload, or nil.
+func (w *Watcher) lookup(key workloadKey) *view {
+	in, ok := w.workloads[key.Kind]
+	if !ok {
+		return nil
+	}
+	inf := in.For(key.Namespace)
+	if inf == nil {
+		return nil
+	}
+	obj, exists, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
+	v, isView := obj.(*view)
+	if err != nil || !exists || !isView {
+		return nil
+	}
+	return v
+}
+
+// cachedSources are the sources of one namespace as the watcher's cache holds them.
+type cachedSources struct {
+	cache     *sourcecache.Cache
+	namespace string
+}
+
+func (c cachedSources) Names(kind confighash.SourceKind) ([]string, error) {
+	return c.cache.Names(c.namespace, kind), nil
+}
+
+func (c cachedSources) Read(refs []confighash.SourceRef) (map[confighash.SourceRef]confighash.Source, error) {
+	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
+	for _, ref := range refs {
+		if d, ok := c.cache.Lookup(c.namespace, ref); ok {
+			out[ref] = d.Source
+		}
+	}
+	return out, nil
+}

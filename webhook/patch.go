@@ -1,0 +1,82 @@
+package webhook
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/confighash/confighash"
+)
+
+// patchOp is one JSON patch (RFC 6902) operation.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"` // none for a remove
+}
+
+// written is what the webhook writes on a workload.
+type written struct {
+	record string // on the metadata
+	hash   string // on the pod template; empty leaves it without one
+	// adopted stays on the metadata when set; otherwise it is removed.
+	adopted string
+}
+
+// annotationPatch returns the operations that write w: the record and the adoption on
+// the metadata and the hash on the pod template, for those that differ. An "add"
+// replaces a member that exists; a missing annotations map (or template metadata) is
+// added whole.
+func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w written) ([]patchOp, error) {
+	var ops []patchOp
+	set := func(parent []string, key, value string) error {
+		path := append(slices.Clone(parent), "annotations")
+		raw, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
+		switch annotations := raw.(type) {
+		case map[string]any:
+			if annotations[key] != value {
+				ops = append(ops, patchOp{"add", pointer(append(path, key)), value})
+			}
+		case nil: // absent, or null
+			if meta, _, _ := unstructured.NestedFieldNoCopy(u.Object, parent...); meta == nil {
+				ops = append(ops, patchOp{"add", pointer(parent), map[string]any{"annotations": map[string]string{key: value}}})
+			} else {
+				ops = append(ops, patchOp{"add", pointer(path), map[string]string{key: value}})
+			}
+		default:
+			return fmt.Errorf("%s is not a map of annotations", pointer(path))
+		}
+		return nil
+	}
+	if err := set([]string{"metadata"}, confighash.AnnotationSources, w.record); err != nil {
+		return nil, err
+	}
+	if w.adopted != "" {
+		if err := set([]string{"metadata"}, confighash.AnnotationAdopted, w.adopted); err != nil {
+			return nil, err
+		}
+	} else if _, ok := u.GetAnnotations()[confighash.AnnotationAdopted]; ok {
+		ops = append(ops, patchOp{Op: "remove", Path: pointer([]string{"metadata", "annotations", confighash.AnnotationAdopted})})
+	}
+	if w.hash == "" {
+		return ops, nil
+	}
+	if err := set(append(slices.Clone(kind.TemplatePath), "metadata"), confighash.AnnotationHash, w.hash); err != nil {
+		return nil, err
+	}
+	return ops, nil
+}
+
+// pointer is the JSON pointer (RFC 6901) to a field path.
+func pointer(path []string) string {
+	var b strings.Builder
+	for _, p := range path {
+		b.WriteByte('/')
+		b.WriteString(pointerEscaper.Replace(p))
+	}
+	return b.String()
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
