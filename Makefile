@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)
 GO_TEST_TIMEOUT ?= 45m
 # Fuzz targets, as package:target; make test runs each briefly, make fuzz longer.
-FUZZ_TARGETS := .:FuzzParsePolicy .:FuzzParseRecord .:FuzzWorkloadFromJSON ./webhook:FuzzAdmissionHandler
+FUZZ_TARGETS := .:FuzzParsePolicy .:FuzzParseRecord .:FuzzWorkloadFromJSON .:FuzzModel ./webhook:FuzzAdmissionHandler
 FUZZTIME ?= 2m
 TEST_FUZZTIME ?= 10s
 

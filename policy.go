@@ -120,36 +120,7 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	p.PausePeriod = r.duration(AnnotationPausePeriod)
 
 	if v.Reloader {
-		auto, autoSet := r.boolean(ReloaderAuto)
-		search, searchSet := r.boolean(ReloaderSearch)
-		configMaps, configMapsSet := r.boolean(ReloaderConfigMapAuto)
-		secrets, secretsSet := r.boolean(ReloaderSecretAuto)
-		p.decided[ConfigMap] = p.decided[ConfigMap] || autoSet || searchSet || configMapsSet
-		p.decided[Secret] = p.decided[Secret] || autoSet || searchSet || secretsSet
-		p.OptOut = p.OptOut || autoSet && !auto
-		all = all || auto || search
-		p.Search = p.Search || search
-		p.Discover[ConfigMap] = configMaps
-		p.Discover[Secret] = secrets
-		for _, l := range []struct {
-			annotation string
-			kind       SourceKind
-		}{{ReloaderConfigMapReload, ConfigMap}, {ReloaderSecretReload, Secret}} {
-			refs, patterns := r.patterns(l.annotation, l.kind)
-			p.Include = append(p.Include, refs...)
-			p.Patterns = append(p.Patterns, patterns...)
-		}
-		for _, ref := range append(r.names(ReloaderConfigMapExclude, ConfigMap), r.names(ReloaderSecretExclude, Secret)...) {
-			p.Exclude[ref] = true
-		}
-		if p.PausePeriod == 0 {
-			p.PausePeriod = r.duration(ReloaderPausePeriod)
-		}
-		for _, u := range reloaderUnsupported {
-			if value, ok := r.get(u.annotation); ok {
-				r.problem(u.annotation, value, "has no confighash equivalent and is ignored: "+u.reason)
-			}
-		}
+		all = r.reloader(&p) || all
 	}
 	if all {
 		p.Discover[ConfigMap], p.Discover[Secret] = true, true

@@ -26,6 +26,80 @@ const (
 	ReloaderPausePeriod = "deployment.reloader.stakater.com/pause-period"
 )
 
+// meaning is what one of Reloader's workload annotations is read as.
+type meaning int
+
+const (
+	optIn    meaning = iota // "true" opts in (for its kind, if it has one); untyped "false" opts out
+	searchIn                // "true" opts in, counting only matching sources
+	named                   // names sources to hash, used or not: regular expressions on whole names
+	excluded                // names sources never to hash
+	pause                   // AnnotationPausePeriod, unless that is set
+)
+
+// reloaderWorkload is Reloader's vocabulary on a workload: each annotation, what it
+// is read as, and for which kind of source ("" for both). On a source,
+// ReloaderIgnore and ReloaderMatch are AnnotationIgnore and AnnotationMatch.
+var reloaderWorkload = []struct {
+	annotation string
+	as         meaning
+	kind       SourceKind
+}{
+	{ReloaderAuto, optIn, ""},
+	{ReloaderConfigMapAuto, optIn, ConfigMap},
+	{ReloaderSecretAuto, optIn, Secret},
+	{ReloaderConfigMapReload, named, ConfigMap},
+	{ReloaderSecretReload, named, Secret},
+	{ReloaderSearch, searchIn, ""},
+	{ReloaderConfigMapExclude, excluded, ConfigMap},
+	{ReloaderSecretExclude, excluded, Secret},
+	{ReloaderPausePeriod, pause, ""},
+}
+
+// reloader reads Reloader's workload annotations into p, and reports whether they opt
+// in to every kind of source.
+func (r *policyReader) reloader(p *Policy) (all bool) {
+	for _, a := range reloaderWorkload {
+		kinds := []SourceKind{ConfigMap, Secret}
+		if a.kind != "" {
+			kinds = []SourceKind{a.kind}
+		}
+		switch a.as {
+		case optIn, searchIn:
+			on, set := r.boolean(a.annotation)
+			for _, kind := range kinds {
+				p.decided[kind] = p.decided[kind] || set
+			}
+			switch {
+			case a.as == searchIn:
+				all, p.Search = all || on, p.Search || on
+			case a.kind == "":
+				all, p.OptOut = all || on, p.OptOut || set && !on
+			default:
+				p.Discover[a.kind] = on
+			}
+		case named:
+			refs, patterns := r.patterns(a.annotation, a.kind)
+			p.Include = append(p.Include, refs...)
+			p.Patterns = append(p.Patterns, patterns...)
+		case excluded:
+			for _, ref := range r.names(a.annotation, a.kind) {
+				p.Exclude[ref] = true
+			}
+		case pause:
+			if p.PausePeriod == 0 {
+				p.PausePeriod = r.duration(a.annotation)
+			}
+		}
+	}
+	for _, u := range reloaderUnsupported {
+		if value, ok := r.get(u.annotation); ok {
+			r.problem(u.annotation, value, "has no confighash equivalent and is ignored: "+u.reason)
+		}
+	}
+	return all
+}
+
 // reloaderUnsupported are Reloader's annotations that have no confighash equivalent,
 // with the reason a user is told once per workload.
 var reloaderUnsupported = []struct{ annotation, reason string }{
@@ -46,8 +120,11 @@ type Vocabulary struct {
 func (v Vocabulary) OptInAnnotations() []string {
 	names := []string{AnnotationInject, AnnotationIncludeConfigMaps, AnnotationIncludeSecrets}
 	if v.Reloader {
-		names = append(names, ReloaderAuto, ReloaderConfigMapAuto, ReloaderSecretAuto,
-			ReloaderConfigMapReload, ReloaderSecretReload, ReloaderSearch)
+		for _, a := range reloaderWorkload {
+			if a.as == optIn || a.as == searchIn || a.as == named {
+				names = append(names, a.annotation)
+			}
+		}
 	}
 	return names
 }
