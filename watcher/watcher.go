@@ -231,4 +231,3 @@ func (w *Watcher) Lead(ctx context.Context) error {
 	wg.Wait()
 	return nil
 }
-
