@@ -26,6 +26,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/ledger"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -73,17 +74,17 @@ func TestFaultConcurrentWriterLosesNothingAndRollsNothingExtra(t *testing.T) {
 		writer <- nil
 	}()
 	rng := rand.New(rand.NewPCG(8, 8))
-	mustDrive(t, c, l, 200*time.Millisecond, 20*time.Second, func() source { return configMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(n))) })
+	mustDrive(t, c, l, 200*time.Millisecond, 20*time.Second, func() ledger.Source { return ledger.ConfigMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(n))) })
 	stopping.Store(true)
 	if err := <-writer; err != nil {
 		t.Fatal(err)
 	}
-	l.settle(t, 2*time.Minute)
-	o := l.outcome(time.Time{})
+	l.Settle(t, 2*time.Minute, quietPeriod)
+	o := l.Outcome(time.Time{})
 	t.Logf("updates %d, rollouts %d, coalesced %d, lost %d, spurious %d; the other writer wrote %d Deployments",
-		o.updates, o.rollouts, o.coalesced, o.lost, o.spurious, len(last))
-	if o.lost != 0 || o.spurious != 0 || o.rollouts == 0 {
-		t.Fatalf("lost %d, spurious %d, rollouts %d: want every change rolled once and nothing else", o.lost, o.spurious, o.rollouts)
+		o.Updates, o.Rollouts, o.Coalesced, o.Lost, o.Spurious, len(last))
+	if o.Lost != 0 || o.Spurious != 0 || o.Rollouts == 0 {
+		t.Fatalf("lost %d, spurious %d, rollouts %d: want every change rolled once and nothing else", o.Lost, o.Spurious, o.Rollouts)
 	}
 	for name, want := range last {
 		d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
@@ -260,7 +261,7 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	f := newFaultSet(t, c, 10, 0)
 	const late = 5
 	for i := range late {
-		f.l.recordUpdate(createConfigMap(t, c, f.ns, fmt.Sprintf("late-%d", i), map[string]string{"k": "initial"}), time.Now())
+		f.l.RecordUpdate(createConfigMap(t, c, f.ns, fmt.Sprintf("late-%d", i), map[string]string{"k": "initial"}), time.Now())
 	}
 	w := startBenchWatcher(t, c)
 	// The late ConfigMaps are written a second before the Deployments that use them,
@@ -279,7 +280,7 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	for i := range late {
 		name := fmt.Sprintf("late-%d", i)
 		start := time.Now()
-		created, err := client.AppsV1().Deployments(f.ns).Create(t.Context(), f.deployment(name, configMapIn(f.ns, name)), metav1.CreateOptions{})
+		created, err := client.AppsV1().Deployments(f.ns).Create(t.Context(), f.deployment(name, ledger.ConfigMapIn(f.ns, name)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("create %s while the API server is slow: %v", name, err)
 		}
@@ -300,7 +301,7 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	f.check(t)
 
 	for i := range late {
-		if err := f.l.update(t.Context(), c, configMapIn(f.ns, fmt.Sprintf("late-%d", i)), nextValue()); err != nil {
+		if err := f.l.Update(t.Context(), c, ledger.ConfigMapIn(f.ns, fmt.Sprintf("late-%d", i)), nextValue()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -308,7 +309,7 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	t.Logf("%d reads held; webhook answers allowed unchanged: %.0f; watcher touches: %.0f converged, %.0f not converged, %.0f healed, %.0f adopted; rollouts %d",
 		slow.held.Load(), wh.metric(t, `confighash_webhook_mutations_total{kind="Deployment",result="error"}`),
 		w.metric(t, `confighash_watcher_touches_total{result="converged"}`), w.metric(t, `confighash_watcher_touches_total{result="not_converged"}`),
-		w.metric(t, `confighash_watcher_touches_total{result="healed"}`), w.metric(t, `confighash_watcher_touches_total{result="adopted"}`), o.rollouts)
+		w.metric(t, `confighash_watcher_touches_total{result="healed"}`), w.metric(t, `confighash_watcher_touches_total{result="adopted"}`), o.Rollouts)
 	if got := w.metric(t, `confighash_watcher_touches_total{result="adopted"}`); got != late {
 		t.Errorf("%v Deployments adopted, want the %d created unhashed", got, late)
 	}

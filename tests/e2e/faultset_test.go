@@ -17,6 +17,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/ledger"
 )
 
 // faultSet is the workloads a fault test runs over, in a new labelled namespace:
@@ -28,9 +29,9 @@ import (
 type faultSet struct {
 	c       *cluster.Cluster
 	ns      string
-	l       *ledger
-	sources []source // each used by one Deployment: what the stream changes
-	shared  source
+	l       *ledger.Ledger
+	sources []ledger.Source // each used by one Deployment: what the stream changes
+	shared  ledger.Source
 	fanOut  int
 }
 
@@ -39,17 +40,17 @@ type faultSet struct {
 func newFaultSet(t testing.TB, c *cluster.Cluster, n, fanOut int) *faultSet {
 	t.Helper()
 	ns := labeledNamespace(t, c)
-	f := &faultSet{c: c, ns: ns, l: newLedger(t, c), shared: configMapIn(ns, "shared"), fanOut: fanOut}
-	f.l.fromReplicaSets(c, ns)
+	f := &faultSet{c: c, ns: ns, l: ledger.New(t, c, hashKey(t, c)), shared: ledger.ConfigMapIn(ns, "shared"), fanOut: fanOut}
+	f.l.FromReplicaSets(c, ns)
 	for i := range n {
 		cm, secret := fmt.Sprintf("cm-%d", i), fmt.Sprintf("secret-%d", i)
-		f.l.recordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())
-		f.l.recordSecretUpdate(createSecret(t, c, ns, secret, map[string]string{"k": "initial"}), time.Now())
-		f.sources = append(f.sources, configMapIn(ns, cm), secretIn(ns, secret))
-		f.create(t, fmt.Sprintf("web-%d", i), configMapIn(ns, cm))
-		f.create(t, fmt.Sprintf("api-%d", i), secretIn(ns, secret))
+		f.l.RecordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())
+		f.l.RecordSecretUpdate(createSecret(t, c, ns, secret, map[string]string{"k": "initial"}), time.Now())
+		f.sources = append(f.sources, ledger.ConfigMapIn(ns, cm), ledger.SecretIn(ns, secret))
+		f.create(t, fmt.Sprintf("web-%d", i), ledger.ConfigMapIn(ns, cm))
+		f.create(t, fmt.Sprintf("api-%d", i), ledger.SecretIn(ns, secret))
 	}
-	f.l.recordUpdate(createConfigMap(t, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
+	f.l.RecordUpdate(createConfigMap(t, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
 	for i := range fanOut {
 		f.create(t, fmt.Sprintf("fan-%d", i), f.shared)
 	}
@@ -57,29 +58,29 @@ func newFaultSet(t testing.TB, c *cluster.Cluster, n, fanOut int) *faultSet {
 	// made it would make it the rollout.
 	waitFor(t, 2*time.Minute, "every Deployment's first ReplicaSet", func() bool {
 		list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
-		return err == nil && len(list.Items) == len(f.l.uses)
+		return err == nil && len(list.Items) == f.l.Workloads()
 	})
 	return f
 }
 
 // create makes a Deployment that uses src whole and keeps its whole history.
-func (f *faultSet) create(t testing.TB, name string, src source) {
+func (f *faultSet) create(t testing.TB, name string, src ledger.Source) {
 	t.Helper()
 	createDeployment(t, f.c, f.ns, f.deployment(name, src))
 }
 
 // deployment returns a Deployment of no pods that uses src whole and keeps its whole
 // history, and declares the use to the ledger.
-func (f *faultSet) deployment(name string, src source) *appsv1.Deployment {
+func (f *faultSet) deployment(name string, src ledger.Source) *appsv1.Deployment {
 	tmpl := plainTemplate()
-	if src.ref.Kind == confighash.Secret {
-		tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: src.ref.Name}}}}
+	if src.Ref.Kind == confighash.Secret {
+		tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: src.Ref.Name}}}}
 	} else {
-		tmpl = envFromTemplate(src.ref.Name)
+		tmpl = envFromTemplate(src.Ref.Name)
 	}
 	d := deployment(name, 0, tmpl)
 	d.Spec.RevisionHistoryLimit = ptr.To[int32](1000)
-	f.l.use(confighash.Deployment, f.ns, name, src)
+	f.l.Use(confighash.Deployment, f.ns, name, src)
 	return d
 }
 
@@ -92,7 +93,7 @@ func nextValue() string { return fmt.Sprintf("v%d", faultValues.Add(1)) }
 // changeShared updates the ConfigMap of the fan-out.
 func (f *faultSet) changeShared(t testing.TB) {
 	t.Helper()
-	if err := f.l.update(t.Context(), f.c, f.shared, nextValue()); err != nil {
+	if err := f.l.Update(t.Context(), f.c, f.shared, nextValue()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -101,14 +102,12 @@ func (f *faultSet) changeShared(t testing.TB) {
 // (their first is 1), as the ledger reads them from the ReplicaSets.
 func (f *faultSet) fannedOut(t testing.TB, rev int) int {
 	t.Helper()
-	if err := f.l.read(t.Context()); err != nil {
+	if err := f.l.Read(t.Context()); err != nil {
 		return -1 // the API server may be away; the caller polls again
 	}
-	f.l.mu.Lock()
-	defer f.l.mu.Unlock()
 	rolled := 0
 	for i := range f.fanOut {
-		if len(f.l.rollouts[workloadID(confighash.Deployment, f.ns, fmt.Sprintf("fan-%d", i))]) >= rev-1 {
+		if f.l.Rollouts(ledger.WorkloadID(confighash.Deployment, f.ns, fmt.Sprintf("fan-%d", i))) >= rev-1 {
 			rolled++
 		}
 	}
@@ -173,7 +172,7 @@ func (f *faultSet) stream(t testing.TB, interval time.Duration, seed uint64) *st
 			case <-tick.C:
 			}
 			s.hold.Lock()
-			err := f.l.update(ctx, f.c, f.sources[rng.IntN(len(f.sources))], nextValue())
+			err := f.l.Update(ctx, f.c, f.sources[rng.IntN(len(f.sources))], nextValue())
 			s.hold.Unlock()
 			if err != nil && ctx.Err() == nil {
 				s.done <- err
@@ -196,13 +195,13 @@ func (s *stream) stop(t testing.TB) {
 
 // check settles the ledger and fails the test unless every change rolled each
 // workload that uses it exactly once and nothing rolled without a change.
-func (f *faultSet) check(t testing.TB) outcome {
+func (f *faultSet) check(t testing.TB) ledger.Outcome {
 	t.Helper()
-	f.l.settle(t, 3*time.Minute)
-	o := f.l.outcome(time.Time{})
-	t.Logf("ledger: %d updates to roll, %d rollouts, %d coalesced, %d lost, %d spurious", o.updates, o.rollouts, o.coalesced, o.lost, o.spurious)
-	if o.lost != 0 || o.spurious != 0 || o.rollouts == 0 {
-		t.Fatalf("lost %d, spurious %d, rollouts %d: want every change rolled once and nothing else", o.lost, o.spurious, o.rollouts)
+	f.l.Settle(t, 3*time.Minute, quietPeriod)
+	o := f.l.Outcome(time.Time{})
+	t.Logf("ledger: %d updates to roll, %d rollouts, %d coalesced, %d lost, %d spurious", o.Updates, o.Rollouts, o.Coalesced, o.Lost, o.Spurious)
+	if o.Lost != 0 || o.Spurious != 0 || o.Rollouts == 0 {
+		t.Fatalf("lost %d, spurious %d, rollouts %d: want every change rolled once and nothing else", o.Lost, o.Spurious, o.Rollouts)
 	}
 	return o
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/bench"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/ledger"
 )
 
 // The scenarios of `make bench` (docs/benchmarks.md). Each runs once, against the local
@@ -58,38 +59,38 @@ func startBenchWatcher(t testing.TB, c *cluster.Cluster, extra ...string) *compo
 
 // createUsers creates, in ns, n ConfigMaps cm-i and n Deployments web-i of replicas
 // pods, each using cm-i whole, and declares the uses to the ledger.
-func createUsers(t testing.TB, c *cluster.Cluster, l *ledger, ns string, n int, replicas int32) {
+func createUsers(t testing.TB, c *cluster.Cluster, l *ledger.Ledger, ns string, n int, replicas int32) {
 	t.Helper()
 	for i := range n {
 		cm := fmt.Sprintf("cm-%d", i)
-		l.recordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())
+		l.RecordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())
 		name := fmt.Sprintf("web-%d", i)
 		createDeployment(t, c, ns, deployment(name, replicas, envFromTemplate(cm)))
-		l.use(confighash.Deployment, ns, name, configMapIn(ns, cm))
+		l.Use(confighash.Deployment, ns, name, ledger.ConfigMapIn(ns, cm))
 	}
 }
 
 // oneToOne starts the webhook, creates n ConfigMaps and n Deployments of 1 replica
 // each using one of them in a new namespace, starts the watcher, and returns the
 // namespace, the ledger watching the Deployments, and the watcher.
-func oneToOne(t testing.TB, c *cluster.Cluster, n int) (string, *ledger, *component) {
+func oneToOne(t testing.TB, c *cluster.Cluster, n int) (string, *ledger.Ledger, *component) {
 	t.Helper()
 	startWebhook(t, c, benchLogLevel)
 	ns := labeledNamespace(t, c)
-	l := newLedger(t, c)
+	l := ledger.New(t, c, hashKey(t, c))
 	createUsers(t, c, l, ns, n, 1)
 	w := startBenchWatcher(t, c)
-	l.watch(t, confighash.Deployment)
+	l.Watch(t, confighash.Deployment)
 	return ns, l, w
 }
 
 // drive updates a source that pick chooses every interval for d, each time to a new
 // value. It returns at the first failed update.
-func drive(ctx context.Context, c *cluster.Cluster, l *ledger, interval, d time.Duration, pick func() source) error {
+func drive(ctx context.Context, c *cluster.Cluster, l *ledger.Ledger, interval, d time.Duration, pick func() ledger.Source) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for n, end := 0, time.Now().Add(d); time.Now().Before(end); n++ {
-		if err := l.update(ctx, c, pick(), fmt.Sprintf("v%d", n)); err != nil {
+		if err := l.Update(ctx, c, pick(), fmt.Sprintf("v%d", n)); err != nil {
 			return err
 		}
 		<-tick.C
@@ -98,7 +99,7 @@ func drive(ctx context.Context, c *cluster.Cluster, l *ledger, interval, d time.
 }
 
 // mustDrive is drive for the test's own goroutine.
-func mustDrive(t testing.TB, c *cluster.Cluster, l *ledger, interval, d time.Duration, pick func() source) {
+func mustDrive(t testing.TB, c *cluster.Cluster, l *ledger.Ledger, interval, d time.Duration, pick func() ledger.Source) {
 	t.Helper()
 	if err := drive(t.Context(), c, l, interval, d, pick); err != nil {
 		t.Fatal(err)
@@ -107,17 +108,17 @@ func mustDrive(t testing.TB, c *cluster.Cluster, l *ledger, interval, d time.Dur
 
 // addOutcome adds the ledger's counts and latencies to the scenario, and returns
 // whether each update rolled each workload using it exactly once.
-func addOutcome(s *bench.Scenario, o outcome) bool {
-	s.Add("updates", float64(o.updates), "count")
-	s.Add("rollouts", float64(o.rollouts), "count")
-	s.Add("coalesced", float64(o.coalesced), "count")
-	s.Add("lost", float64(o.lost), "count")
-	s.Add("spurious", float64(o.spurious), "count")
-	s.AddLatencies("latency", o.latencies)
-	if o.coalesced > 0 {
-		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d updates were coalesced: they came within the debounce window of a later update of the same ConfigMap, and rolled with it.", o.coalesced, o.updates))
+func addOutcome(s *bench.Scenario, o ledger.Outcome) bool {
+	s.Add("updates", float64(o.Updates), "count")
+	s.Add("rollouts", float64(o.Rollouts), "count")
+	s.Add("coalesced", float64(o.Coalesced), "count")
+	s.Add("lost", float64(o.Lost), "count")
+	s.Add("spurious", float64(o.Spurious), "count")
+	s.AddLatencies("latency", o.Latencies)
+	if o.Coalesced > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d updates were coalesced: they came within the debounce window of a later update of the same ConfigMap, and rolled with it.", o.Coalesced, o.Updates))
 	}
-	return o.lost == 0 && o.spurious == 0
+	return o.Lost == 0 && o.Spurious == 0
 }
 
 // exactlyOnce is the goal of the scenarios that count rollouts.
@@ -132,9 +133,9 @@ func BenchmarkScenarioBurst(b *testing.B) {
 	}, func(s *bench.Scenario) {
 		ns, l, _ := oneToOne(b, c, 10)
 		rng := rand.New(rand.NewPCG(1, 1))
-		mustDrive(b, c, l, 100*time.Millisecond, 30*time.Second, func() source { return configMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(10))) })
-		l.settle(b, 2*time.Minute)
-		s.Judge(exactlyOnce, addOutcome(s, l.outcome(time.Time{})))
+		mustDrive(b, c, l, 100*time.Millisecond, 30*time.Second, func() ledger.Source { return ledger.ConfigMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(10))) })
+		l.Settle(b, 2*time.Minute, quietPeriod)
+		s.Judge(exactlyOnce, addOutcome(s, l.Outcome(time.Time{})))
 	})
 }
 
@@ -158,12 +159,12 @@ func BenchmarkScenarioNoOp(b *testing.B) {
 			updates++
 		}
 		time.Sleep(quietPeriod + time.Second) // past the debounce
-		o := l.outcome(time.Time{})
+		o := l.Outcome(time.Time{})
 		touches := w.metric(b, "confighash_watcher_touches_total")
 		s.Add("label updates", float64(updates), "count")
-		s.Add("rollouts", float64(o.rollouts), "count")
+		s.Add("rollouts", float64(o.Rollouts), "count")
 		s.Add("touches", touches, "count")
-		s.Judge("no rollout and no touch: labels are metadata, never hashed", o.rollouts == 0 && touches == 0)
+		s.Judge("no rollout and no touch: labels are metadata, never hashed", o.Rollouts == 0 && touches == 0)
 	})
 }
 
@@ -176,7 +177,7 @@ func BenchmarkScenarioManyNamespaces(b *testing.B) {
 		Load:  "a random ConfigMap of a random namespace updated every 200 ms for 60 s",
 	}, func(s *bench.Scenario) {
 		startWebhook(b, c, benchLogLevel)
-		l := newLedger(b, c)
+		l := ledger.New(b, c, hashKey(b, c))
 		nss := make([]string, namespaces)
 		var wg sync.WaitGroup
 		for i := range nss {
@@ -187,13 +188,13 @@ func BenchmarkScenarioManyNamespaces(b *testing.B) {
 		}
 		wg.Wait()
 		startBenchWatcher(b, c)
-		l.watch(b, confighash.Deployment)
+		l.Watch(b, confighash.Deployment)
 		rng := rand.New(rand.NewPCG(3, 3))
-		mustDrive(b, c, l, 200*time.Millisecond, 60*time.Second, func() source {
-			return configMapIn(nss[rng.IntN(namespaces)], fmt.Sprintf("cm-%d", rng.IntN(perNamespace)))
+		mustDrive(b, c, l, 200*time.Millisecond, 60*time.Second, func() ledger.Source {
+			return ledger.ConfigMapIn(nss[rng.IntN(namespaces)], fmt.Sprintf("cm-%d", rng.IntN(perNamespace)))
 		})
-		l.settle(b, 2*time.Minute)
-		s.Judge(exactlyOnce, addOutcome(s, l.outcome(time.Time{})))
+		l.Settle(b, 2*time.Minute, quietPeriod)
+		s.Judge(exactlyOnce, addOutcome(s, l.Outcome(time.Time{})))
 	})
 }
 
@@ -208,8 +209,8 @@ func BenchmarkScenarioMixedKinds(b *testing.B) {
 		installRolloutCRD(b, c) // before the watcher starts, so that it watches Rollouts
 		startWebhook(b, c, benchLogLevel)
 		ns := labeledNamespace(b, c)
-		l := newLedger(b, c)
-		l.recordUpdate(createConfigMap(b, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
+		l := ledger.New(b, c, hashKey(b, c))
+		l.RecordUpdate(createConfigMap(b, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
 		tmpl := envFromTemplate("shared")
 		for i := range each {
 			name := func(kind string) string { return fmt.Sprintf("%s-%d", kind, i) }
@@ -219,20 +220,20 @@ func BenchmarkScenarioMixedKinds(b *testing.B) {
 			create(b, c.Client.BatchV1().CronJobs(ns).Create, cronJob(name("cronjob"), tmpl))
 			createRollout(b, c, ns, name("rollout"), tmpl)
 			for _, k := range confighash.Kinds {
-				l.use(k, ns, name(strings.ToLower(k.Kind)), configMapIn(ns, "shared"))
+				l.Use(k, ns, name(strings.ToLower(k.Kind)), ledger.ConfigMapIn(ns, "shared"))
 			}
 		}
 		startBenchWatcher(b, c)
 		for _, k := range confighash.Kinds {
-			l.watch(b, k)
+			l.Watch(b, k)
 		}
-		mustDrive(b, c, l, 5*time.Second, updates*5*time.Second, func() source { return configMapIn(ns, "shared") })
-		l.settle(b, time.Minute)
-		o := l.outcome(time.Time{})
+		mustDrive(b, c, l, 5*time.Second, updates*5*time.Second, func() ledger.Source { return ledger.ConfigMapIn(ns, "shared") })
+		l.Settle(b, time.Minute, quietPeriod)
+		o := l.Outcome(time.Time{})
 		met := addOutcome(s, o)
 		for _, k := range confighash.Kinds {
-			s.Add("rollouts "+k.Kind, float64(o.byKind[k.Kind]), "count")
-			met = met && o.byKind[k.Kind] == each*updates
+			s.Add("rollouts "+k.Kind, float64(o.ByKind[k.Kind]), "count")
+			met = met && o.ByKind[k.Kind] == each*updates
 		}
 		s.Judge(fmt.Sprintf("each of the %d workloads of every kind rolls once per update: %d rollouts per kind", each, each*updates), met)
 	})
@@ -257,7 +258,7 @@ func BenchmarkScenarioRestart(b *testing.B) {
 		rng := rand.New(rand.NewPCG(4, 4))
 		driven := make(chan error, 1)
 		go func() {
-			driven <- drive(b.Context(), c, l, 200*time.Millisecond, 40*time.Second, func() source { return configMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(20))) })
+			driven <- drive(b.Context(), c, l, 200*time.Millisecond, 40*time.Second, func() ledger.Source { return ledger.ConfigMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(20))) })
 		}()
 		time.Sleep(10 * time.Second)
 		first.kill()
@@ -268,8 +269,8 @@ func BenchmarkScenarioRestart(b *testing.B) {
 		if err := <-driven; err != nil {
 			b.Fatal(err)
 		}
-		l.settle(b, 2*time.Minute)
-		met := addOutcome(s, l.outcome(time.Time{}))
+		l.Settle(b, 2*time.Minute, quietPeriod)
+		met := addOutcome(s, l.Outcome(time.Time{}))
 		s.Add("kill to new leader", bench.Milliseconds(led), "ms")
 		s.Judge("nothing lost, nothing doubled across the restart: "+exactlyOnce, met)
 	})
@@ -340,7 +341,7 @@ func BenchmarkScenarioMemoryAtRest(b *testing.B) {
 			empty, sources, all float64
 		}{{"watcher", emptyW, sourcesW, allW}, {"webhook", emptyWh, sourcesWh, allWh}} {
 			src, wl := max(0, perSource(p.empty, p.sources)), max(0, perWorkload(p.sources, p.all))
-			s.Add(p.name+" heap per source", math.Round(src), "bytes")
+			s.Add(p.name+" heap per ledger.Source", math.Round(src), "bytes")
 			s.Add(p.name+" heap per workload", math.Round(wl), "bytes")
 			s.Add(p.name+" heap projected for 100,000 workloads and 1,000,000 sources", roundMiB(p.empty+(src*bigSources+wl*bigWorkloads)/(1<<20)), "MiB")
 		}
@@ -443,7 +444,7 @@ func BenchmarkScenarioAdmission(b *testing.B) {
 		s.Add("version GETs per admission", math.Round(versionReads/admissions*100)/100, "count")
 		s.Add("live reads per admission", math.Round(liveReads/admissions*100)/100, "count")
 		s.Notes = append(s.Notes, "A create or update must see a source written just before it (DESIGN rule 4). The webhook reads each source's current resourceVersion with a consistent, metadata-only GET, which etcd serves, and answers from its cache once the cache holds that version; it reads live only what the cache does not catch up with within 100 ms. "+
-			"Admissions that read the same source at the same time share one GET, sent after each of them arrived. A consistent LIST would be one request per kind, but the API server serves it from its watch cache, which first waits for etcd's progress notification: up to 100 ms on a resource that is not being written.",
+			"Admissions that read the same ledger.Source at the same time share one GET, sent after each of them arrived. A consistent LIST would be one request per kind, but the API server serves it from its watch cache, which first waits for etcd's progress notification: up to 100 ms on a resource that is not being written.",
 			"Both series run on the same 2 cores as the control plane, whose work per create (the Deployment controller, the ReplicaSet) the webhook's adds to, so the added latency under this parallel load includes the competition for the CPU.")
 		s.Judge("the webhook adds under 5 ms at p99", added(.99) < 5)
 	})
@@ -473,11 +474,11 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 	}, func(s *bench.Scenario) {
 		startWebhook(b, c, benchLogLevel)
 		ns := labeledNamespace(b, c)
-		l := newLedger(b, c)
-		l.recordUpdate(createConfigMap(b, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
+		l := ledger.New(b, c, hashKey(b, c))
+		l.RecordUpdate(createConfigMap(b, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
 		parallel(b, 16, n, func(i int) error {
 			name := fmt.Sprintf("web-%d", i)
-			l.use(confighash.Deployment, ns, name, configMapIn(ns, "shared"))
+			l.Use(confighash.Deployment, ns, name, ledger.ConfigMapIn(ns, "shared"))
 			_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), deployment(name, 0, envFromTemplate("shared")), metav1.CreateOptions{})
 			return err
 		})
@@ -487,7 +488,7 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 			list, err := c.Client.AppsV1().ReplicaSets(ns).List(b.Context(), metav1.ListOptions{ResourceVersion: "0"})
 			return err == nil && len(list.Items) >= n
 		})
-		l.watch(b, confighash.Deployment)
+		l.Watch(b, confighash.Deployment)
 		met := true
 		for _, round := range []struct {
 			name string
@@ -500,15 +501,15 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 			w := startBenchWatcher(b, c, round.args...)
 			before := apiRequests(b, c)
 			start := time.Now()
-			if err := l.update(b.Context(), c, configMapIn(ns, "shared"), round.name); err != nil {
+			if err := l.Update(b.Context(), c, ledger.ConfigMapIn(ns, "shared"), round.name); err != nil {
 				b.Fatal(err)
 			}
-			l.settle(b, 5*time.Minute)
+			l.Settle(b, 5*time.Minute, quietPeriod)
 			after := apiRequests(b, c)
-			o := l.outcome(start)
-			s.AddLatencies(round.name+" latency", o.latencies)
-			s.Add(round.name+" rolled", float64(len(o.latencies)), "count")
-			s.Add(round.name+" spurious", float64(o.spurious), "count")
+			o := l.Outcome(start)
+			s.AddLatencies(round.name+" latency", o.Latencies)
+			s.Add(round.name+" rolled", float64(len(o.Latencies)), "count")
+			s.Add(round.name+" spurious", float64(o.Spurious), "count")
 			// Every verb the API server counted (POST is a create, PUT an update), and
 			// the requests the touches and the webhook's reads make.
 			var verbs []string
@@ -521,9 +522,9 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 			for _, k := range append(verbs, "PATCH deployments", "GET configmaps", "POST replicasets") {
 				s.Add(round.name+" requests "+k, after[k]-before[k], "count")
 			}
-			last := bench.Quantile(o.latencies, 1)
+			last := bench.Quantile(o.Latencies, 1)
 			spread := float64(n) / round.rate // the touch rate's floor on the last rollout
-			met = met && len(o.latencies) == n && o.spurious == 0 && o.lost == 0 && last.Seconds() >= 0.9*spread
+			met = met && len(o.Latencies) == n && o.Spurious == 0 && o.Lost == 0 && last.Seconds() >= 0.9*spread
 			if round.name == "raised" {
 				met = met && last < 20*time.Second
 			}

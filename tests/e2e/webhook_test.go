@@ -358,10 +358,11 @@ func (r *readCounter) SourceRead(_ confighash.SourceKind, from string) {
 }
 
 // createBeforeItsSecret creates Deployment "web" mounting the Secret "issued-tls",
-// then the Secret, as cert-manager or External Secrets would some time later, then
-// updates the Deployment's metadata. It returns the Deployment as created and as
-// updated.
-func createBeforeItsSecret(t *testing.T, c *cluster.Cluster, ns string) (created, updated *appsv1.Deployment) {
+// then the Secret, as cert-manager or External Secrets would some time later. The
+// watcher, which must run, finds that the pods, which could not start without the
+// Secret, hold its data, and records it as a baseline. It returns the Deployment as
+// created and as recorded.
+func createBeforeItsSecret(t *testing.T, c *cluster.Cluster, ns string) (created, recorded *appsv1.Deployment) {
 	t.Helper()
 	ctx := t.Context()
 	created, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, secretVolumeTemplate("issued-tls")), metav1.CreateOptions{})
@@ -369,28 +370,30 @@ func createBeforeItsSecret(t *testing.T, c *cluster.Cluster, ns string) (created
 		t.Fatal(err)
 	}
 	createSecret(t, c, ns, "issued-tls", map[string]string{"tls.crt": "cert", "tls.key": "key"})
-	patch := `{"metadata":{"annotations":{"example.com/touched":"1"}}}`
-	updated, err = c.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return created, updated
+	waitFor(t, 30*time.Second, "the Secret recorded as a baseline", func() bool {
+		recorded, err = c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && strings.HasSuffix(recorded.Annotations[confighash.AnnotationSources], ",baseline")
+	})
+	return created, recorded
 }
 
 func TestDeploymentCreatedBeforeItsSecretRollsOnce(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
+	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 
-	created, d := createBeforeItsSecret(t, c, ns)
+	created, _ := createBeforeItsSecret(t, c, ns)
 	if got, want := created.Annotations[confighash.AnnotationSources], "v1 secret/issued-tls=absent"; got != want {
 		t.Fatalf("sources record = %q, want %q", got, want)
 	}
-	if rec := d.Annotations[confighash.AnnotationSources]; !strings.HasSuffix(rec, ",baseline") {
-		t.Fatalf("sources record = %q, want the Secret recorded as a baseline", rec)
-	}
 	// The pods could not start without the Secret: its arrival does not roll them.
 	expectReplicaSets(t, c, ns, "web", 1)
+	// An unrelated admission rolls nothing either; the Secret's change rolls once.
+	relabel(t, c, ns, "web", "shop")
+	expectReplicaSets(t, c, ns, "web", 1)
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "issued-tls"}, "tls.crt", "renewed")
+	expectReplicaSets(t, c, ns, "web", 2)
 }
 
 func TestWritesSucceedWhileTheWebhookIsDown(t *testing.T) {
@@ -507,6 +510,7 @@ func TestTouchReadsFromTheCacheOnlyWhenItIsFreshEnough(t *testing.T) {
 func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
+	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 

@@ -1,4 +1,4 @@
-package e2e
+package ledger
 
 import (
 	"bytes"
@@ -27,50 +27,50 @@ func TestLedgerMatchesRolloutsWithTheUpdatesTheyCarried(t *testing.T) {
 		// index of the write each one's record carries.
 		writes   []int
 		rollouts map[int]int // time in ms -> index of the write carried
-		want     outcome
+		want     Outcome
 	}{
 		{"each update rolled once", []int{0, 100, 200}, map[int]int{1100: 1, 2200: 2},
-			outcome{updates: 2, rollouts: 2, latencies: []time.Duration{1000 * time.Millisecond, 2000 * time.Millisecond}}},
+			Outcome{Updates: 2, Rollouts: 2, Latencies: []time.Duration{1000 * time.Millisecond, 2000 * time.Millisecond}}},
 		{"two updates within the debounce roll once together", []int{0, 100, 300}, map[int]int{1300: 2},
-			outcome{updates: 2, rollouts: 1, coalesced: 1, latencies: []time.Duration{1200 * time.Millisecond, 1000 * time.Millisecond}}},
+			Outcome{Updates: 2, Rollouts: 1, Coalesced: 1, Latencies: []time.Duration{1200 * time.Millisecond, 1000 * time.Millisecond}}},
 		{"the last update never rolled is lost", []int{0, 100, 200}, map[int]int{1100: 1},
-			outcome{updates: 2, rollouts: 1, lost: 1, latencies: []time.Duration{1000 * time.Millisecond}}},
+			Outcome{Updates: 2, Rollouts: 1, Lost: 1, Latencies: []time.Duration{1000 * time.Millisecond}}},
 		{"a rollout carrying nothing new is spurious", []int{0, 100}, map[int]int{1100: 1, 1500: 1},
-			outcome{updates: 1, rollouts: 2, spurious: 1, latencies: []time.Duration{1000 * time.Millisecond}}},
+			Outcome{Updates: 1, Rollouts: 2, Spurious: 1, Latencies: []time.Duration{1000 * time.Millisecond}}},
 		{"a rollout back to the data the workload was born with is spurious", []int{0, 100}, map[int]int{1100: 1, 1500: 0},
-			outcome{updates: 1, rollouts: 2, spurious: 1, latencies: []time.Duration{1000 * time.Millisecond}}},
+			Outcome{Updates: 1, Rollouts: 2, Spurious: 1, Latencies: []time.Duration{1000 * time.Millisecond}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := &ledger{key: key, updates: map[source][]ledgerUpdate{}, rollouts: map[string][]ledgerRollout{}, hashes: map[string]string{}, uses: map[string]source{}}
-			l.use(confighash.Deployment, "ns", "web", configMapIn("ns", "cfg"))
+			l := newLedger(key)
+			l.Use(confighash.Deployment, "ns", "web", ConfigMapIn("ns", "cfg"))
 			var digests []confighash.Digest
 			for i, ms := range tt.writes {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"k": string(rune('a' + i))}}
-				l.recordUpdate(cm, at(ms))
-				digests = append(digests, l.updates[configMapIn("ns", "cfg")][i].digest)
+				l.RecordUpdate(cm, at(ms))
+				digests = append(digests, l.updates[ConfigMapIn("ns", "cfg")][i].digest)
 			}
 			times := make([]int, 0, len(tt.rollouts))
 			for ms := range tt.rollouts {
 				times = append(times, ms)
 			}
 			slices.Sort(times)
-			id := workloadID(confighash.Deployment, "ns", "web")
+			id := WorkloadID(confighash.Deployment, "ns", "web")
 			for _, ms := range times {
 				rec := confighash.Record{{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, Digest: digests[tt.rollouts[ms]], Seen: true}}
-				l.rollouts[id] = append(l.rollouts[id], ledgerRollout{at: at(ms), record: rec})
+				l.rollouts[id] = append(l.rollouts[id], rollout{at: at(ms), record: rec})
 			}
-			got := l.outcome(time.Time{})
-			if got.updates != tt.want.updates || got.rollouts != tt.want.rollouts || got.coalesced != tt.want.coalesced ||
-				got.lost != tt.want.lost || got.spurious != tt.want.spurious {
+			got := l.Outcome(time.Time{})
+			if got.Updates != tt.want.Updates || got.Rollouts != tt.want.Rollouts || got.Coalesced != tt.want.Coalesced ||
+				got.Lost != tt.want.Lost || got.Spurious != tt.want.Spurious {
 				t.Errorf("outcome = %+v, want %+v", got, tt.want)
 			}
-			if len(got.latencies) != len(tt.want.latencies) {
-				t.Fatalf("latencies = %v, want %v", got.latencies, tt.want.latencies)
+			if len(got.Latencies) != len(tt.want.Latencies) {
+				t.Fatalf("latencies = %v, want %v", got.Latencies, tt.want.Latencies)
 			}
-			for i := range got.latencies {
-				if got.latencies[i] != tt.want.latencies[i] {
-					t.Errorf("latencies = %v, want %v", got.latencies, tt.want.latencies)
+			for i := range got.Latencies {
+				if got.Latencies[i] != tt.want.Latencies[i] {
+					t.Errorf("latencies = %v, want %v", got.Latencies, tt.want.Latencies)
 				}
 			}
 		})
