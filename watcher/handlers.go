@@ -35,7 +35,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
 func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
-	if w.namespaces.Mode(namespace) != confighash.ModeOff {
+	if w.gate.Mode(namespace) != confighash.ModeOff {
 		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
 		w.enqueueIndexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
 			return slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })

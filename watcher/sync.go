@@ -41,13 +41,13 @@ func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v
 // acts reports whether the watcher acts on the workload: confighash acts on it in its
 // namespace, and it is not being deleted.
 func (w *Watcher) acts(v *view) bool {
-	_, acts := v.PolicyIn(w.namespaces.Mode(v.Namespace))
+	_, acts := v.PolicyIn(w.gate.Mode(v.Namespace))
 	return acts && v.DeletionTimestamp == nil
 }
 
 // decide decides for the workload from the cache, as the webhook would.
 func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
-	return confighash.Decide(confighash.Input{Key: w.cfg.Key, State: v.State, Mode: w.namespaces.Mode(v.Namespace), Pods: pods},
+	return confighash.Decide(confighash.Input{Key: w.cfg.Key, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods},
 		cachedSources{w.sources, v.Namespace})
 }
 

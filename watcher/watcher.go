@@ -46,9 +46,9 @@ type Config struct {
 	// HealAfter is how many touches may fail to converge before the watcher writes
 	// the hash itself.
 	HealAfter int
-	// Namespaces limits the watcher to these namespaces, for an install bound by
+	// Watched limits the watcher to these namespaces, for an install bound by
 	// RoleBindings; empty means the whole cluster.
-	Namespaces []string
+	Watched []string
 	// NamespaceSelectors select the namespaces it acts in, and how.
 	NamespaceSelectors namespaces.Selectors
 	// Sources selects the sources that may count.
@@ -117,12 +117,12 @@ func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" +
 
 // Watcher touches the workloads whose used sources changed.
 type Watcher struct {
-	cfg        Config
-	toView     cache.TransformFunc
-	sources    *sourcecache.Cache
-	workloads  map[string]*sourcecache.Informers
-	namespaces namespaces.Gate
-	queue      workqueue.TypedRateLimitingInterface[workloadKey]
+	cfg       Config
+	toView    cache.TransformFunc
+	sources   *sourcecache.Cache
+	workloads map[string]*sourcecache.Informers
+	gate      namespaces.Gate
+	queue     workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
 	progress      *progress
@@ -138,7 +138,7 @@ func New(cfg Config) (*Watcher, error) {
 		cfg.Log.Warn().Err(err).Msg("cannot tell whether Argo Rollouts is served; watching without Rollouts until it is")
 	}
 	toView := viewTransform(cfg.Vocabulary)
-	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Namespaces, rollouts, toView)
+	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, rollouts, toView)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func New(cfg Config) (*Watcher, error) {
 	w := &Watcher{
 		cfg:       cfg,
 		toView:    toView,
-		sources:   sourcecache.New(cfg.Client, cfg.Namespaces, cfg.Sources),
+		sources:   sourcecache.New(cfg.Client, cfg.Watched, cfg.Sources),
 		workloads: workloads,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
@@ -157,7 +157,7 @@ func New(cfg Config) (*Watcher, error) {
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date.
 	checkNamespace := func(ns string) { w.enqueueIndexed(ns, cache.NamespaceIndex, ns, nil) }
-	if w.namespaces, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Namespaces, checkNamespace, cfg.Log); err != nil {
+	if w.gate, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -181,7 +181,7 @@ func New(cfg Config) (*Watcher, error) {
 // Run runs the caches until ctx is done. Standbys run them too, so that failover
 // finds them warm.
 func (w *Watcher) Run(ctx context.Context) error {
-	w.namespaces.Run(ctx)
+	w.gate.Run(ctx)
 	for _, in := range w.workloads {
 		in.Run(ctx)
 	}
@@ -200,7 +200,7 @@ func (w *Watcher) WatchesRollouts() bool {
 
 // Synced reports whether every cache has listed once.
 func (w *Watcher) Synced() bool {
-	if !w.sources.Synced() || !w.namespaces.HasSynced() {
+	if !w.sources.Synced() || !w.gate.HasSynced() {
 		return false
 	}
 	for _, in := range w.workloads {

@@ -383,7 +383,7 @@ func (m modes) Mode(ns string) confighash.Mode { return m[ns] }
 // webhook by a pod, a review of a namespace that is not enabled learns nothing.
 func TestAReviewForANamespaceConfighashDoesNotActInReadsNothing(t *testing.T) {
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
-	m := newMutator(t, Config{Key: key, Reader: stubReader{panics: true}, Namespaces: modes{"ns": confighash.ModeOff}})
+	m := newMutator(t, Config{Key: key, Reader: stubReader{panics: true}, Gate: modes{"ns": confighash.ModeOff}})
 	h, err := NewHandler(m, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -392,7 +392,7 @@ func TestAReviewForANamespaceConfighashDoesNotActInReadsNothing(t *testing.T) {
 	if len(jsonPatch(t, resp)) != 0 || len(resp.Warnings) != 0 {
 		t.Fatalf("patch %v, warnings %q: want nothing read and nothing said", jsonPatch(t, resp), resp.Warnings)
 	}
-	m = newMutator(t, Config{Key: key, Reader: stubReader{}, Namespaces: modes{"ns": confighash.ModeOptedIn}})
+	m = newMutator(t, Config{Key: key, Reader: stubReader{}, Gate: modes{"ns": confighash.ModeOptedIn}})
 	if h, err = NewHandler(m, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}

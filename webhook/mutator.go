@@ -73,11 +73,11 @@ type Config struct {
 	Kinds []confighash.Kind
 	// Reader reads the sources.
 	Reader SourceReader
-	// Namespaces, when set, tells how confighash acts in each namespace: a review for
-	// a namespace it does not act in, posted by anyone but the API server, reads
+	// Gate, when set, tells how confighash acts in each namespace: a review for a
+	// namespace it does not act in, posted by anyone but the API server, reads
 	// nothing.
-	Namespaces NamespaceModes
-	Metrics    Recorder
+	Gate    Gate
+	Metrics Recorder
 }
 
 func (c *Config) defaults() error {
@@ -93,8 +93,8 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// NamespaceModes tells how confighash acts in a namespace (namespaces.Gate).
-type NamespaceModes interface {
+// Gate tells how confighash acts in a namespace (namespaces.Gate).
+type Gate interface {
 	Mode(namespace string) confighash.Mode
 }
 
@@ -175,7 +175,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return fail(err.Error())
 	}
 	kind = w.Kind.Kind
-	if m.cfg.Namespaces != nil && m.cfg.Namespaces.Mode(w.Namespace) == confighash.ModeOff {
+	if m.cfg.Gate != nil && m.cfg.Gate.Mode(w.Namespace) == confighash.ModeOff {
 		return nil, nil // the API server does not send these: read nothing for others
 	}
 

@@ -153,7 +153,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wcfg := watcher.Config{
 		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
-		Namespaces: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
+		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Events: events, Metrics: recorder, Log: log,
 	}
 	if notifier != nil {

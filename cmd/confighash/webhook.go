@@ -126,7 +126,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
-		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Namespaces: gate, Metrics: recorder,
+		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Metrics: recorder,
 	})
 	if err != nil {
 		return err

@@ -12,35 +12,6 @@ import (
 	"github.com/confighash/confighash/tests/cluster"
 )
 
-// enableNamespace labels a namespace for injection.
-func enableNamespace(t testing.TB, c *cluster.Cluster, ns string) {
-	t.Helper()
-	n, err := c.Client.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Labels[confighash.InjectionLabel] = confighash.InjectionEnabled
-	if _, err := c.Client.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// afterTheSecond waits until the clock is in a later second than now: the API server
-// records creation and write times to the second.
-func afterTheSecond() {
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
-}
-
-// recorded reports whether the Deployment carries a sources record: adopted or hashed.
-func recorded(t testing.TB, c *cluster.Cluster, ns, name string) bool {
-	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ok := d.Annotations[confighash.AnnotationSources]
-	return ok
-}
-
 // TestTurningOnRollsNothingCurrent: 200 running Deployments opted in (half with
 // Reloader's annotation, installed over Reloader), their namespace labelled: none
 // rolls, but the one whose ConfigMap was written after its last rollout. Then one

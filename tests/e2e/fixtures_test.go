@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -386,4 +392,252 @@ func envFromTemplate(configMap string) corev1.PodTemplateSpec {
 	tmpl := plainTemplate()
 	tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}}}}
 	return tmpl
+}
+
+// enableNamespace labels a namespace for injection.
+func enableNamespace(t testing.TB, c *cluster.Cluster, ns string) {
+	t.Helper()
+	n, err := c.Client.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels[confighash.InjectionLabel] = confighash.InjectionEnabled
+	if _, err := c.Client.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// afterTheSecond waits until the clock is in a later second than now: the API server
+// records creation and write times to the second.
+func afterTheSecond() {
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+}
+
+// recorded reports whether the Deployment carries a sources record: adopted or hashed.
+func recorded(t testing.TB, c *cluster.Cluster, ns, name string) bool {
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok := d.Annotations[confighash.AnnotationSources]
+	return ok
+}
+
+// usingTemplate takes the ConfigMaps through envFrom and mounts the Secrets.
+func usingTemplate(configMaps, secrets []string) corev1.PodTemplateSpec {
+	tmpl := plainTemplate()
+	for _, name := range configMaps {
+		tmpl.Spec.Containers[0].EnvFrom = append(tmpl.Spec.Containers[0].EnvFrom,
+			corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}})
+	}
+	for _, name := range secrets {
+		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
+			corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}})
+	}
+	return tmpl
+}
+
+// annotatedDeployment is a Deployment of no pods carrying only the given annotations.
+func annotatedDeployment(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) *appsv1.Deployment {
+	d := deployment(name, 0, tmpl)
+	d.Annotations = maps.Clone(annotations)
+	return d
+}
+
+// expectRollouts waits until each Deployment has the number of ReplicaSets given and
+// has rolled out, then checks that none rolls again within the quiet period.
+func expectRollouts(t testing.TB, c *cluster.Cluster, ns string, want map[string]int) {
+	t.Helper()
+	names := slices.Sorted(maps.Keys(want))
+	for _, name := range names {
+		waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want[name]), func() bool { return replicaSets(t, c, ns, name) >= want[name] })
+	}
+	time.Sleep(quietPeriod)
+	for _, name := range names {
+		if got := replicaSets(t, c, ns, name); got != want[name] {
+			t.Errorf("%s has %d ReplicaSets, want %d", name, got, want[name])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// mergeAnnotations patches annotations of a ConfigMap or a Deployment: a nil value
+// removes one.
+func mergeAnnotations(t testing.TB, c *cluster.Cluster, ns, kind, name string, annotations map[string]*string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch kind {
+	case "ConfigMap":
+		_, err = c.Client.CoreV1().ConfigMaps(ns).Patch(t.Context(), name, types.MergePatchType, body, metav1.PatchOptions{})
+	case "Deployment":
+		_, err = c.Client.AppsV1().Deployments(ns).Patch(t.Context(), name, types.MergePatchType, body, metav1.PatchOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relabel makes an admission that changes nothing confighash reads: a new label.
+func relabel(t testing.TB, c *cluster.Cluster, ns, name, value string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"metadata":{"labels":{"team":%q}}}`, value)
+	if _, err := c.Client.AppsV1().Deployments(ns).Patch(t.Context(), name, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitQuiet waits until the watcher has written nothing for a while: what it had to
+// do about the last changes is done.
+func waitQuiet(t testing.TB, w *component) {
+	t.Helper()
+	const metric = "confighash_watcher_touches_total"
+	last, since := w.metric(t, metric), time.Now()
+	waitFor(t, 60*time.Second, "the watcher to be quiet", func() bool {
+		if now := w.metric(t, metric); now != last {
+			last, since = now, time.Now()
+		}
+		return time.Since(since) > 1500*time.Millisecond
+	})
+}
+
+func ptrTo(s string) *string { return &s }
+
+// TestWhatCountsChangingRollsNothing: each change of what counts, in confighash's and
+// in Reloader's annotations, added and removed, rolls nothing, also at a later
+// unrelated admission; then one change of data rolls each workload once (DESIGN rule
+// 1). Reproductions: ignore on a used ConfigMap rolled the Deployment; Reloader's
+// match added in search mode rolled it at the next unrelated label change; an
+// exclude of a used ConfigMap rolled it.
+func TestWhatCountsChangingRollsNothing(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	type whatCounts struct {
+		name string
+		// base annotates the workload; matched, other's annotations.
+		base, matched map[string]string
+		// source or workload annotations toggled.
+		onSource, onWorkload map[string]*string
+	}
+	cases := []whatCounts{
+		{name: "ignore", base: map[string]string{confighash.AnnotationInject: "true"}, onSource: map[string]*string{confighash.AnnotationIgnore: ptrTo("true")}},
+		{name: "match", base: map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationSearch: "true"},
+			matched: map[string]string{confighash.AnnotationMatch: "true"}, onSource: map[string]*string{confighash.AnnotationMatch: ptrTo("true")}},
+		{name: "exclude", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationExcludeConfigMaps: ptrTo("cfg-exclude")}},
+		{name: "include", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationIncludeConfigMaps: ptrTo("extra-include")}},
+		{name: "only", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationOnly: ptrTo("secrets")}},
+		{name: "search", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationSearch: ptrTo("true")}},
+		{name: "r-ignore", base: map[string]string{confighash.ReloaderAuto: "true"}, onSource: map[string]*string{confighash.ReloaderIgnore: ptrTo("true")}},
+		{name: "r-match", base: map[string]string{confighash.ReloaderSearch: "true"},
+			matched: map[string]string{confighash.ReloaderMatch: "true"}, onSource: map[string]*string{confighash.ReloaderMatch: ptrTo("true")}},
+		{name: "r-exclude", base: map[string]string{confighash.ReloaderAuto: "true"}, onWorkload: map[string]*string{confighash.ReloaderConfigMapExclude: ptrTo("cfg-r-exclude")}},
+		{name: "r-include", base: map[string]string{confighash.ReloaderAuto: "true"}, onWorkload: map[string]*string{confighash.ReloaderConfigMapReload: ptrTo("extra-r-include")}},
+		{name: "r-typed", base: map[string]string{confighash.ReloaderConfigMapAuto: "true"},
+			onWorkload: map[string]*string{confighash.ReloaderConfigMapAuto: nil, confighash.ReloaderSecretAuto: ptrTo("true")}},
+		{name: "r-search", base: map[string]string{confighash.ReloaderAuto: "true"}, onWorkload: map[string]*string{confighash.ReloaderSearch: ptrTo("true")}},
+	}
+	want := map[string]int{}
+	for _, tc := range cases {
+		createConfigMap(t, c, ns, "cfg-"+tc.name, map[string]string{"k": "0"})
+		other := createConfigMap(t, c, ns, "other-"+tc.name, map[string]string{"k": "0"})
+		if tc.matched != nil {
+			other.Annotations = tc.matched
+			if _, err := c.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), other, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		createConfigMap(t, c, ns, "extra-"+tc.name, map[string]string{"k": "0"})
+		createDeployment(t, c, ns, annotatedDeployment(tc.name, tc.base, usingTemplate([]string{"cfg-" + tc.name, "other-" + tc.name}, nil)))
+		want[tc.name] = 1
+	}
+	expectRollouts(t, c, ns, want)
+
+	// undo returns the annotations that remove what set added.
+	undo := func(set map[string]*string) map[string]*string {
+		out := map[string]*string{}
+		for k, v := range set {
+			if v == nil {
+				out[k] = ptrTo("true")
+			} else {
+				out[k] = nil
+			}
+		}
+		return out
+	}
+	phase := func(what string, change func(tc whatCounts)) {
+		t.Helper()
+		for _, tc := range cases {
+			change(tc)
+		}
+		waitQuiet(t, w)
+		t.Logf("%s: checking that nothing rolled", what)
+		expectRollouts(t, c, ns, want)
+	}
+	toggle := func(tc whatCounts, add bool) {
+		if tc.onSource != nil {
+			set := tc.onSource
+			if !add {
+				set = undo(set)
+			}
+			mergeAnnotations(t, c, ns, "ConfigMap", "cfg-"+tc.name, set)
+			return
+		}
+		set := tc.onWorkload
+		if !add {
+			set = undo(set)
+		}
+		mergeAnnotations(t, c, ns, "Deployment", tc.name, set)
+	}
+	phase("what counts changed", func(tc whatCounts) { toggle(tc, true) })
+	phase("an unrelated label", func(tc whatCounts) { relabel(t, c, ns, tc.name, "shop") })
+	phase("the change undone", func(tc whatCounts) { toggle(tc, false) })
+	phase("another unrelated label", func(tc whatCounts) { relabel(t, c, ns, tc.name, "books") })
+
+	for _, tc := range cases {
+		setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "other-" + tc.name}, "k", "1")
+		want[tc.name] = 2
+	}
+	expectRollouts(t, c, ns, want)
+}
+
+// appsManifest renders apps, each a ConfigMap and a Deployment of one pod that uses
+// it, as one file for kubectl apply -f, the ConfigMap first as Helm and kustomize
+// order them.
+func appsManifest(t testing.TB, ns string, n int, annotations map[string]string) []byte {
+	t.Helper()
+	var docs []string
+	for i := range n {
+		name := fmt.Sprintf("app-%d", i)
+		cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{"k": "0"}}
+		d := annotatedDeployment(name, annotations, envFromTemplate(name))
+		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+		d.Namespace = ns
+		one := int32(1)
+		d.Spec.Replicas = &one
+		for _, obj := range []any{cm, d} {
+			b, err := yaml.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs = append(docs, string(b))
+		}
+	}
+	return []byte(strings.Join(docs, "---\n"))
+}
+
+// recordedAs reports whether the record has an entry with the prefix and suffix.
+func recordedAs(record, prefix, suffix string) bool {
+	for _, f := range strings.Fields(record) {
+		if strings.HasPrefix(f, prefix) && strings.HasSuffix(f, suffix) {
+			return true
+		}
+	}
+	return false
 }

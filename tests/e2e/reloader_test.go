@@ -1,59 +1,14 @@
 package e2e
 
 import (
-	"fmt"
-	"maps"
-	"slices"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
 )
-
-// usingTemplate takes the ConfigMaps through envFrom and mounts the Secrets.
-func usingTemplate(configMaps, secrets []string) corev1.PodTemplateSpec {
-	tmpl := plainTemplate()
-	for _, name := range configMaps {
-		tmpl.Spec.Containers[0].EnvFrom = append(tmpl.Spec.Containers[0].EnvFrom,
-			corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}})
-	}
-	for _, name := range secrets {
-		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
-			corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}})
-	}
-	return tmpl
-}
-
-// annotatedDeployment is a Deployment of no pods carrying only the given annotations.
-func annotatedDeployment(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) *appsv1.Deployment {
-	d := deployment(name, 0, tmpl)
-	d.Annotations = maps.Clone(annotations)
-	return d
-}
-
-// expectRollouts waits until each Deployment has the number of ReplicaSets given and
-// has rolled out, then checks that none rolls again within the quiet period.
-func expectRollouts(t testing.TB, c *cluster.Cluster, ns string, want map[string]int) {
-	t.Helper()
-	names := slices.Sorted(maps.Keys(want))
-	for _, name := range names {
-		waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want[name]), func() bool { return replicaSets(t, c, ns, name) >= want[name] })
-	}
-	time.Sleep(quietPeriod)
-	for _, name := range names {
-		if got := replicaSets(t, c, ns, name); got != want[name] {
-			t.Errorf("%s has %d ReplicaSets, want %d", name, got, want[name])
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-}
 
 // TestReloaderDocumentedExamples: workloads annotated as Reloader's documentation
 // shows, untouched, roll exactly when Reloader's documentation says, once per change.

@@ -204,16 +204,6 @@ func TestPolicyAnnotations(t *testing.T) {
 	}
 }
 
-// recordedAs reports whether the record has an entry with the prefix and suffix.
-func recordedAs(record, prefix, suffix string) bool {
-	for _, f := range strings.Fields(record) {
-		if strings.HasPrefix(f, prefix) && strings.HasSuffix(f, suffix) {
-			return true
-		}
-	}
-	return false
-}
-
 func TestChangeWhileTheWatcherIsDownRollsOnceWhenItReturns(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
