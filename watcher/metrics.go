@@ -30,7 +30,7 @@ const (
 	TouchConverged    TouchResult = "converged"     // the webhook wrote the new hash
 	TouchNotConverged TouchResult = "not_converged" // it did not; retried with backoff
 	TouchHealed       TouchResult = "healed"        // the watcher wrote the hash itself
-	TouchAdopted      TouchResult = "adopted"       // a running workload, current, recorded without a rollout
+	TouchAdopted      TouchResult = "adopted"       // a running workload, or sources that started to count, current: recorded without a rollout
 	TouchError        TouchResult = "error"         // the write failed
 )
 
@@ -65,7 +65,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		}, []string{"kind"}),
 		touches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "touches_total",
-			Help: "Writes to workloads by result: converged (the webhook wrote the hash), not_converged (it did not: retried), healed (the watcher wrote it), adopted (recorded without a rollout), error.",
+			Help: "Writes to workloads by result: converged (the webhook wrote the hash), not_converged (it did not: retried), healed (the watcher wrote it), adopted (a workload, or sources that started to count, recorded without a rollout), error.",
 		}, []string{"result"}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "convergence_seconds",
