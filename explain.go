@@ -116,7 +116,7 @@ func Explain(in ExplainInput) (e Explanation) {
 		e.Verdict, e.Why = VerdictUnknown, "without the hash key, digests and hashes cannot be compared; the sources and the keys that count are listed"
 		return e
 	case d.Record == nil:
-		e.Verdict, e.Why = VerdictRollout, "never hashed: the watcher adopts it if its pods hold the current data of "+refList(d.Unproven)+", and rolls it once otherwise"
+		e.Verdict, e.Why = VerdictRollout, "never hashed: the watcher adopts it if its pods hold the current data of "+ListRefs(d.Unproven)+", and rolls it once otherwise"
 		return e
 	}
 	e.Hash, e.TemplateHash = d.Record.Hash(key), state.Hash
@@ -132,7 +132,7 @@ func Explain(in ExplainInput) (e Explanation) {
 	case !state.met() && in.New:
 		e.Verdict, e.Why = VerdictCreated, "the webhook writes this hash when the workload is created, so it starts with the current data"
 	case len(d.Unproven) > 0:
-		e.Verdict, e.Why = VerdictPending, refList(d.Unproven)+" started to count: the watcher records them without a rollout if the running pods hold their current data, and rolls it once otherwise"
+		e.Verdict, e.Why = VerdictPending, ListRefs(d.Unproven)+" started to count: the watcher records them without a rollout if the running pods hold their current data, and rolls it once otherwise"
 	case d.Hash == e.TemplateHash:
 		e.Verdict, e.Why = VerdictUpToDate, "the hash is current; only the record will be rewritten ("+changedEntries(state.Record, d.Record)+")"
 	default:
@@ -167,14 +167,6 @@ func (l listedSources) Names(kind SourceKind) ([]string, error) {
 }
 
 func (l listedSources) Read(refs []SourceRef) (map[SourceRef]Source, error) { return l, nil }
-
-func refList(refs []SourceRef) string {
-	names := make([]string, len(refs))
-	for i, r := range refs {
-		names[i] = r.String()
-	}
-	return strings.Join(names, ", ")
-}
 
 // optInOf says which annotation opts the workload in, or why it is not.
 func optInOf(in ExplainInput, w *Workload, p Policy) string {

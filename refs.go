@@ -25,6 +25,15 @@ type SourceRef struct {
 
 func (r SourceRef) String() string { return string(r.Kind) + "/" + r.Name }
 
+// ListRefs names the sources for people: "ConfigMap/a, Secret/b".
+func ListRefs(refs []SourceRef) string {
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.String()
+	}
+	return strings.Join(names, ", ")
+}
+
 func (r SourceRef) compare(o SourceRef) int {
 	return cmp.Or(cmp.Compare(r.Kind, o.Kind), cmp.Compare(r.Name, o.Name))
 }

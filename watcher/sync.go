@@ -128,7 +128,7 @@ func (w *Watcher) admitted(key workloadKey, v *view, d confighash.Decision, trig
 	case len(counted) > 0:
 		w.cfg.Metrics.Touch(TouchAdopted)
 		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "Counted",
-			fmt.Sprintf("%s started to count, and its pods already have the data: recorded without a rollout", sourceList(counted)))
+			fmt.Sprintf("%s started to count, and its pods already have the data: recorded without a rollout", confighash.ListRefs(counted)))
 	default:
 		w.cfg.Metrics.Touch(TouchConverged)
 	}

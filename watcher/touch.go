@@ -97,15 +97,6 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	return nil
 }
 
-// sourceList names the sources, comma-separated.
-func sourceList(refs []confighash.SourceRef) string {
-	names := make([]string, len(refs))
-	for i, r := range refs {
-		names[i] = r.String()
-	}
-	return strings.Join(names, ", ")
-}
-
 func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*view, error) {
 	body, err := json.Marshal(patch)
 	if err != nil {
