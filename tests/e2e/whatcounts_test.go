@@ -5,9 +5,110 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
 )
+
+// TestWhatCountsChangingRollsNothing: each change of what counts, in confighash's and
+// in Reloader's annotations, added and removed, rolls nothing, also at a later
+// unrelated admission; then one change of data rolls each workload once (DESIGN rule
+// 1). Reproductions: ignore on a used ConfigMap rolled the Deployment; Reloader's
+// match added in search mode rolled it at the next unrelated label change; an
+// exclude of a used ConfigMap rolled it.
+func TestWhatCountsChangingRollsNothing(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	type whatCounts struct {
+		name string
+		// base annotates the workload; matched, other's annotations.
+		base, matched map[string]string
+		// source or workload annotations toggled.
+		onSource, onWorkload map[string]*string
+	}
+	cases := []whatCounts{
+		{name: "ignore", base: map[string]string{confighash.AnnotationInject: "true"}, onSource: map[string]*string{confighash.AnnotationIgnore: ptrTo("true")}},
+		{name: "match", base: map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationSearch: "true"},
+			matched: map[string]string{confighash.AnnotationMatch: "true"}, onSource: map[string]*string{confighash.AnnotationMatch: ptrTo("true")}},
+		{name: "exclude", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationExcludeConfigMaps: ptrTo("cfg-exclude")}},
+		{name: "include", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationIncludeConfigMaps: ptrTo("extra-include")}},
+		{name: "only", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationOnly: ptrTo("secrets")}},
+		{name: "search", base: map[string]string{confighash.AnnotationInject: "true"}, onWorkload: map[string]*string{confighash.AnnotationSearch: ptrTo("true")}},
+		{name: "r-ignore", base: map[string]string{confighash.ReloaderAuto: "true"}, onSource: map[string]*string{confighash.ReloaderIgnore: ptrTo("true")}},
+		{name: "r-match", base: map[string]string{confighash.ReloaderSearch: "true"},
+			matched: map[string]string{confighash.ReloaderMatch: "true"}, onSource: map[string]*string{confighash.ReloaderMatch: ptrTo("true")}},
+		{name: "r-exclude", base: map[string]string{confighash.ReloaderAuto: "true"}, onWorkload: map[string]*string{confighash.ReloaderConfigMapExclude: ptrTo("cfg-r-exclude")}},
+		{name: "r-include", base: map[string]string{confighash.ReloaderAuto: "true"}, onWorkload: map[string]*string{confighash.ReloaderConfigMapReload: ptrTo("extra-r-include")}},
+		{name: "r-typed", base: map[string]string{confighash.ReloaderConfigMapAuto: "true"},
+			onWorkload: map[string]*string{confighash.ReloaderConfigMapAuto: nil, confighash.ReloaderSecretAuto: ptrTo("true")}},
+		{name: "r-search", base: map[string]string{confighash.ReloaderAuto: "true"}, onWorkload: map[string]*string{confighash.ReloaderSearch: ptrTo("true")}},
+	}
+	want := map[string]int{}
+	for _, tc := range cases {
+		createConfigMap(t, c, ns, "cfg-"+tc.name, map[string]string{"k": "0"})
+		other := createConfigMap(t, c, ns, "other-"+tc.name, map[string]string{"k": "0"})
+		if tc.matched != nil {
+			other.Annotations = tc.matched
+			if _, err := c.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), other, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		createConfigMap(t, c, ns, "extra-"+tc.name, map[string]string{"k": "0"})
+		createDeployment(t, c, ns, annotatedDeployment(tc.name, tc.base, usingTemplate([]string{"cfg-" + tc.name, "other-" + tc.name}, nil)))
+		want[tc.name] = 1
+	}
+	expectRollouts(t, c, ns, want)
+
+	// undo returns the annotations that remove what set added.
+	undo := func(set map[string]*string) map[string]*string {
+		out := map[string]*string{}
+		for k, v := range set {
+			if v == nil {
+				out[k] = ptrTo("true")
+			} else {
+				out[k] = nil
+			}
+		}
+		return out
+	}
+	phase := func(what string, change func(tc whatCounts)) {
+		t.Helper()
+		for _, tc := range cases {
+			change(tc)
+		}
+		waitQuiet(t, w)
+		t.Logf("%s: checking that nothing rolled", what)
+		expectRollouts(t, c, ns, want)
+	}
+	toggle := func(tc whatCounts, add bool) {
+		if tc.onSource != nil {
+			set := tc.onSource
+			if !add {
+				set = undo(set)
+			}
+			mergeAnnotations(t, c, ns, "ConfigMap", "cfg-"+tc.name, set)
+			return
+		}
+		set := tc.onWorkload
+		if !add {
+			set = undo(set)
+		}
+		mergeAnnotations(t, c, ns, "Deployment", tc.name, set)
+	}
+	phase("what counts changed", func(tc whatCounts) { toggle(tc, true) })
+	phase("an unrelated label", func(tc whatCounts) { relabel(t, c, ns, tc.name, "shop") })
+	phase("the change undone", func(tc whatCounts) { toggle(tc, false) })
+	phase("another unrelated label", func(tc whatCounts) { relabel(t, c, ns, tc.name, "books") })
+
+	for _, tc := range cases {
+		setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "other-" + tc.name}, "k", "1")
+		want[tc.name] = 2
+	}
+	expectRollouts(t, c, ns, want)
+}
 
 // TestAppsAppliedWithTheirConfigMapsAreAdopted: 100 apps, each a ConfigMap and a
 // Deployment applied together with kubectl apply -f (in the same second, as helm
