@@ -61,6 +61,11 @@ func TestWhatCountsChangingRollsNothing(t *testing.T) {
 		want[tc.name] = 1
 	}
 	expectRollouts(t, c, ns, want)
+	// A return to an earlier pod template makes no ReplicaSet: the hashes must stay.
+	hashes := map[string]string{}
+	for _, tc := range cases {
+		hashes[tc.name] = templateHash(t, c, ns, tc.name)
+	}
 
 	// undo returns the annotations that remove what set added.
 	undo := func(set map[string]*string) map[string]*string {
@@ -82,6 +87,11 @@ func TestWhatCountsChangingRollsNothing(t *testing.T) {
 		waitQuiet(t, w)
 		t.Logf("%s: checking that nothing rolled", what)
 		expectRollouts(t, c, ns, want)
+		for _, tc := range cases {
+			if h := templateHash(t, c, ns, tc.name); h != hashes[tc.name] {
+				t.Fatalf("%s: %s's hash changed from %s to %s", what, tc.name, hashes[tc.name], h)
+			}
+		}
 	}
 	toggle := func(tc whatCounts, add bool) {
 		if tc.onSource != nil {
