@@ -183,6 +183,27 @@ func TestOfflineTellsWhichWorkloadsAChangeRolls(t *testing.T) {
 	}
 }
 
+// TestOfflineReadsTheNamespaceWithTheSelectors: a Namespace among the manifests is read
+// as the components read it: labelled all, it opts a workload without annotations in;
+// with the selectors of an install that changed them, the injection label alone does
+// not.
+func TestOfflineReadsTheNamespaceWithTheSelectors(t *testing.T) {
+	cm, sec := explainSources()
+	plain := explainDeployment(corev1.PodSpec{Volumes: []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}, map[string]string{})
+	all := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{confighash.InjectionLabel: confighash.InjectionEvery}}}
+	files := []string{"--file", writeYAML(t, "app.yaml", all, plain), "--with", writeYAML(t, "sources.yaml", cm, sec)}
+	got, err := explainJSON(t, files...)
+	if err != nil || len(got) != 1 || !got[0].OptedIn || !strings.Contains(got[0].OptIn, "every workload") {
+		t.Fatalf("in a namespace labelled all: %+v, %v; want it opted in by its namespace", got, err)
+	}
+	got, err = explainJSON(t, append(files, "--every-workload-namespace-selector", "team=all")...)
+	if err != nil || len(got) != 1 || got[0].OptedIn {
+		t.Fatalf("with another selector: %+v, %v; want it not opted in", got, err)
+	}
+}
+
 func TestExplainBadInputIsOneLineAndStatus2(t *testing.T) {
 	dir := t.TempDir()
 	invalid := filepath.Join(dir, "invalid.yaml")
