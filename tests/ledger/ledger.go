@@ -249,6 +249,8 @@ type Outcome struct {
 	// Lost updates were never carried by any rollout; spurious rollouts carried no
 	// update that an earlier rollout had not.
 	Lost, Spurious int
+	// SpuriousIn names the workloads of the spurious rollouts.
+	SpuriousIn []string
 	// Latencies run from an update to the rollout that carried it.
 	Latencies []time.Duration
 	// ByKind counts rollouts by workload kind.
@@ -285,6 +287,7 @@ func (l *Ledger) Outcome(since time.Time) Outcome {
 			if !ok || k <= carried {
 				if !r.at.Before(since) {
 					out.Spurious++
+					out.SpuriousIn = append(out.SpuriousIn, id)
 				}
 				continue
 			}
