@@ -234,13 +234,7 @@ func (w *Watcher) replicaSets(ctx context.Context, v *view, selector *metav1.Lab
 		if err != nil {
 			return nil, err
 		}
-		var owned []*appsv1.ReplicaSet
-		for i := range l.Items {
-			if ownedBy(l.Items[i].OwnerReferences, v.UID) {
-				owned = append(owned, &l.Items[i])
-			}
-		}
-		return owned, nil
+		return ownedBy(l.Items, v.UID), nil
 	}
 	owned, err := list(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -287,13 +281,7 @@ func (w *Watcher) controllerRevisions(ctx context.Context, v *view, selector *me
 		if err != nil {
 			return nil, err
 		}
-		var owned []*appsv1.ControllerRevision
-		for i := range l.Items {
-			if ownedBy(l.Items[i].OwnerReferences, v.UID) {
-				owned = append(owned, &l.Items[i])
-			}
-		}
-		return owned, nil
+		return ownedBy(l.Items, v.UID), nil
 	}
 	owned, err := list(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -319,6 +307,17 @@ func objects[T metav1.Object](l []T) []metav1.Object {
 	return out
 }
 
-func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
-	return slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == uid })
+// ownedBy returns the items the workload with this uid owns.
+func ownedBy[T any, P interface {
+	*T
+	metav1.Object
+}](items []T, uid types.UID) []P {
+	var owned []P
+	for i := range items {
+		p := P(&items[i])
+		if slices.ContainsFunc(p.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == uid }) {
+			owned = append(owned, p)
+		}
+	}
+	return owned
 }
