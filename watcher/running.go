@@ -224,38 +224,16 @@ func (w *Watcher) revisions(ctx context.Context, v *view) (revisions, error) {
 // replicaSets returns the workload's ReplicaSets; those that have pods, and the
 // newest, may run pods.
 func (w *Watcher) replicaSets(ctx context.Context, v *view, selector *metav1.LabelSelector) (revisions, error) {
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return revisions{}, err
-	}
-	list := func(ctx context.Context, opts metav1.ListOptions) ([]*appsv1.ReplicaSet, error) {
-		opts.LabelSelector = sel.String()
+	list := func(ctx context.Context, opts metav1.ListOptions) ([]appsv1.ReplicaSet, error) {
 		l, err := w.cfg.Client.AppsV1().ReplicaSets(v.Namespace).List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
-		return ownedBy(l.Items, v.UID), nil
+		return l.Items, nil
 	}
-	owned, err := list(ctx, metav1.ListOptions{})
-	if err != nil {
-		return revisions{}, err
-	}
-	var newest *appsv1.ReplicaSet
-	for _, rs := range owned {
-		if newest == nil || revisionOf(rs) > revisionOf(newest) {
-			newest = rs
-		}
-	}
-	revs := revisions{list: func(ctx context.Context, opts metav1.ListOptions) ([]metav1.Object, error) {
-		l, err := list(ctx, opts)
-		return objects(l), err
-	}}
-	for _, rs := range owned {
-		if rs == newest || rs.Status.Replicas > 0 {
-			revs.running = append(revs.running, rs)
-		}
-	}
-	return revs, nil
+	return ownedRevisions(ctx, v, selector, list, func(all []*appsv1.ReplicaSet, rs *appsv1.ReplicaSet) bool {
+		return rs.Status.Replicas > 0 || !slices.ContainsFunc(all, func(o *appsv1.ReplicaSet) bool { return revisionOf(o) > revisionOf(rs) })
+	})
 }
 
 // revisionOf is a ReplicaSet's revision number, as its Deployment or Rollout sets it.
@@ -271,28 +249,44 @@ func revisionOf(rs *appsv1.ReplicaSet) int64 {
 // controllerRevisions returns the workload's ControllerRevisions; those keep selects
 // may run pods.
 func (w *Watcher) controllerRevisions(ctx context.Context, v *view, selector *metav1.LabelSelector, keep func(all []*appsv1.ControllerRevision, r *appsv1.ControllerRevision) bool) (revisions, error) {
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return revisions{}, err
-	}
-	list := func(ctx context.Context, opts metav1.ListOptions) ([]*appsv1.ControllerRevision, error) {
-		opts.LabelSelector = sel.String()
+	list := func(ctx context.Context, opts metav1.ListOptions) ([]appsv1.ControllerRevision, error) {
 		l, err := w.cfg.Client.AppsV1().ControllerRevisions(v.Namespace).List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
-		return ownedBy(l.Items, v.UID), nil
+		return l.Items, nil
 	}
-	owned, err := list(ctx, metav1.ListOptions{})
+	return ownedRevisions(ctx, v, selector, list, keep)
+}
+
+// ownedRevisions lists the revisions of the workload with its selector, those it
+// owns, and keeps as running those keep selects.
+func ownedRevisions[T any, P interface {
+	*T
+	metav1.Object
+}](ctx context.Context, v *view, selector *metav1.LabelSelector, list func(context.Context, metav1.ListOptions) ([]T, error), keep func(all []P, r P) bool) (revisions, error) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return revisions{}, err
+	}
+	owned := func(ctx context.Context, opts metav1.ListOptions) ([]P, error) {
+		opts.LabelSelector = sel.String()
+		items, err := list(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return ownedBy[T, P](items, v.UID), nil
+	}
+	all, err := owned(ctx, metav1.ListOptions{})
 	if err != nil {
 		return revisions{}, err
 	}
 	revs := revisions{list: func(ctx context.Context, opts metav1.ListOptions) ([]metav1.Object, error) {
-		l, err := list(ctx, opts)
+		l, err := owned(ctx, opts)
 		return objects(l), err
 	}}
-	for _, r := range owned {
-		if keep(owned, r) {
+	for _, r := range all {
+		if keep(all, r) {
 			revs.running = append(revs.running, r)
 		}
 	}
