@@ -8,6 +8,7 @@
 #   $CONFIGHASH_CACHE/kubernetes-vX.Y.Z/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
 #   $CONFIGHASH_CACHE/etcd-vX.Y.Z/etcd
 #   $CONFIGHASH_CACHE/kwok-vX.Y.Z/kwok
+#   $CONFIGHASH_CACHE/node-vX.Y.Z/{kubelet,kube-proxy,pause} (a real node, for make test-node)
 #   $CONFIGHASH_CACHE/helm-vX.Y.Z/helm (only the tests need it, to lint and render the chart)
 #
 # Each directory is built under a temporary name and renamed into place, under a lock,
@@ -86,12 +87,15 @@ new_module() {
 
 # The builders run where errexit does not apply (the caller checks their status), so
 # each step that can fail returns explicitly.
-build_kubernetes() {
+
+# kube_module DIR VERSION: a throwaway module in DIR/src that can build commands of
+# k8s.io/kubernetes at VERSION. Kubernetes requires its staging modules at v0.0.0 with
+# replaces into ./staging; replaces do not apply to a dependency, so each is mapped to
+# its published version. Sets kube_dir to the module's source directory.
+kube_module() {
 	local out="$1" version="$2"
 	local staging="v0.${version#v1.}"
 	new_module "$out" && cd "$out/src" || return 1
-	# Kubernetes requires its staging modules at v0.0.0 with replaces into ./staging;
-	# replaces do not apply to a dependency, so map each to its published version.
 	local info gomod mods
 	info="$(fetch go mod download -json "k8s.io/kubernetes@$version")" || { echo "$info" >&2; return 1; }
 	gomod="$(sed -n 's/.*"GoMod": "\(.*\)",/\1/p' <<<"$info")"
@@ -99,13 +103,33 @@ build_kubernetes() {
 	for m in $mods; do
 		go mod edit -replace "$m=$m@$staging" || return 1
 	done
-	local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+	kube_dir="$(sed -n 's/.*"Dir": "\(.*\)",/\1/p' <<<"$info")"
+}
+
+# kube_build DIR VERSION CMD...: builds k8s.io/kubernetes/cmd/CMD at VERSION into DIR.
+kube_build() {
+	local out="$1" version="$2"
+	shift 2
 	local pkgs=()
-	for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 	quiet fetch go get "${pkgs[@]/%/@$version}" || return 1
 	CGO_ENABLED=0 go build -o "$out" \
 		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/client-go/pkg/version.gitVersion=$version" \
 		"${pkgs[@]}"
+}
+
+build_kubernetes() {
+	kube_module "$1" "$2" || return 1
+	kube_build "$1" "$2" kube-apiserver kube-controller-manager kube-scheduler kubectl
+}
+
+# build_node: what a real node runs beside containerd: kubelet, kube-proxy, and the
+# pause binary, built from the pause.c in the same module (static, as Kubernetes
+# builds it).
+build_node() {
+	kube_module "$1" "$2" || return 1
+	kube_build "$1" "$2" kubelet kube-proxy || return 1
+	gcc -Os -Wall -Werror -static -DVERSION="$2" -o "$1/pause" "$kube_dir/build/pause/linux/pause.c"
 }
 
 # build_main OUT VERSION PACKAGE BINARY: builds the main package PACKAGE at VERSION (of
@@ -128,10 +152,10 @@ for c in "${components[@]}"; do
 	case "$c" in
 	etcd) version="$ETCD_VERSION" ;;
 	kwok) version="$KWOK_VERSION" ;;
-	kubernetes) version="$KUBE_VERSION" ;;
+	kubernetes | node) version="$KUBE_VERSION" ;;
 	helm) version="$HELM_VERSION" ;;
 	*)
-		echo "build-binaries.sh: unknown component $c (want etcd, kwok, kubernetes or helm)" >&2
+		echo "build-binaries.sh: unknown component $c (want etcd, kwok, kubernetes, node or helm)" >&2
 		exit 2
 		;;
 	esac

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,26 @@ type Options struct {
 	// 193 of 2,000 new Deployments unobserved after 5 minutes; raised, it competes for
 	// the CPU with everything else, which slows a small test down.
 	Large bool
+	// RealNode, when set, places the control plane for a real node (tests/node) instead
+	// of kwok's fake one: the API server listens on the node network's host address and
+	// gives Services its range. No fake node is started.
+	RealNode *Network
+}
+
+// Network is where a real node reaches the control plane.
+type Network struct {
+	// HostIP is the host's address on the link to the node; the API server listens
+	// there and advertises it as the kubernetes Service's endpoint.
+	HostIP net.IP
+	// ServiceCIDR is the Services' range, routed only towards the node.
+	ServiceCIDR *net.IPNet
+}
+
+// loopbackNetwork is the default: everything on loopback, Services on a range no
+// packet ever uses (kwok's pods have no network).
+var loopbackNetwork = Network{
+	HostIP:      net.IPv4(127, 0, 0, 1),
+	ServiceCIDR: &net.IPNet{IP: net.IPv4(10, 96, 0, 0), Mask: net.CIDRMask(16, 32)},
 }
 
 // Cluster is a running control plane.
@@ -107,12 +128,16 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 
+	network := loopbackNetwork
+	if opts.RealNode != nil {
+		network = *opts.RealNode
+	}
 	ports, err := FreePorts(3)
 	if err != nil {
 		return c, err
 	}
 	etcdPort, etcdPeerPort, apiPort := ports[0], ports[1], ports[2]
-	if err := c.writePKI(apiPort); err != nil {
+	if err := c.writePKI(network, apiPort); err != nil {
 		return c, err
 	}
 
@@ -132,9 +157,15 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 
 	kube := bins["kubernetes"]
+	// Endpoints may not hold loopback addresses: with the API server on loopback, the
+	// kubernetes Service gets none (nothing uses it); a real node's pods use it.
+	endpoints := "--endpoint-reconciler-type=none"
+	if opts.RealNode != nil {
+		endpoints = "--endpoint-reconciler-type=lease"
+	}
 	if err := c.start("kube-apiserver", filepath.Join(kube, "kube-apiserver"),
 		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--bind-address="+network.HostIP.String(), "--advertise-address="+network.HostIP.String(),
 		"--secure-port="+strconv.Itoa(apiPort),
 		"--cert-dir="+c.Dir,
 		"--tls-cert-file="+c.path("apiserver.crt"), "--tls-private-key-file="+c.path("apiserver.key"),
@@ -142,11 +173,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--service-account-key-file="+c.path("sa.crt"),
 		"--service-account-signing-key-file="+c.path("sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range="+network.ServiceCIDR.String(),
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
-		// Endpoints may not hold loopback addresses; the kubernetes Service is not needed.
-		"--endpoint-reconciler-type=none",
+		endpoints,
 		"--profiling=false",
 	); err != nil {
 		return c, err
@@ -164,10 +194,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--service-account-private-key-file=" + c.path("sa.key"),
 		"--root-ca-file=" + c.path("ca.crt"),
 		"--use-service-account-credentials=false",
-		// kwok's node heartbeats can lag on a loaded machine; the node lifecycle
-		// controller would then mark every pod not ready. It has nothing to do here.
-		"--controllers=*,-node-lifecycle-controller",
 		"--profiling=false",
+	}
+	if opts.RealNode == nil {
+		// kwok's node heartbeats can lag on a loaded machine; the node lifecycle
+		// controller would then mark every pod not ready. It has nothing to do there.
+		// A real node needs it: it lifts the taint a new node is registered with.
+		controllerManager = append(controllerManager, "--controllers=*,-node-lifecycle-controller")
 	}
 	if opts.Large {
 		controllerManager = append(controllerManager, "--kube-api-qps=300", "--kube-api-burst=600",
@@ -184,21 +217,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	); err != nil {
 		return c, err
 	}
-	kwokPorts, err := FreePorts(1)
-	if err != nil {
-		return c, err
-	}
-	if err := c.start("kwok", filepath.Join(bins["kwok"], "kwok"),
-		"--kubeconfig="+c.Kubeconfig,
-		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
-		"--server-address="+fmt.Sprintf("127.0.0.1:%d", kwokPorts[0]),
-		"--node-ip=127.0.0.1",
-	); err != nil {
-		return c, err
-	}
-	if err := c.addNode(ctx); err != nil {
-		return c, c.startError("kwok", err)
+	if opts.RealNode == nil {
+		if err := c.startFakeNode(ctx, bins["kwok"]); err != nil {
+			return c, err
+		}
 	}
 	if err := c.waitServiceAccount(ctx, metav1.NamespaceDefault); err != nil {
 		return c, c.startError("kube-controller-manager", err)
@@ -209,11 +231,32 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	return c, nil
 }
 
+// startFakeNode starts kwok and registers the node it manages.
+func (c *Cluster) startFakeNode(ctx context.Context, kwokDir string) error {
+	kwokPorts, err := FreePorts(1)
+	if err != nil {
+		return err
+	}
+	if err := c.start("kwok", filepath.Join(kwokDir, "kwok"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
+		"--server-address="+fmt.Sprintf("127.0.0.1:%d", kwokPorts[0]),
+		"--node-ip=127.0.0.1",
+	); err != nil {
+		return err
+	}
+	if err := c.addNode(ctx); err != nil {
+		return c.startError("kwok", err)
+	}
+	return nil
+}
+
 // path returns the path of a file in the cluster directory.
 func (c *Cluster) path(name string) string { return filepath.Join(c.Dir, name) }
 
 func (c *Cluster) start(name, binary string, args ...string) error {
-	p, err := startProcess(c.Dir, name, binary, args, c.detached)
+	p, err := startProcess(c.Dir, name, binary, args, nil, c.detached)
 	if err != nil {
 		return err
 	}
@@ -259,7 +302,7 @@ func (c *Cluster) Stop() error {
 
 // writePKI writes a CA, the API server's serving certificate, an admin client
 // certificate, the service-account signing key and the admin kubeconfig.
-func (c *Cluster) writePKI(apiPort int) error {
+func (c *Cluster) writePKI(network Network, apiPort int) error {
 	const validity = 365 * 24 * time.Hour
 	ca, err := certs.NewAuthority("confighash-local-ca", validity)
 	if err != nil {
@@ -268,7 +311,7 @@ func (c *Cluster) writePKI(apiPort int) error {
 	serving, err := ca.Issue(certs.Leaf{
 		CommonName: "kube-apiserver",
 		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP("10.96.0.1")},
+		IPs:        []net.IP{network.HostIP, firstIP(network.ServiceCIDR)},
 		Validity:   validity,
 	})
 	if err != nil {
@@ -299,7 +342,7 @@ func (c *Cluster) writePKI(apiPort int) error {
 	c.Kubeconfig = c.path("kubeconfig")
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["confighash"] = &clientcmdapi.Cluster{
-		Server:                   fmt.Sprintf("https://127.0.0.1:%d", apiPort),
+		Server:                   "https://" + net.JoinHostPort(network.HostIP.String(), strconv.Itoa(apiPort)),
 		CertificateAuthorityData: ca.CertPEM,
 	}
 	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.CertPEM, ClientKeyData: admin.KeyPEM}
@@ -309,6 +352,13 @@ func (c *Cluster) writePKI(apiPort int) error {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil
+}
+
+// firstIP is the first address of a range, which the kubernetes Service gets.
+func firstIP(r *net.IPNet) net.IP {
+	ip := slices.Clone(r.IP.To4())
+	ip[3]++
+	return ip
 }
 
 func (c *Cluster) waitAPIServer(ctx context.Context) error {
@@ -434,6 +484,16 @@ func Helm(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return filepath.Join(bins["helm"], "helm"), nil
+}
+
+// NodeBinaries returns the directory holding kubelet, kube-proxy and pause, of the
+// control plane's version, building them first if needed (tests/node).
+func NodeBinaries(ctx context.Context) (string, error) {
+	bins, err := ensureBinaries(ctx, "node")
+	if err != nil {
+		return "", err
+	}
+	return bins["node"], nil
 }
 
 // ensureBinaries runs build-binaries.sh, which builds the named components that are not

@@ -32,7 +32,7 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	if !old.exited() {
 		return fmt.Errorf("%s (pid %d) still runs", apiServerName, old.Pid)
 	}
-	p, err := startProcess(c.Dir, apiServerName, old.Binary, old.Args, c.detached)
+	p, err := startProcess(c.Dir, apiServerName, old.Binary, old.Args, nil, c.detached)
 	if err != nil {
 		return err
 	}

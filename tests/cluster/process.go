@@ -26,10 +26,11 @@ type process struct {
 	done chan struct{}
 }
 
-// startProcess runs binary with args, appending to dir/name.log. With detached, the
-// process gets its own session and outlives this one (make cluster-up); otherwise the
-// kernel kills it if this process dies, so a crashed test leaves no orphans.
-func startProcess(dir, name, binary string, args []string, detached bool) (*process, error) {
+// startProcess runs binary with args and this process's environment plus env,
+// appending to dir/name.log. With detached, the process gets its own session and
+// outlives this one (make cluster-up); otherwise the kernel kills it if this process
+// dies, so a crashed test leaves no orphans.
+func startProcess(dir, name, binary string, args, env []string, detached bool) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	// Appended to: a restarted component's log keeps what its first run wrote.
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -40,6 +41,9 @@ func startProcess(dir, name, binary string, args []string, detached bool) (*proc
 
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// Its own process group keeps a terminal's Ctrl-C from reaching the components
@@ -153,3 +157,32 @@ func (p *process) kill() error {
 	}
 	return nil
 }
+
+// Process is a process another harness runs beside the control plane (a real node's
+// components), logged and stopped as the control plane's own are.
+type Process struct{ p *process }
+
+// StartProcess runs binary with args and this process's environment plus env, logging
+// to dir/name.log. The kernel kills it if this process dies.
+func StartProcess(dir, name, binary string, args, env []string) (*Process, error) {
+	p, err := startProcess(dir, name, binary, args, env, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Process{p}, nil
+}
+
+// Stop sends SIGTERM, then SIGKILL if it has not exited after a grace period.
+func (p *Process) Stop() error { return p.p.stop() }
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool { return p.p.exited() }
+
+// Pid is the process's id.
+func (p *Process) Pid() int { return p.p.Pid }
+
+// Name is the name it was started with, which also names its log.
+func (p *Process) Name() string { return p.p.Name }
+
+// LogTail returns the last lines of its log, for error messages.
+func (p *Process) LogTail(lines int) string { return p.p.logTail(lines) }
