@@ -24,7 +24,6 @@ var (
 	serviceCIDR = mustCIDR("198.19.0.0/16")
 )
 
-
 func mustCIDR(s string) *net.IPNet {
 	_, n, err := net.ParseCIDR(s)
 	if err != nil {
