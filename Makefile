@@ -30,11 +30,13 @@ help: ## list the targets
 build: ## build bin/confighash
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/confighash ./cmd/confighash
 
-IMAGE ?= ghcr.io/confighash/confighash:$(VERSION)
-
 .PHONY: image
-image: ## build the container image (needs a Docker engine)
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+image: ## build the image without a Docker engine (ko): bin/image/confighash.tar and its SBOM
+	VERSION=$(VERSION) tests/image/build.sh bin/image
+
+.PHONY: docker-image
+docker-image: ## build the same image from the Dockerfile, with a Docker engine
+	docker build --build-arg VERSION=$(VERSION) -t ghcr.io/confighash/confighash:$(VERSION) .
 
 .PHONY: control-plane
 control-plane: ## build the local control plane's binaries once per machine (cached in $CONFIGHASH_CACHE)
@@ -44,8 +46,12 @@ control-plane: ## build the local control plane's binaries once per machine (cac
 helm: ## build helm once per machine, for the chart tests
 	@tests/cluster/build-binaries.sh helm >/dev/null
 
+.PHONY: node-packages
+node-packages: ## install the real node's Debian packages (containerd, runc, CNI plugins), where root
+	@tests/node/install.sh
+
 .PHONY: test
-test: control-plane helm ## unit and end-to-end tests against a real local control plane, and a short fuzz run
+test: control-plane helm node-packages ## unit and end-to-end tests against a real local control plane (and a real node where root on Linux), and a short fuzz run
 	@echo "==> go test ./... (each package prints its result when it is done)"
 	go test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
@@ -53,6 +59,10 @@ test: control-plane helm ## unit and end-to-end tests against a real local contr
 .PHONY: test-faults
 test-faults: control-plane ## the fault suite alone, with its figures: API server killed, watches expired, slow reads, components killed, key deleted (docs/reliability.md)
 	go test -count=1 -v -timeout $(GO_TEST_TIMEOUT) -run '^TestFault' ./tests/cluster ./tests/e2e ./webhook 2>&1 | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:[0-9]+:'
+
+.PHONY: test-node
+test-node: control-plane helm node-packages ## the real node's suite alone: the image installed as docs/install.md says, on containerd and kubelet (root on Linux)
+	go test -count=1 -v -timeout $(GO_TEST_TIMEOUT) ./tests/node/...
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 2m)
@@ -77,7 +87,7 @@ lint: $(STATICCHECK) $(GOVULNCHECK) ## gofmt, go vet, staticcheck, govulncheck (
 	$(STATICCHECK) ./...
 	@# Source, not the binary: a stripped binary has no symbols to tell a reachable call.
 	$(GOVULNCHECK) -db $(GOVULNDB) ./...
-	for f in tests/cluster/*.sh tests/node/*.sh; do bash -n "$$f"; done
+	for f in tests/cluster/*.sh tests/image/*.sh tests/node/*.sh; do bash -n "$$f"; done
 
 # go-install PACKAGE@VERSION TARGET: a tool built once per machine into the cache.
 go-install = mkdir -p $(CACHE)/tools; \

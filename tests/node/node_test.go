@@ -16,35 +16,35 @@ import (
 // TestPodServesFromTheProjectImage runs the demo app's image on the node and fetches
 // its page from the host through the pod network.
 func TestPodServesFromTheProjectImage(t *testing.T) {
-	requireNode(t)
+	env := requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns, err := testCluster.CreateNamespace(ctx, "pod", nil)
+	ns, err := env.Cluster.CreateNamespace(ctx, "pod", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod, err := testCluster.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+	pod, err := env.Cluster.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "demo", Image: demoImage, ImagePullPolicy: corev1.PullNever,
+			Name: "demo", Image: DemoImage, ImagePullPolicy: corev1.PullNever,
 			Env: []corev1.EnvVar{{Name: "MESSAGE", Value: "hello from the node"}},
 		}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip := waitPodIP(ctx, t, ns, pod.Name)
+	ip := waitPodIP(ctx, t, env, ns, pod.Name)
 	if got := fetch(ctx, t, "http://"+ip+":8080/"); got != "hello from the node" {
 		t.Fatalf("page = %q, want %q", got, "hello from the node")
 	}
 }
 
 // waitPodIP waits until the pod runs and returns its address.
-func waitPodIP(ctx context.Context, t *testing.T, ns, name string) string {
+func waitPodIP(ctx context.Context, t *testing.T, env *Env, ns, name string) string {
 	t.Helper()
 	var last *corev1.Pod
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		p, err := testCluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err := env.Cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
