@@ -17,8 +17,9 @@
 # the cache), CONFIGHASH_CACHE.
 set -euo pipefail
 
-out="$1"
+out="$(mkdir -p "$1" && cd "$1" && pwd)"
 shift
+cd "$(dirname "$0")/../.." # packages are named from the repository's top
 packages=("$@")
 [[ ${#packages[@]} -gt 0 ]] || packages=(./cmd/confighash)
 
@@ -91,11 +92,15 @@ if [[ "$(curl -s -o /dev/null -m 5 -w '%{http_code}' "https://$registry/v2/" || 
 	base="$BASE_IMAGE"
 else
 	export KOCACHE="$CACHE/image-base"
+	mkdir -p "$KOCACHE"
+	# One writer at a time: concurrent builds (test packages) share the layout.
+	exec {lock}>"$KOCACHE.lock"
+	flock "$lock"
 	base="$(local_base)"
+	flock -u "$lock"
 	echo "==> $registry cannot be reached: base assembled here, $base" >&2
 fi
 
-mkdir -p "$out"
 for pkg in "${packages[@]}"; do
 	name="$(basename "$pkg")"
 	# ko's progress goes to a log, shown if it fails.

@@ -37,6 +37,9 @@ func TestInstalledAsTheDocsSay(t *testing.T) {
 	}{
 		{"kubectl apply -k: Ready, certificate issued, caBundle injected, admission through the Service", applyWithKustomize},
 		{"the demo page changes from v1 to v2 with one rollout", demoServesTheNewValue},
+		{"the renewed serving certificate is served with no failed admission", servingCertificateRenewed},
+		{"the leading watcher's pod deleted: the other leads, a change rolls once", leaderDeleted},
+		{"a webhook pod terminated while admissions stream: none fails", webhookTerminated},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, env) }) {
@@ -200,13 +203,18 @@ func demoServesTheNewValue(t *testing.T, env *Env) {
 		[]byte(`{"data":{"message":"v2"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var rolled time.Duration
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if rolled == 0 && replicaSets(ctx, t, env, demoNS, "app=demo") > 1 {
+			rolled = time.Since(start)
+		}
 		return fetch(ctx, t, page) == "v2", nil
 	})
 	if err != nil {
 		t.Fatalf("the page never showed v2: %v", err)
 	}
-	t.Logf("figures: ConfigMap edit to v2 served through the Service %s", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("figures: ConfigMap edit to a new ReplicaSet %s, to v2 served through the Service %s",
+		rolled.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 	if err := env.Cluster.WaitRolledOut(ctx, demoNS, "demo"); err != nil {
 		t.Fatal(err)
 	}

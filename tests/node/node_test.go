@@ -57,6 +57,10 @@ func waitPodIP(ctx context.Context, t *testing.T, env *Env, ns, name string) str
 	return last.Status.PodIP
 }
 
+// newVisitor opens a connection per request, as a new visitor of a page would: a
+// kept-alive one stays with the pod it first reached.
+var newVisitor = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 // fetch GETs url, retrying while the server is not listening yet, and returns the body.
 func fetch(ctx context.Context, t *testing.T, url string) string {
 	t.Helper()
@@ -64,7 +68,7 @@ func fetch(ctx context.Context, t *testing.T, url string) string {
 	var lastErr error
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := newVisitor.Do(req)
 		if err != nil {
 			lastErr = err
 			return false, nil
