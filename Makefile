@@ -64,6 +64,11 @@ test-faults: control-plane ## the fault suite alone, with its figures: API serve
 test-node: control-plane helm node-packages ## the real node's suite alone: the image installed as docs/install.md says, on containerd and kubelet (root on Linux)
 	go test -count=1 -v -timeout $(GO_TEST_TIMEOUT) ./tests/node/...
 
+.PHONY: run-node
+run-node: control-plane node-packages ## the demo on a real node (root on Linux): the image installed with cert-manager, a page going from v1 to v2; Ctrl-C stops all
+	@go build -o bin/confighash-run-node ./tests/node/run
+	@exec bin/confighash-run-node
+
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 2m)
 	for t in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}" ; done

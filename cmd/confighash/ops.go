@@ -68,6 +68,19 @@ func (s *server) run(ctx context.Context, log zerolog.Logger, timeout time.Durat
 	return serve(ctx, s.srv, s.ln, s.tlsOn, timeout)
 }
 
+// drainAfter returns a context that ends delay after parent does; draining runs as
+// parent ends. Servers run on it keep serving for delay after SIGTERM.
+func drainAfter(parent context.Context, delay time.Duration, draining func()) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	go func() {
+		<-parent.Done()
+		draining()
+		time.Sleep(delay)
+		cancel()
+	}()
+	return ctx
+}
+
 // serve runs srv on ln until ctx is done, then shuts it down gracefully: in-flight
 // requests finish within timeout.
 func serve(ctx context.Context, srv *http.Server, ln net.Listener, tlsOn bool, timeout time.Duration) error {

@@ -49,6 +49,26 @@ func TestServeDrainsInFlightRequestsOnShutdown(t *testing.T) {
 	}
 }
 
+func TestDrainAfterKeepsServingForTheDelay(t *testing.T) {
+	parent, sigterm := context.WithCancel(t.Context())
+	var drainingAt time.Time
+	drained := make(chan struct{})
+	ctx := drainAfter(parent, 300*time.Millisecond, func() { drainingAt = time.Now(); close(drained) })
+	start := time.Now()
+	sigterm()
+	<-drained
+	if ctx.Err() != nil {
+		t.Fatal("the servers' context ended with SIGTERM, before the delay")
+	}
+	<-ctx.Done()
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("the servers' context ended %s after SIGTERM, want at least the 300ms delay", waited)
+	}
+	if drainingAt.Sub(start) > 100*time.Millisecond {
+		t.Fatalf("not ready %s after SIGTERM, want at once", drainingAt.Sub(start))
+	}
+}
+
 func TestReadyzWaitsForEveryCheck(t *testing.T) {
 	ready := false
 	h := opsHandler(newRegistry(), func() bool { return true }, func() bool { return ready })

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,10 +32,12 @@ type webhookConfig struct {
 	selfSignedSecret  string
 	dnsNames          string
 	configuration     string
+	shutdownDelay     time.Duration
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	c.common.flags(fs, 20*time.Second)
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGTERM, how long to go on serving, not ready, before closing: the Service sends admissions to a terminating pod until kube-proxy has removed it")
 	fs.StringVar(&c.listen, "listen-address", ":8443", "address of the HTTPS admission server")
 	fs.StringVar(&c.certFile, "tls-cert-file", "/etc/confighash/tls/tls.crt", "serving certificate (PEM); reloaded when it changes")
 	fs.StringVar(&c.keyFile, "tls-key-file", "/etc/confighash/tls/tls.key", "serving certificate's private key (PEM)")
@@ -150,11 +153,19 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops, err := listenOps(cfg.ops, reg, serving.Ready, sources.Synced, gate.HasSynced)
+	var draining atomic.Bool
+	ops, err := listenOps(cfg.ops, reg, serving.Ready, sources.Synced, gate.HasSynced, func() bool { return !draining.Load() })
 	if err != nil {
 		return err
 	}
 
+	// A terminating pod stays behind the Service until the endpoints and kube-proxy
+	// catch up: closing at once would fail the admissions sent to it meanwhile, which
+	// failurePolicy Ignore lets through unmutated.
+	ctx = drainAfter(ctx, cfg.shutdownDelay, func() {
+		draining.Store(true)
+		log.Info().Dur("delay", cfg.shutdownDelay).Msg("stopping: not ready, serving until the delay ends")
+	})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serving.Run(ctx) })
 	g.Go(func() error { return sources.Run(ctx) })

@@ -14,14 +14,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	confighash "github.com/confighash/confighash"
 )
 
-// admissions streams server-side dry-run creates of the opted-in demo Deployment,
-// one after another, and counts those the webhook did not mutate: with failurePolicy
+// admissions streams server-side dry-run creates of the opted-in demo Deployment from
+// several clients and counts those the webhook did not mutate: with failurePolicy
 // Ignore, a failed call shows only as a missing hash.
 type admissions struct {
 	total, failed atomic.Int64
@@ -30,29 +27,35 @@ type admissions struct {
 	done          sync.WaitGroup
 }
 
+// admissionStreams is how many clients stream at once: the API server opens a
+// connection to the webhook per concurrent call, so that several meet a terminating pod.
+const admissionStreams = 4
+
 func streamAdmissions(ctx context.Context, env *Env) *admissions {
 	ctx, cancel := context.WithCancel(ctx)
 	a := &admissions{stop: cancel}
-	a.done.Add(1)
-	go func() {
-		defer a.done.Done()
-		deployments := env.Cluster.Client.AppsV1().Deployments(demoNS)
-		probe := demoDeployment()
-		probe.Name = "admission-probe"
-		for ctx.Err() == nil {
-			got, err := deployments.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			if ctx.Err() != nil {
-				return
-			}
-			a.total.Add(1)
-			if err != nil || got.Spec.Template.Annotations[confighash.AnnotationHash] == "" {
-				a.failed.Add(1)
-				a.firstFailure.CompareAndSwap(nil, fmt.Sprintf("at %s: error %v", time.Now().Format(time.TimeOnly), err))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	for range admissionStreams {
+		a.done.Add(1)
+		go a.stream(ctx, env)
+	}
 	return a
+}
+
+// stream creates one dry-run Deployment after another until ctx ends.
+func (a *admissions) stream(ctx context.Context, env *Env) {
+	defer a.done.Done()
+	for ctx.Err() == nil {
+		mutated, err := env.Mutated(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		a.total.Add(1)
+		if !mutated {
+			a.failed.Add(1)
+			a.firstFailure.CompareAndSwap(nil, fmt.Sprintf("at %s: error %v", time.Now().Format(time.TimeOnly), err))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // finish stops the stream and fails the test if any admission was not mutated.
@@ -75,14 +78,14 @@ func (a *admissions) finish(t *testing.T) {
 func servingCertificateRenewed(t *testing.T, env *Env) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	secrets := env.Cluster.Client.CoreV1().Secrets(installNamespace)
+	secrets := env.Cluster.Client.CoreV1().Secrets(InstallNamespace)
 	old, err := secrets.Get(ctx, "confighash-webhook-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stream := streamAdmissions(ctx, env)
 	start := time.Now()
-	if _, err := env.Cluster.Kubectl(ctx, nil, "-n", installNamespace, "patch", "certificate", "confighash-webhook",
+	if _, err := env.Cluster.Kubectl(ctx, nil, "-n", InstallNamespace, "patch", "certificate", "confighash-webhook",
 		"--subresource=status", "--type=json", "-p",
 		`[{"op":"add","path":"/status/conditions/-","value":{"type":"Issuing","status":"True","reason":"ManuallyTriggered","message":"renewed by the node suite"}}]`); err != nil {
 		t.Fatal(err)
@@ -106,7 +109,7 @@ func servingCertificateRenewed(t *testing.T, env *Env) {
 	}
 	// Every pod: the Service picks one per connection, so the new certificate must
 	// come back many times in a row.
-	addr := net.JoinHostPort(serviceIP(ctx, t, env, installNamespace, "confighash-webhook"), "443")
+	addr := net.JoinHostPort(serviceIP(ctx, t, env, InstallNamespace, "confighash-webhook"), "443")
 	inARow := 0
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		served, err := servedCertificate(ctx, addr)
@@ -153,28 +156,30 @@ func serviceIP(ctx context.Context, t *testing.T, env *Env, ns, name string) str
 func leaderDeleted(t *testing.T, env *Env) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	leases := env.Cluster.Client.CoordinationV1().Leases(installNamespace)
+	leases := env.Cluster.Client.CoordinationV1().Leases(InstallNamespace)
 	lease, err := leases.Get(ctx, "confighash-watcher", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	leader := *lease.Spec.HolderIdentity
 	pod := leaderPod(ctx, t, env, leader)
-	before := replicaSets(ctx, t, env, demoNS, "app=demo")
-	start := time.Now()
-	if err := env.Cluster.Client.CoreV1().Pods(installNamespace).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Cluster.Client.CoreV1().ConfigMaps(demoNS).Patch(ctx, "demo-settings", types.MergePatchType,
-		[]byte(`{"data":{"message":"v3"}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	page := "http://" + serviceIP(ctx, t, env, demoNS, "demo") + "/"
-	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		return fetch(ctx, t, page) == "v3", nil
-	})
+	before, err := env.ReplicaSets(ctx)
 	if err != nil {
-		t.Fatalf("the page never showed v3 after the leader's pod was deleted: %v", err)
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := env.Cluster.Client.CoreV1().Pods(InstallNamespace).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.SetDemoMessage(ctx, "v3"); err != nil {
+		t.Fatal(err)
+	}
+	page, err := env.DemoPage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitPage(ctx, t, page, "v3"); got != "v3" {
+		t.Fatalf("the page never showed v3 after the leader's pod was deleted")
 	}
 	t.Logf("figures: change made as the leader's pod was deleted, served %s later", time.Since(start).Round(100*time.Millisecond))
 	lease, err = leases.Get(ctx, "confighash-watcher", metav1.GetOptions{})
@@ -184,19 +189,13 @@ func leaderDeleted(t *testing.T, env *Env) {
 	if *lease.Spec.HolderIdentity == leader {
 		t.Fatalf("the deleted pod %s still leads", leader)
 	}
-	if err := env.Cluster.WaitRolledOut(ctx, demoNS, "demo"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Second)
-	if n := replicaSets(ctx, t, env, demoNS, "app=demo"); n != before+1 {
-		t.Fatalf("%d ReplicaSets after one change, want %d (one rollout)", n, before+1)
-	}
+	expectRollouts(ctx, t, env, before)
 }
 
 // leaderPod is the watcher pod whose name the Lease's holder identity begins with.
 func leaderPod(ctx context.Context, t *testing.T, env *Env, identity string) string {
 	t.Helper()
-	pods, err := env.Cluster.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=confighash-watcher"})
+	pods, err := env.Cluster.Client.CoreV1().Pods(InstallNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=confighash-watcher"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,19 +213,19 @@ func leaderPod(ctx context.Context, t *testing.T, env *Env, identity string) str
 func webhookTerminated(t *testing.T, env *Env) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	pods, err := env.Cluster.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=confighash-webhook"})
+	pods, err := env.Cluster.Client.CoreV1().Pods(InstallNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=confighash-webhook"})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("no webhook pod: %v", err)
 	}
 	stream := streamAdmissions(ctx, env)
 	time.Sleep(2 * time.Second)
-	if err := env.Cluster.Client.CoreV1().Pods(installNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+	if err := env.Cluster.Client.CoreV1().Pods(InstallNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Cluster.Kubectl(ctx, nil, "-n", installNamespace, "wait", "--for=delete", "--timeout=90s", "pod/"+pods.Items[0].Name); err != nil {
+	if _, err := env.Cluster.Kubectl(ctx, nil, "-n", InstallNamespace, "wait", "--for=delete", "--timeout=90s", "pod/"+pods.Items[0].Name); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Cluster.Kubectl(ctx, nil, "-n", installNamespace, "rollout", "status", "--timeout=90s", "deployment/confighash-webhook"); err != nil {
+	if _, err := env.Cluster.Kubectl(ctx, nil, "-n", InstallNamespace, "rollout", "status", "--timeout=90s", "deployment/confighash-webhook"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)

@@ -2,9 +2,6 @@ package node
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,63 +20,25 @@ func TestPodServesFromTheProjectImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod, err := env.Cluster.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+	pods := env.Cluster.Client.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "demo", Image: DemoImage, ImagePullPolicy: corev1.PullNever,
 			Env: []corev1.EnvVar{{Name: "MESSAGE", Value: "hello from the node"}},
 		}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ip := waitPodIP(ctx, t, env, ns, pod.Name)
-	if got := fetch(ctx, t, "http://"+ip+":8080/"); got != "hello from the node" {
+	var pod *corev1.Pod
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pod, err = pods.Get(ctx, "demo", metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "", nil
+	})
+	if err != nil {
+		t.Fatalf("the pod did not run: %v (status %+v)", err, pod.Status)
+	}
+	if got := waitPage(ctx, t, "http://"+pod.Status.PodIP+":8080/", "hello from the node"); got != "hello from the node" {
 		t.Fatalf("page = %q, want %q", got, "hello from the node")
 	}
-}
-
-// waitPodIP waits until the pod runs and returns its address.
-func waitPodIP(ctx context.Context, t *testing.T, env *Env, ns, name string) string {
-	t.Helper()
-	var last *corev1.Pod
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		p, err := env.Cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = p
-		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s did not run: %v (status %+v)", ns, name, err, last.Status)
-	}
-	return last.Status.PodIP
-}
-
-// newVisitor opens a connection per request, as a new visitor of a page would: a
-// kept-alive one stays with the pod it first reached.
-var newVisitor = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-
-// fetch GETs url, retrying while the server is not listening yet, and returns the body.
-func fetch(ctx context.Context, t *testing.T, url string) string {
-	t.Helper()
-	var body string
-	var lastErr error
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := newVisitor.Do(req)
-		if err != nil {
-			lastErr = err
-			return false, nil
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		body = strings.TrimSpace(string(b))
-		return err == nil && resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("GET %s: %v (last error %v)", url, err, lastErr)
-	}
-	return body
 }
