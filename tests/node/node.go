@@ -42,7 +42,6 @@ type Node struct {
 
 	dir        string
 	cgroupRoot string
-	sysctls    map[string]string
 	before     hostState // the host before the node started
 	processes  []*cluster.Process
 	cluster    *cluster.Cluster
