@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +80,18 @@ func drainAfter(parent context.Context, delay time.Duration, draining func()) co
 		cancel()
 	}()
 	return ctx
+}
+
+// closeWhenDraining asks each client to close its connection after the answer once
+// draining: a kept-alive connection outlives the endpoint that routed it, and closing
+// it idle at shutdown races the next request the client sends on it.
+func closeWhenDraining(h http.Handler, draining *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // serve runs srv on ln until ctx is done, then shuts it down gracefully: in-flight

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -66,6 +67,30 @@ func TestDrainAfterKeepsServingForTheDelay(t *testing.T) {
 	}
 	if drainingAt.Sub(start) > 100*time.Millisecond {
 		t.Fatalf("not ready %s after SIGTERM, want at once", drainingAt.Sub(start))
+	}
+}
+
+func TestDrainingClosesEachConnectionAfterItsAnswer(t *testing.T) {
+	var draining atomic.Bool
+	srv := httptest.NewServer(closeWhenDraining(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	}), &draining))
+	defer srv.Close()
+	get := func() *http.Response {
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := get(); resp.Close {
+		t.Fatal("a connection is closed before draining")
+	}
+	draining.Store(true)
+	if resp := get(); !resp.Close {
+		t.Fatal("draining: the answer does not close its connection")
 	}
 }
 

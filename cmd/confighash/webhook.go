@@ -138,8 +138,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	var draining atomic.Bool
 	admission := &http.Server{
-		Handler:           mux,
+		Handler:           closeWhenDraining(mux, &draining),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,
@@ -153,7 +154,6 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	var draining atomic.Bool
 	ops, err := listenOps(cfg.ops, reg, serving.Ready, sources.Synced, gate.HasSynced, func() bool { return !draining.Load() })
 	if err != nil {
 		return err

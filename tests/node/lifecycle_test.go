@@ -7,6 +7,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,8 +60,9 @@ func (a *admissions) stream(ctx context.Context, env *Env) {
 	}
 }
 
-// finish stops the stream and fails the test if any admission was not mutated.
-func (a *admissions) finish(t *testing.T) {
+// finish stops the stream and fails the test if any admission was not mutated,
+// with the API server's account of the failed calls.
+func (a *admissions) finish(t *testing.T, env *Env) {
 	t.Helper()
 	a.stop()
 	a.done.Wait()
@@ -68,7 +71,15 @@ func (a *admissions) finish(t *testing.T) {
 		t.Fatalf("only %d admissions streamed", a.total.Load())
 	}
 	if a.failed.Load() > 0 {
-		t.Fatalf("%d of %d admissions were not mutated (first %v)", a.failed.Load(), a.total.Load(), a.firstFailure.Load())
+		log, _ := os.ReadFile(filepath.Join(env.Cluster.Dir, "kube-apiserver.log"))
+		var calls []string
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "failed calling webhook") {
+				calls = append(calls, l)
+			}
+		}
+		t.Fatalf("%d of %d admissions were not mutated (first %v); the API server says:\n%s",
+			a.failed.Load(), a.total.Load(), a.firstFailure.Load(), strings.Join(calls, "\n"))
 	}
 }
 
@@ -126,7 +137,7 @@ func servingCertificateRenewed(t *testing.T, env *Env) {
 	t.Logf("figures: renewal issued in %s, served by every webhook pod %s after the renewal",
 		issued.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(2 * time.Second) // admissions on the new certificate too
-	stream.finish(t)
+	stream.finish(t, env)
 }
 
 // servedCertificate returns the leaf certificate a TLS server presents.
@@ -229,5 +240,5 @@ func webhookTerminated(t *testing.T, env *Env) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	stream.finish(t)
+	stream.finish(t, env)
 }
