@@ -53,7 +53,10 @@ node-packages: ## install the real node's Debian packages (containerd, runc, CNI
 .PHONY: test
 test: control-plane helm node-packages ## unit and end-to-end tests against a real local control plane (and a real node where root on Linux), and a short fuzz run
 	@echo "==> go test ./... (each package prints its result when it is done)"
-	go test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+	@# The real node after the rest: a second control plane and containerd beside the
+	@# fault suite would slow what it times.
+	go test -count=1 -timeout $(GO_TEST_TIMEOUT) $$(go list ./... | grep -v /tests/node)
+	go test -count=1 -timeout $(GO_TEST_TIMEOUT) ./tests/node/...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: test-faults

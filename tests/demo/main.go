@@ -158,6 +158,7 @@ func startComponents(ctx context.Context, c *cluster.Cluster, binary string) (st
 	if err := c.Run("webhook", bin, append([]string{"webhook",
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]), "--ops-address=" + webhookOps,
 		"--tls-cert-file=" + filepath.Join(tlsDir, "tls.crt"), "--tls-key-file=" + filepath.Join(tlsDir, "tls.key"),
+		"--shutdown-delay=0", // no Service routes to it: Ctrl-C stops it at once
 	}, common...)...); err != nil {
 		return "", nil, err
 	}

@@ -254,7 +254,9 @@ func startWebhook(t testing.TB, c *cluster.Cluster, extra ...string) *webhookPro
 	w.args = append([]string{"webhook",
 		"--listen-address=" + w.addr,
 		"--tls-cert-file=" + filepath.Join(w.certDir, "tls.crt"), "--tls-key-file=" + filepath.Join(w.certDir, "tls.key"),
-		"--tls-poll-interval=200ms"}, extra...)
+		"--tls-poll-interval=200ms",
+		// No Service routes to it: nothing to wait for at shutdown.
+		"--shutdown-delay=0"}, extra...)
 	w.component = startComponent(t, c, w.args...)
 	w.register(t, c)
 	return w

@@ -24,6 +24,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/confighash/confighash/tests/cluster"
@@ -189,28 +190,6 @@ func (n *Node) Import(ctx context.Context, archive string) error {
 	return nil
 }
 
-// Exec runs a command in the node's network namespace, as a process on the node
-// would, and returns its output.
-func (n *Node) Exec(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd := n.Network.Command(name, args...)
-	cmd = exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return out, fmt.Errorf("%s %s on the node: %w: %s", name, strings.Join(args, " "), err, out)
-	}
-	return out, nil
-}
-
-// Process returns the node component of that name (containerd, kubelet, kube-proxy).
-func (n *Node) Process(name string) *cluster.Process {
-	for _, p := range n.processes {
-		if p.Name() == name {
-			return p
-		}
-	}
-	return nil
-}
-
 // Stop removes every pod from the node, stops its components, and removes what they
 // left on the host: containers' shims and mounts, pod network namespaces, cgroups,
 // CNI state, log links; it puts kubelet's sysctls back and removes the node's
@@ -268,7 +247,7 @@ func (n *Node) drain(ctx context.Context) error {
 	defer cancel()
 	pods := n.cluster.Client.CoreV1().Pods(metav1.NamespaceAll)
 	// Controllers would replace deleted pods: the node takes no new ones.
-	if _, err := n.cluster.Client.CoreV1().Nodes().Patch(ctx, Name, "application/merge-patch+json",
+	if _, err := n.cluster.Client.CoreV1().Nodes().Patch(ctx, Name, types.MergePatchType,
 		[]byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("cordon the node: %w", err)
 	}
