@@ -694,3 +694,19 @@ func (c *Cluster) WaitRolledOut(ctx context.Context, namespace, name string) err
 	}
 	return err
 }
+
+// InstallCertManagerCRDs installs every CRD of the cert-manager module the project
+// requires and waits until each is served.
+func (c *Cluster) InstallCertManagerCRDs(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+	if err != nil {
+		return fmt.Errorf("locate the cert-manager module: %w", err)
+	}
+	crds := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
+	// Server-side: the CRDs are too large for client-side apply's annotation.
+	if _, err := c.Kubectl(ctx, nil, "apply", "--server-side", "-f", crds); err != nil {
+		return err
+	}
+	_, err = c.Kubectl(ctx, nil, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
+	return err
+}

@@ -35,18 +35,6 @@ import (
 	"github.com/confighash/confighash/webhook"
 )
 
-// installCertManagerCRDs installs cert-manager's CRDs from the module the project
-// depends on, so manifests using them can be validated by the API server.
-func installCertManagerCRDs(t *testing.T, c *cluster.Cluster) {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	if err != nil {
-		t.Fatalf("locate the cert-manager module: %v", err)
-	}
-	installCRDs(t, c, filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"),
-		"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
-}
-
 // prometheusOperatorModule holds the ServiceMonitor CRD. The project does not depend
 // on it: the Go module proxy serves its source, CRDs included.
 const prometheusOperatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
@@ -90,7 +78,9 @@ func kustomize(t *testing.T, c *cluster.Cluster, dir string) []byte {
 
 func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	c := cluster.Require(t, testCluster)
-	installCertManagerCRDs(t, c)
+	if err := c.InstallCertManagerCRDs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	ensureNamespaces(t, c, append([]string{"confighash", "demo"}, exampleNamespaces...)...)
 	for variant := range installVariants {
 		if _, err := c.Kubectl(t.Context(), kustomize(t, c, variant), "apply", "--dry-run=server", "-f", "-"); err != nil {
@@ -153,7 +143,9 @@ func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
 
 func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T) {
 	c := cluster.Require(t, testCluster)
-	installCertManagerCRDs(t, c)
+	if err := c.InstallCertManagerCRDs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	installServiceMonitorCRD(t, c)
 	ensureNamespaces(t, c, append([]string{"confighash"}, exampleNamespaces...)...)
 	for variant, v := range installVariants {

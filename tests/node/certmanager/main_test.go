@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,7 +41,9 @@ const injectAnnotation = "cert-manager.io/inject-ca-from"
 func TestServingCertificateIsIssuedInjectedAndRenewed(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	ctx := t.Context()
-	installCRDs(t, c)
+	if err := c.InstallCertManagerCRDs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	cm := startCertManager(t, c)
 	cmc, err := cmclient.NewForConfig(c.Config)
 	if err != nil {
@@ -138,25 +139,6 @@ func TestServingCertificateIsIssuedInjectedAndRenewed(t *testing.T) {
 		if b, err := bundle(ctx); err != nil || !parseCert(t, b).Equal(ca) {
 			t.Errorf("after renewal, the %s's caBundle is not the CA (%v)", kind, err)
 		}
-	}
-}
-
-// installCRDs applies cert-manager's CRDs from the module the project depends on.
-func installCRDs(t *testing.T, c *cluster.Cluster) {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	if err != nil {
-		t.Fatalf("locate the cert-manager module: %v", err)
-	}
-	// Server-side: the CRDs are too large for client-side apply's annotation.
-	crds := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
-	if _, err := c.Kubectl(t.Context(), nil, "apply", "--server-side", "-f", crds); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/certificates.cert-manager.io", "crd/certificaterequests.cert-manager.io",
-		"crd/issuers.cert-manager.io", "crd/clusterissuers.cert-manager.io"); err != nil {
-		t.Fatal(err)
 	}
 }
 
