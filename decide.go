@@ -31,11 +31,16 @@ type State struct {
 	// at while its pod template carries none.
 	Hash    string
 	Adopted string
+	// Release is the hash the watcher last released a gated workload to roll to;
+	// Held and Failed, the source change of a halted wave it holds the workload for, or
+	// that failed in it (AnnotationRelease, AnnotationHeld, AnnotationFailed).
+	Release, Held, Failed string
 }
 
 // Read reads a workload's state, its annotations in this vocabulary.
 func (v Vocabulary) Read(w *Workload) State {
-	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted]}
+	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted],
+		Release: w.Annotations[AnnotationRelease], Held: w.Annotations[AnnotationHeld], Failed: w.Annotations[AnnotationFailed]}
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
 	if !s.Policy.OptOut {
 		s.References = References(w.Template)
@@ -84,7 +89,8 @@ func (s State) Equal(o State) bool {
 	return s.Policy.Equal(o.Policy) && slices.Equal(s.Problems, o.Problems) &&
 		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
 		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) &&
-		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted
+		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted &&
+		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed
 }
 
 func errorText(err error) string {
@@ -121,6 +127,8 @@ type Input struct {
 	// Mode is how confighash acts in the workload's namespace.
 	Mode Mode
 	Pods Pods
+	// Pacing is how changes roll in the workload's namespace, its annotations aside.
+	Pacing Pacing
 }
 
 // Decision is what a workload must carry, and whether it does.
@@ -146,6 +154,12 @@ type Decision struct {
 	// Converged is set when the workload already carries Record and Hash, or is
 	// adopted at Record's hash, and nothing is unproven.
 	Converged bool
+	// Pacing is how the workload's changes roll. Held are the sources whose changes
+	// are due to roll a gated workload, kept out of Record until the watcher releases
+	// the workload to roll to Release, the hash it then gets.
+	Pacing  Pacing
+	Held    []SourceRef
+	Release string
 }
 
 // ErrTooManySources is returned by Decide for a workload that uses or names more than
@@ -188,13 +202,23 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	}
 	d.Observations = d.Policy.observe(in.Key, used, candidates, current)
 
+	d.Pacing = d.Policy.Pacing.Over(in.Pacing)
 	first := !s.met() && !in.Pods.Fresh
 	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, held: in.Pods.Held}
 	next, unproven := st.next(s.Record, d.Observations)
 	if !st.rolling && next.Hash(in.Key) != s.Record.Hash(in.Key) {
 		// A rollout is due: the new pods will hold every source's current data.
-		st.rolling = true
-		next, unproven = st.next(s.Record, d.Observations)
+		rolling := step{rolling: true, held: in.Pods.Held}
+		rolled, rolledUnproven := rolling.next(s.Record, d.Observations)
+		if release := rolled.Hash(in.Key); s.Record != nil && in.State.Release != release && d.gated(current) {
+			// Not released yet: the watcher rolls it when its wave or window comes.
+			if kept, held, ok := heldBack(in.Key, s.Record, next); ok {
+				next, d.Held, d.Release = kept, held, release
+			}
+		}
+		if d.Held == nil {
+			st, next, unproven = rolling, rolled, rolledUnproven
+		}
 	}
 	if first && len(unproven) > 0 {
 		d.Unproven = unproven
@@ -210,6 +234,20 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) &&
 		Settled(s.Hash, s.Adopted, hash) && len(unproven) == 0
 	return d, nil
+}
+
+// gated reports whether only the watcher releases the workload's changes: waves or
+// windows apply to it, or a source that counts is paced in waves.
+func (d *Decision) gated(sources map[SourceRef]Source) bool {
+	if d.Pacing.Gated() {
+		return true
+	}
+	for _, o := range d.Observations {
+		if o.Counts && sources[o.SourceRef].WaveSize > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // patternNames returns what the policy's name patterns are matched against: the

@@ -30,6 +30,7 @@ type world struct {
 	tmpl        *corev1.PodTemplateSpec
 	sources     map[SourceRef]Source
 	mode        Mode
+	pacing      Pacing
 	state       State
 	rollouts    int
 }
@@ -47,7 +48,8 @@ func (w *world) admit(pods Pods) Decision {
 	w.t.Helper()
 	state := Vocabulary{Reloader: true}.Read(&Workload{Annotations: w.annotations, Template: w.tmpl})
 	state.Record, state.RecordErr, state.Hash, state.Adopted = w.state.Record, w.state.RecordErr, w.state.Hash, w.state.Adopted
-	d, err := Decide(Input{Key: testKey, State: state, Mode: w.mode, Pods: pods}, listedSources(w.sources))
+	state.Release = w.state.Release
+	d, err := Decide(Input{Key: testKey, State: state, Mode: w.mode, Pods: pods, Pacing: w.pacing}, listedSources(w.sources))
 	if err != nil {
 		w.t.Fatal(err)
 	}

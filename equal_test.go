@@ -21,7 +21,7 @@ func differ(f reflect.Value) bool {
 		return true
 	}
 	switch f.Kind() {
-	case reflect.Int64:
+	case reflect.Int, reflect.Int64:
 		f.SetInt(f.Int() + 1)
 	case reflect.Bool:
 		f.SetBool(!f.Bool())
@@ -65,4 +65,5 @@ func TestEqualComparesEveryField(t *testing.T) {
 	testEqualComparesEveryField(t, Reference.Equal, Reference{})
 	testEqualComparesEveryField(t, Policy.Equal, Policy{})
 	testEqualComparesEveryField(t, State.Equal, State{})
+	testEqualComparesEveryField(t, Pacing.Equal, Pacing{})
 }

@@ -35,6 +35,12 @@ const (
 	// AnnotationPausePeriod holds further touches of a workload for this duration
 	// after one, so that the changes made meanwhile roll it once.
 	AnnotationPausePeriod = Domain + "/pause-period"
+	// AnnotationRolloutWindow, on a workload or a Namespace, says when its
+	// configuration changes may roll (see Windows).
+	AnnotationRolloutWindow = Domain + "/rollout-window"
+	// AnnotationWaveSize, on a workload or a source, rolls a change that reaches many
+	// workloads in waves of at most this many (see Pacing).
+	AnnotationWaveSize = Domain + "/wave-size"
 
 	// AnnotationMatch on a ConfigMap or Secret makes it count for workloads in search mode.
 	AnnotationMatch = Domain + "/match"
@@ -52,4 +58,15 @@ const (
 	// AnnotationTrigger is written by the watcher on the workload's metadata when it
 	// touches the workload: the source change that triggered it (see Trigger).
 	AnnotationTrigger = Domain + "/trigger"
+	// AnnotationRelease is written by the watcher on a gated workload's metadata: the
+	// hash it may now roll to (see Pacing). Until then a write of the workload that
+	// leaves its pod template as it is keeps its hash.
+	AnnotationRelease = Domain + "/release"
+	// AnnotationHeld is written by the watcher on the workloads a halted wave holds: the
+	// source change that halted, kind/name@resourceVersion. Removing it resumes the
+	// workload's rollout; the next change of that source does too.
+	AnnotationHeld = Domain + "/held"
+	// AnnotationFailed is written by the watcher on a workload whose rollout of a
+	// source change failed and halted its wave: that change, as in AnnotationHeld.
+	AnnotationFailed = Domain + "/failed"
 )

@@ -32,6 +32,9 @@ type Policy struct {
 	// PausePeriod holds further touches of the workload for this long after one, so
 	// that the changes made meanwhile roll it once.
 	PausePeriod time.Duration
+	// Rollout is how the workload's changes roll, as its own annotations say; see
+	// Pacing.Over for the rest.
+	Pacing Pacing
 
 	reloader bool // read the sources' Reloader annotations too
 	// decided holds the kinds for which an annotation says whether used sources count.
@@ -70,7 +73,7 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
-	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod &&
+	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
 		p.reloader == q.reloader && p.only == q.only &&
 		maps.Equal(p.Discover, q.Discover) && maps.Equal(p.decided, q.decided) && maps.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&
@@ -118,6 +121,7 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 		p.Exclude[ref] = true
 	}
 	p.PausePeriod = r.duration(AnnotationPausePeriod)
+	p.Pacing = r.pacing()
 
 	if v.Reloader {
 		all = r.reloader(&p) || all

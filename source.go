@@ -21,6 +21,9 @@ type Source struct {
 	// and ReloaderMatch, Reloader's, which count when the policy reads Reloader's.
 	Ignore, Match                 bool
 	ReloaderIgnore, ReloaderMatch bool
+	// WaveSize is its AnnotationWaveSize: above zero, its changes roll in waves of at
+	// most this many workloads. A value that is not a number is 0.
+	WaveSize int
 	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
 	Data       map[string]Sum
 	BinaryData map[string]Sum
@@ -30,7 +33,7 @@ type Source struct {
 // counting annotations.
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
-		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch &&
+		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize &&
 		maps.Equal(s.Data, o.Data) && maps.Equal(s.BinaryData, o.BinaryData)
 }
 
@@ -61,6 +64,7 @@ func SourceOfSecret(sec *corev1.Secret) Source {
 func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
 
 func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
+	waveSize, _ := parseWaveSize(annotations[AnnotationWaveSize])
 	return Source{
 		SourceRef:      SourceRef{kind, name},
 		Present:        true,
@@ -68,6 +72,7 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 		Match:          isTrue(annotations[AnnotationMatch]),
 		ReloaderIgnore: isTrue(annotations[ReloaderIgnore]),
 		ReloaderMatch:  isTrue(annotations[ReloaderMatch]),
+		WaveSize:       waveSize,
 	}
 }
 

@@ -1,0 +1,111 @@
+package confighash
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Pacing is how a workload's configuration changes roll: at once, in waves, or only
+// within rollout windows. Its changes are gated when waves or windows apply: only the
+// watcher releases them (AnnotationRelease), so that no other write of the workload
+// rolls it early.
+type Pacing struct {
+	// WaveSize, above zero, rolls a change that reaches many workloads in waves of at
+	// most this many, each waiting for the one before to roll out.
+	WaveSize int
+	// Windows are when changes may roll; nil: at any time.
+	Windows Windows
+}
+
+// Gated reports whether the watcher releases the workload's changes.
+func (p Pacing) Gated() bool { return p.WaveSize > 0 || p.Windows != nil }
+
+// Over returns p with what it does not set taken from the wider setting: the
+// workload's annotations over its namespace's, the namespace's over the flags.
+func (p Pacing) Over(wider Pacing) Pacing {
+	if p.WaveSize == 0 {
+		p.WaveSize = wider.WaveSize
+	}
+	if p.Windows == nil {
+		p.Windows = wider.Windows
+	}
+	return p
+}
+
+// Equal reports whether two pacings are the same.
+func (p Pacing) Equal(o Pacing) bool {
+	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal)
+}
+
+// ParsePacing reads a rollout window and a wave size as written in annotations or
+// flags; empty text sets nothing. Errors name what is wrong.
+func ParsePacing(window, waveSize string) (Pacing, error) {
+	var r Pacing
+	var err error
+	if window = strings.TrimSpace(window); window != "" {
+		if r.Windows, err = ParseWindows(window); err != nil {
+			return Pacing{}, err
+		}
+	}
+	if waveSize = strings.TrimSpace(waveSize); waveSize != "" {
+		if r.WaveSize, err = parseWaveSize(waveSize); err != nil {
+			return Pacing{}, err
+		}
+	}
+	return r, nil
+}
+
+func parseWaveSize(text string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(text))
+	if err != nil || n < 0 {
+		return 0, strconv.ErrSyntax
+	}
+	return n, nil
+}
+
+// pacing reads the workload's AnnotationRolloutWindow and AnnotationWaveSize.
+func (r *policyReader) pacing() Pacing {
+	var out Pacing
+	if v, ok := r.get(AnnotationRolloutWindow); ok {
+		ws, err := ParseWindows(v)
+		if err != nil {
+			r.problem(AnnotationRolloutWindow, v, strings.TrimPrefix(err.Error(), ErrBadWindow.Error()+" "))
+		} else {
+			out.Windows = ws
+		}
+	}
+	if v, ok := r.get(AnnotationWaveSize); ok {
+		n, err := parseWaveSize(v)
+		if err != nil {
+			r.problem(AnnotationWaveSize, v, "want a number of workloads, such as 5")
+		}
+		out.WaveSize = n
+	}
+	return out
+}
+
+// heldBack returns the record next with the entries that would roll the workload
+// (whose part of the hash differs from prev's) kept as prev has them, and those
+// sources: the changes are recorded when released, not before. ok is false when that
+// does not give prev's hash, which the rules of next make impossible: the workload
+// then rolls rather than carry a hash its record does not explain.
+func heldBack(key Key, prev, next Record) (kept Record, held []SourceRef, ok bool) {
+	old := make(map[SourceRef]RecordEntry, len(prev))
+	for _, e := range prev {
+		old[e.SourceRef] = e
+	}
+	kept = make(Record, 0, len(next))
+	for _, e := range next {
+		p, had := old[e.SourceRef]
+		if e.hashed() == (had && p.hashed()) && (!e.hashed() || e.Digest == p.Digest) {
+			kept = append(kept, e)
+			continue
+		}
+		held = append(held, e.SourceRef)
+		if had {
+			kept = append(kept, p)
+		}
+	}
+	return kept, held, kept.Hash(key) == prev.Hash(key)
+}

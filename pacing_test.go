@@ -1,0 +1,109 @@
+package confighash
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestGatedWorkloadRollsOnlyWhenReleased: a workload whose changes are paced keeps its
+// hash at every admission until the watcher releases it to the hash it is due, then
+// rolls once; a changed pod template rolls it anyway, with the current data.
+func TestGatedWorkloadRollsOnlyWhenReleased(t *testing.T) {
+	cfg, other := SourceRef{ConfigMap, "cfg"}, SourceRef{ConfigMap, "other"}
+	window, err := ParseWindows("Mon 09:00-10:00 UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		pacing      Pacing
+		waveSize    int // on the source
+	}{
+		{"waves on the workload", map[string]string{AnnotationInject: "true", AnnotationWaveSize: "5"}, Pacing{}, 0},
+		{"waves on the source", map[string]string{AnnotationInject: "true"}, Pacing{}, 5},
+		{"waves from the flags", map[string]string{AnnotationInject: "true"}, Pacing{WaveSize: 5}, 0},
+		{"a window on the workload", map[string]string{AnnotationInject: "true", AnnotationRolloutWindow: "Mon 09:00-10:00 UTC"}, Pacing{}, 0},
+		{"a window on the namespace", map[string]string{AnnotationInject: "true"}, Pacing{Windows: window}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			source := func(name, value string) Source {
+				s := cmSource(name, value)
+				s.WaveSize = tt.waveSize
+				return s
+			}
+			w := newWorld(t, tt.annotations, envFrom("cfg", "other"), source("cfg", "1"), source("other", "1"))
+			w.pacing = tt.pacing
+			w.admit(Pods{Fresh: true})
+			created := w.state.Hash
+
+			w.sources[cfg] = source("cfg", "2")
+			delete(w.sources, other) // deleting never rolls: recorded while held
+			for i := range 2 {
+				d := w.admit(Pods{})
+				if !slices.Equal(d.Held, []SourceRef{cfg}) || d.Release == "" || d.Release == created {
+					t.Fatalf("held %v, release %q; want cfg held, due to roll to a new hash", d.Held, d.Release)
+				}
+				if d.Hash != created || w.rollouts != 1 {
+					t.Fatalf("an admission before the release rolled it: hash %q, %d rollouts", d.Hash, w.rollouts)
+				}
+				if d.Converged != (i == 1) {
+					t.Fatalf("admission %d: converged %v; want it converged once the deletion is recorded", i+1, d.Converged)
+				}
+				if e := recordEntry(d.Record, other); !e.Absent {
+					t.Fatalf("the deletion of other was not recorded while cfg was held: %+v", e)
+				}
+			}
+
+			released := w.admit(Pods{}).Release
+			w.state.Release = released
+			if d := w.admit(Pods{}); d.Hash != released || d.Held != nil || w.rollouts != 2 {
+				t.Fatalf("released: hash %q, held %v, %d rollouts; want hash %q, nothing held, 2 rollouts", d.Hash, d.Held, w.rollouts, released)
+			}
+
+			w.sources[cfg] = source("cfg", "3")
+			if d := w.admit(Pods{}); len(d.Held) != 1 || w.rollouts != 2 {
+				t.Fatalf("a release of an older change rolled a newer one: held %v, %d rollouts", d.Held, w.rollouts)
+			}
+			if d := w.admit(Pods{Fresh: true}); d.Held != nil || w.rollouts != 3 {
+				t.Fatalf("a changed pod template: held %v, %d rollouts; want it rolled with the current data", d.Held, w.rollouts)
+			}
+		})
+	}
+}
+
+func TestUngatedWorkloadRollsAtOnce(t *testing.T) {
+	cfg := SourceRef{ConfigMap, "cfg"}
+	w := newWorld(t, map[string]string{AnnotationInject: "true"}, envFrom("cfg"), cmSource("cfg", "1"))
+	w.admit(Pods{Fresh: true})
+	w.sources[cfg] = cmSource("cfg", "2")
+	if d := w.admit(Pods{}); d.Held != nil || w.rollouts != 2 {
+		t.Fatalf("held %v, %d rollouts; want it rolled at the admission", d.Held, w.rollouts)
+	}
+}
+
+func TestGatedWorkloadMetForTheFirstTimeIsNotHeld(t *testing.T) {
+	w := newWorld(t, map[string]string{AnnotationInject: "true", AnnotationWaveSize: "5"}, envFrom("cfg"), cmSource("cfg", "1"))
+	if d := w.admit(Pods{}); d.Held != nil {
+		t.Fatalf("held %v: adoption decides a workload met for the first time", d.Held)
+	}
+}
+
+func TestBadPacingAnnotationsAreProblems(t *testing.T) {
+	p, problems := Vocabulary{}.ParsePolicy(map[string]string{
+		AnnotationInject: "true", AnnotationWaveSize: "five", AnnotationRolloutWindow: "Mon 9-5",
+	}, nil)
+	if p.Pacing.Gated() || len(problems) != 2 {
+		t.Fatalf("pacing %+v, problems %v; want none set and two problems", p.Pacing, problems)
+	}
+}
+
+func recordEntry(r Record, ref SourceRef) RecordEntry {
+	for _, e := range r {
+		if e.SourceRef == ref {
+			return e
+		}
+	}
+	return RecordEntry{}
+}
