@@ -1,6 +1,7 @@
 package confighash
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,7 +51,7 @@ func ParsePacing(window, waveSize string) (Pacing, error) {
 	}
 	if waveSize = strings.TrimSpace(waveSize); waveSize != "" {
 		if r.WaveSize, err = parseWaveSize(waveSize); err != nil {
-			return Pacing{}, err
+			return Pacing{}, fmt.Errorf("wave size %q: want a number of workloads, such as 5", waveSize)
 		}
 	}
 	return r, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -100,11 +101,26 @@ func parseWindow(fields []string) (Window, error) {
 		return Window{}, err
 	}
 	if len(fields) == 3 {
-		if w.Zone, err = time.LoadLocation(fields[2]); err != nil || fields[2] == "Local" {
+		if w.Zone, err = loadZone(fields[2]); err != nil || fields[2] == "Local" {
 			return Window{}, fmt.Errorf("unknown time zone %q", fields[2])
 		}
 	}
 	return w, nil
+}
+
+// zones keeps the time zones loaded: each load reads and parses the zone's file, and
+// workloads' annotations are read at every admission.
+var zones sync.Map
+
+func loadZone(name string) (*time.Location, error) {
+	if z, ok := zones.Load(name); ok {
+		return z.(*time.Location), nil
+	}
+	z, err := time.LoadLocation(name)
+	if err == nil {
+		zones.Store(name, z)
+	}
+	return z, err
 }
 
 func (w *Window) parseDays(text string) error {

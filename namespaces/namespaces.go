@@ -54,9 +54,30 @@ func (s Selectors) ModeOf(n *corev1.Namespace) confighash.Mode {
 	return confighash.ModeOff
 }
 
+// PacingOf is how configuration changes roll in the namespace, from its annotations
+// (confighash.AnnotationRolloutWindow, AnnotationWaveSize); an error says which is bad.
+func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
+	if n == nil {
+		return confighash.Pacing{}, nil
+	}
+	return confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize])
+}
+
+// samePacing reports whether two namespaces have the same pacing annotations.
+func samePacing(a, b *corev1.Namespace) bool {
+	for _, name := range []string{confighash.AnnotationRolloutWindow, confighash.AnnotationWaveSize} {
+		if a.Annotations[name] != b.Annotations[name] {
+			return false
+		}
+	}
+	return true
+}
+
 // Gate tells how confighash acts in a namespace, once it has synced.
 type Gate interface {
 	Mode(namespace string) confighash.Mode
+	// Pacing is how changes roll there, and what is wrong with its annotations.
+	Pacing(namespace string) (confighash.Pacing, error)
 	HasSynced() bool
 	Run(ctx context.Context)
 }
@@ -68,7 +89,8 @@ type Cluster struct {
 }
 
 // NewCluster watches every namespace. After the first list, it calls onEnabled, when
-// set, for a namespace that starts being acted in, or in another mode.
+// set, for a namespace that starts being acted in, or in another mode, or with another
+// pacing.
 func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func(namespace string)) (*Cluster, error) {
 	c := &Cluster{coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{}), selectors}
 	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -80,7 +102,7 @@ func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func
 		UpdateFunc: func(old, obj any) {
 			o, _ := old.(*corev1.Namespace)
 			n, ok := obj.(*corev1.Namespace)
-			if now := selectors.ModeOf(n); ok && now != confighash.ModeOff && now != selectors.ModeOf(o) && onEnabled != nil {
+			if now := selectors.ModeOf(n); ok && now != confighash.ModeOff && (now != selectors.ModeOf(o) || o != nil && !samePacing(o, n)) && onEnabled != nil {
 				onEnabled(n.Name)
 			}
 		},
@@ -88,13 +110,18 @@ func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func
 	return c, err
 }
 
-func (c *Cluster) Mode(ns string) confighash.Mode {
+func (c *Cluster) Mode(ns string) confighash.Mode { return c.selectors.ModeOf(c.get(ns)) }
+
+func (c *Cluster) Pacing(ns string) (confighash.Pacing, error) { return PacingOf(c.get(ns)) }
+
+// get returns the namespace, or nil.
+func (c *Cluster) get(ns string) *corev1.Namespace {
 	obj, exists, err := c.informer.GetStore().GetByKey(ns)
 	n, ok := obj.(*corev1.Namespace)
 	if err != nil || !exists || !ok {
-		return confighash.ModeOff
+		return nil
 	}
-	return c.selectors.ModeOf(n)
+	return n
 }
 
 func (c *Cluster) HasSynced() bool { return c.informer.HasSynced() }
@@ -129,19 +156,32 @@ type Listed struct {
 	read, failing map[string]bool
 
 	mu     sync.RWMutex
-	state  map[string]confighash.Mode
+	state  map[string]listedState
 	synced bool
+}
+
+// listedState is what Listed keeps of a namespace.
+type listedState struct {
+	mode      confighash.Mode
+	pacing    confighash.Pacing
+	pacingErr error
 }
 
 func NewListed(client kubernetes.Interface, selectors Selectors, names []string, interval time.Duration, onEnabled func(string), log zerolog.Logger) *Listed {
 	return &Listed{client: client, selectors: selectors, names: names, interval: interval, onEnabled: onEnabled, log: log,
-		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]confighash.Mode{}}
+		read: map[string]bool{}, failing: map[string]bool{}, state: map[string]listedState{}}
 }
 
 func (l *Listed) Mode(ns string) confighash.Mode {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.state[ns]
+	return l.state[ns].mode
+}
+
+func (l *Listed) Pacing(ns string) (confighash.Pacing, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.state[ns].pacing, l.state[ns].pacingErr
 }
 
 func (l *Listed) HasSynced() bool {
@@ -167,8 +207,8 @@ func (l *Listed) Run(ctx context.Context) {
 
 // refresh reads every namespace once. One that is gone or refused counts as off;
 // after any other error, such as a timeout, it keeps its last state. Once all have
-// been read, a namespace that starts being acted in, or in another mode, is passed to
-// onEnabled.
+// been read, a namespace that starts being acted in, or in another mode, or with
+// another pacing, is passed to onEnabled.
 func (l *Listed) refresh(ctx context.Context) {
 	l.mu.RLock()
 	state, wasSynced := maps.Clone(l.state), l.synced
@@ -186,11 +226,13 @@ func (l *Listed) refresh(ctx context.Context) {
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			continue
 		}
-		now := confighash.ModeOff
+		now := listedState{mode: confighash.ModeOff}
 		if err == nil {
-			now = l.selectors.ModeOf(n)
+			now.mode = l.selectors.ModeOf(n)
+			now.pacing, now.pacingErr = PacingOf(n)
 		}
-		if wasSynced && now != confighash.ModeOff && now != state[name] {
+		was := state[name]
+		if wasSynced && now.mode != confighash.ModeOff && (now.mode != was.mode || !now.pacing.Equal(was.pacing)) {
 			enabled = append(enabled, name)
 		}
 		state[name], l.read[name] = now, true

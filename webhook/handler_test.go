@@ -379,6 +379,8 @@ type modes map[string]confighash.Mode
 
 func (m modes) Mode(ns string) confighash.Mode { return m[ns] }
 
+func (m modes) Pacing(string) (confighash.Pacing, error) { return confighash.Pacing{}, nil }
+
 // TestAReviewForANamespaceConfighashDoesNotActInReadsNothing: posted straight to the
 // webhook by a pod, a review of a namespace that is not enabled learns nothing.
 func TestAReviewForANamespaceConfighashDoesNotActInReadsNothing(t *testing.T) {

@@ -76,7 +76,10 @@ type Config struct {
 	// Gate, when set, tells how confighash acts in each namespace: a review for a
 	// namespace it does not act in, posted by anyone but the API server, reads
 	// nothing.
-	Gate    Gate
+	Gate Gate
+	// Pacing is how changes roll where neither the workload nor its namespace says:
+	// the same flags as the watcher's, so that both hold the same workloads.
+	Pacing  confighash.Pacing
 	Metrics Recorder
 }
 
@@ -96,6 +99,7 @@ func (c *Config) defaults() error {
 // Gate tells how confighash acts in a namespace (namespaces.Gate).
 type Gate interface {
 	Mode(namespace string) confighash.Mode
+	Pacing(namespace string) (confighash.Pacing, error)
 }
 
 // New returns a mutator for namespaces that opt workloads in.
@@ -193,7 +197,14 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, state.RecordErr))
 	}
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, !created, old)}
-	in := confighash.Input{Key: m.cfg.Key, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}}
+	in := confighash.Input{Key: m.cfg.Key, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}, Pacing: m.cfg.Pacing}
+	if m.cfg.Gate != nil {
+		ns, err := m.cfg.Gate.Pacing(w.Namespace)
+		if err != nil {
+			warnings = append(warnings, warningPrefix+fmt.Sprintf("the namespace's pacing annotations are ignored: %v", err))
+		}
+		in.Pacing = ns.Over(m.cfg.Pacing)
+	}
 	d, err := confighash.Decide(in, sources)
 	if err == nil && len(d.Unproven) > 0 && templateChanged(ar.OldObjectRaw, w) {
 		// The new pods will read the current data: nothing to find out.

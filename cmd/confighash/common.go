@@ -41,6 +41,8 @@ type common struct {
 	sourceLabelSelector  string
 	namespaceSelector    string
 	everySelector        string
+	rolloutWindow        string
+	waveSize             int
 }
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
@@ -59,6 +61,8 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out (Reloader's --auto-reload-all, per namespace); the webhook configuration's second namespaceSelector must select the same; empty: none")
 	fs.StringVar(&c.kinds, "kinds", "", "comma-separated workload kinds to handle, of deployments, statefulsets, daemonsets, cronjobs, rollouts; empty: all; the webhook configuration's rules must list the same")
 	fs.StringVar(&c.sourceLabelSelector, "source-label-selector", "", "label selector: only the ConfigMaps and Secrets that match count; the others are never listed or cached, and count as absent; empty: all")
+	fs.StringVar(&c.rolloutWindow, "rollout-window", "", `when configuration changes may roll workloads whose namespace and annotations do not say, e.g. "Mon-Fri 09:00-17:00 Europe/Berlin; Sat 10:00-12:00 UTC"; empty: any time; the webhook and the watcher must be given the same`)
+	fs.IntVar(&c.waveSize, "wave-size", 0, "roll a change that reaches many workloads in waves of at most this many per namespace, each waiting for the one before to roll out and halting on a failure; 0: all at once unless annotations say; the webhook and the watcher must be given the same")
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
 }
 
@@ -96,6 +100,19 @@ func (c *common) scope() ([]confighash.Kind, sourcecache.Filter, error) {
 		return nil, sourcecache.Filter{}, fmt.Errorf("--source-label-selector: %w", err)
 	}
 	return kinds, sourcecache.Filter{Labels: selector}, nil
+}
+
+// pacing parses --rollout-window and --wave-size.
+func (c *common) pacing() (confighash.Pacing, error) {
+	p, err := confighash.ParsePacing(c.rolloutWindow, "")
+	if err != nil {
+		return confighash.Pacing{}, fmt.Errorf("--rollout-window: %w", err)
+	}
+	if c.waveSize < 0 {
+		return confighash.Pacing{}, fmt.Errorf("--wave-size must be 0 or more, got %d", c.waveSize)
+	}
+	p.WaveSize = c.waveSize
+	return p, nil
 }
 
 // vocabulary is which annotations workloads and sources are read in.
