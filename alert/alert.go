@@ -25,6 +25,7 @@ const (
 	Rolled What = "rolled" // the webhook wrote a new hash: the workloads roll
 	Healed What = "healed" // the webhook did not converge; the watcher wrote the hash
 	Failed What = "failed" // the watcher could not write the hash either
+	Halted What = "halted" // a wave's workload failed to roll out: the rest of the wave is held
 )
 
 // Object names a workload or a source.
@@ -48,7 +49,7 @@ type Event struct {
 	Namespace string
 	Workload  Object
 	Sources   []Object
-	// Reason says why, for Healed and Failed.
+	// Reason says why, for Healed, Failed and Halted.
 	Reason string
 }
 

@@ -35,6 +35,8 @@ func title(a Alert) string {
 		return fmt.Sprintf("confighash healed %d workload%s in %s: the webhook did not write the hash", n, plural, where)
 	case Failed:
 		return fmt.Sprintf("confighash could not update the hash of %d workload%s in %s", n, plural, where)
+	case Halted:
+		return fmt.Sprintf("confighash halted a rollout in %s: %d workload%s failed to roll out", where, n, plural)
 	}
 	return fmt.Sprintf("confighash is rolling %d workload%s in %s", n, plural, where)
 }

@@ -71,6 +71,9 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 		return
 	}
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.DeletionTimestamp.Equal(v.DeletionTimestamp) {
+		if prev.Status != v.Status {
+			w.progressed(v) // a wave may wait for it
+		}
 		return
 	}
 	if w.acts(v) {

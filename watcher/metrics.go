@@ -20,6 +20,10 @@ type Recorder interface {
 	Resynced(drifted int)
 	// QueueDepth records the number of workloads waiting.
 	QueueDepth(n int)
+	// Held records how many workloads have a change held, by why.
+	Held(counts map[string]int)
+	// Halted records a wave halted on a failure.
+	Halted()
 }
 
 // TouchResult is the outcome of one write to a workload.
@@ -44,6 +48,8 @@ func (NoopRecorder) Touch(TouchResult)                   {}
 func (NoopRecorder) Converged(time.Duration)             {}
 func (NoopRecorder) Resynced(int)                        {}
 func (NoopRecorder) QueueDepth(int)                      {}
+func (NoopRecorder) Held(map[string]int)                 {}
+func (NoopRecorder) Halted()                             {}
 
 // PrometheusRecorder records to Prometheus.
 type PrometheusRecorder struct {
@@ -52,6 +58,8 @@ type PrometheusRecorder struct {
 	convergence prometheus.Histogram
 	drifted     prometheus.Gauge
 	depth       prometheus.Gauge
+	held        *prometheus.GaugeVec
+	halts       prometheus.Counter
 }
 
 var _ Recorder = (*PrometheusRecorder)(nil)
@@ -80,8 +88,16 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "watcher", Name: "queue_depth",
 			Help: "Workloads waiting to be checked or touched.",
 		}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "held_workloads",
+			Help: "Workloads with a configuration change due and not rolled yet, by reason: window (outside their rollout window), wave (waiting for their wave), halted (their wave halted on a failure).",
+		}, []string{"reason"}),
+		halts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "wave_halts_total",
+			Help: "Waves halted because a workload they rolled failed.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth} {
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -93,6 +109,9 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	}
 	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchError} {
 		r.touches.WithLabelValues(string(res))
+	}
+	for _, reason := range heldReasons {
+		r.held.WithLabelValues(string(reason))
 	}
 	return r, nil
 }
@@ -106,3 +125,10 @@ func (r *PrometheusRecorder) Touch(result TouchResult) {
 func (r *PrometheusRecorder) Converged(d time.Duration) { r.convergence.Observe(d.Seconds()) }
 func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(drifted)) }
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }
+func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
+
+func (r *PrometheusRecorder) Held(counts map[string]int) {
+	for _, reason := range heldReasons {
+		r.held.WithLabelValues(string(reason)).Set(float64(counts[string(reason)]))
+	}
+}

@@ -47,8 +47,9 @@ func (w *Watcher) acts(v *view) bool {
 
 // decide decides for the workload from the cache, as the webhook would.
 func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
-	return confighash.Decide(confighash.Input{Key: w.cfg.Key, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods},
-		cachedSources{w.sources, v.Namespace})
+	pacing, _ := w.gate.Pacing(v.Namespace) // a bad annotation is ignored, as the webhook ignores it
+	return confighash.Decide(confighash.Input{Key: w.cfg.Key, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
+		Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, v.Namespace})
 }
 
 // errNotConverged means the touch was admitted without the webhook's hash: the
@@ -64,6 +65,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	// from a cache without them would be wrong, and healing would write it.
 	if v == nil || !w.sources.Covers(key.Namespace) || !w.acts(v) {
 		w.progress.done(key)
+		w.forget(key)
 		return nil
 	}
 	d, err := w.decide(v, confighash.Pods{})
@@ -77,7 +79,10 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.String()).Str("want", d.Record.String()).Msg("checked")
 	switch {
+	case len(d.Held) > 0 && len(d.Unproven) == 0:
+		return w.paced(ctx, key, v, d)
 	case d.Converged:
+		w.unhold(key)
 		w.converged(key)
 		return nil
 	case len(d.Unproven) > 0:
@@ -92,7 +97,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		w.progress.pause(key, d.Policy.PausePeriod)
 	}
 	trig := triggers(v, d.Record, w.sources)
-	admitted, err := w.touch(ctx, v, trig)
+	admitted, err := w.touch(ctx, v, trig, nil)
 	return w.admitted(key, v, d, trig, nil, admitted, err)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,10 +63,12 @@ func changedSources(before, after confighash.Record) string {
 	return strings.Join(names, ", ") + " changed"
 }
 
-// touch patches the trigger annotation on the workload's metadata, so the API server
-// admits it again through the webhook, and returns the admitted workload.
-func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger) (*view, error) {
-	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationTrigger: confighash.FormatTriggers(trig)}}}
+// touch patches the trigger annotation, and the others given, on the workload's
+// metadata, so the API server admits it again through the webhook, and returns the
+// admitted workload.
+func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger, others map[string]any) (*view, error) {
+	patch := annotationPatch(confighash.AnnotationTrigger, confighash.FormatTriggers(trig))
+	maps.Copy(patch["metadata"].(map[string]any)["annotations"].(map[string]any), others)
 	return w.patch(ctx, v, patch)
 }
 

@@ -46,6 +46,15 @@ type Config struct {
 	// HealAfter is how many touches may fail to converge before the watcher writes
 	// the hash itself.
 	HealAfter int
+	// Pacing is how changes roll where neither a workload nor its namespace says;
+	// the webhook must be given the same.
+	Pacing confighash.Pacing
+	// WaveThreshold: a change rolls in waves only when it reaches more workloads than
+	// this, or than the wave size.
+	WaveThreshold int
+	// WaveTimeout is how long a workload a wave released may take to roll out before
+	// it counts as failed.
+	WaveTimeout time.Duration
 	// Watched limits the watcher to these namespaces, for an install bound by
 	// RoleBindings; empty means the whole cluster.
 	Watched []string
@@ -93,8 +102,11 @@ func (c *Config) defaults() error {
 	if c.Client == nil {
 		return errors.New("a Kubernetes client is required")
 	}
-	if c.Debounce < 0 || c.TouchRate <= 0 || c.Workers <= 0 || c.HealAfter <= 0 {
-		return errors.New("debounce must be >= 0; touch rate, workers and heal-after must be > 0")
+	if c.Debounce < 0 || c.TouchRate <= 0 || c.Workers <= 0 || c.HealAfter <= 0 || c.WaveThreshold < 0 {
+		return errors.New("debounce and the wave threshold must be >= 0; touch rate, workers and heal-after must be > 0")
+	}
+	if c.WaveTimeout <= 0 {
+		c.WaveTimeout = DefaultWaveTimeout
 	}
 	if c.NamespaceSelectors.OptedIn == nil {
 		c.NamespaceSelectors = namespaces.DefaultSelectors()
@@ -107,6 +119,10 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+// DefaultWaveTimeout is how long a released workload may take to roll out: the
+// Deployment controller's own default progress deadline.
+const DefaultWaveTimeout = 10 * time.Minute
 
 // workloadKey names a workload in the queue.
 type workloadKey struct {
@@ -126,6 +142,7 @@ type Watcher struct {
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
 	progress      *progress
+	waves         *waves
 }
 
 // New returns a Watcher; Run starts its caches and Lead its work.
@@ -153,6 +170,7 @@ func New(cfg Config) (*Watcher, error) {
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		progress:      newProgress(),
+		waves:         newWaves(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date.

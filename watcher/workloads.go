@@ -24,6 +24,8 @@ type view struct {
 	metav1.ObjectMeta
 	Kind confighash.Kind
 	confighash.State
+	// Status is where its controller stands with its latest pod template.
+	Status rollout
 }
 
 var _ runtime.Object = (*view)(nil)
@@ -58,8 +60,9 @@ func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
 		return &view{
 			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
 				UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
-			Kind:  w.Kind,
-			State: vocabulary.Read(w),
+			Kind:   w.Kind,
+			State:  vocabulary.Read(w),
+			Status: rolloutOf(o),
 		}, nil
 	}
 }

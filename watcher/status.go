@@ -1,0 +1,114 @@
+package watcher
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// rollout is where a workload's own controller stands with its latest pod template,
+// as its status says: what a wave waits for.
+type rollout int
+
+const (
+	// rolledOut: every pod runs the latest template and is available, or the kind has
+	// nothing to wait for (a CronJob's next run, an OnDelete strategy).
+	rolledOut rollout = iota
+	rollingOut
+	// rolloutFailed: the controller gave up (a Deployment past its progress deadline,
+	// an Argo Rollout degraded).
+	rolloutFailed
+)
+
+func (r rollout) String() string {
+	return [...]string{"rolled out", "rolling out", "failed"}[r]
+}
+
+// rolloutOf reads the rollout from the workload's status, as kubectl rollout status
+// does for the built-in kinds.
+func rolloutOf(o runtime.Object) rollout {
+	switch o := o.(type) {
+	case *appsv1.Deployment:
+		return deploymentRollout(o)
+	case *appsv1.StatefulSet:
+		return statefulSetRollout(o)
+	case *appsv1.DaemonSet:
+		return daemonSetRollout(o)
+	case *batchv1.CronJob:
+		return rolledOut // its next Job reads the new data
+	case *unstructured.Unstructured:
+		return argoRollout(o)
+	}
+	return rolledOut
+}
+
+func replicas(n *int32) int32 {
+	if n == nil {
+		return 1
+	}
+	return *n
+}
+
+func deploymentRollout(d *appsv1.Deployment) rollout {
+	if d.Status.ObservedGeneration < d.Generation {
+		return rollingOut
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
+			return rolloutFailed
+		}
+	}
+	want := replicas(d.Spec.Replicas)
+	if d.Status.UpdatedReplicas < want || d.Status.Replicas > d.Status.UpdatedReplicas || d.Status.AvailableReplicas < d.Status.UpdatedReplicas {
+		return rollingOut
+	}
+	return rolledOut
+}
+
+func statefulSetRollout(s *appsv1.StatefulSet) rollout {
+	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+		return rolledOut
+	}
+	if s.Status.ObservedGeneration < s.Generation {
+		return rollingOut
+	}
+	want := replicas(s.Spec.Replicas)
+	if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		want -= *ru.Partition
+	}
+	if s.Status.UpdatedReplicas < want || s.Status.ReadyReplicas < replicas(s.Spec.Replicas) {
+		return rollingOut
+	}
+	return rolledOut
+}
+
+func daemonSetRollout(d *appsv1.DaemonSet) rollout {
+	if d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType {
+		return rolledOut
+	}
+	if d.Status.ObservedGeneration < d.Generation {
+		return rollingOut
+	}
+	if d.Status.UpdatedNumberScheduled < d.Status.DesiredNumberScheduled || d.Status.NumberAvailable < d.Status.DesiredNumberScheduled {
+		return rollingOut
+	}
+	return rolledOut
+}
+
+// argoRollout reads an Argo Rollout's phase: Healthy once its controller has seen the
+// latest spec, Degraded when it aborted or passed its progress deadline.
+func argoRollout(u *unstructured.Unstructured) rollout {
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	observed, _, _ := unstructured.NestedString(u.Object, "status", "observedGeneration")
+	switch {
+	case phase == "Degraded":
+		return rolloutFailed
+	case phase == "Healthy" && observed == fmt.Sprint(u.GetGeneration()):
+		return rolledOut
+	}
+	return rollingOut
+}

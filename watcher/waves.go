@@ -1,0 +1,388 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+)
+
+// Pacing: the watcher releases a gated workload's due change when its rollout window
+// is open and, for a change that reaches many workloads, when its wave comes. A wave
+// waits for the one before to roll out; a workload of it that fails halts the rest.
+// What the watcher remembers here only saves work: the markers on the workloads and
+// their statuses, in the API server, say the rest after a restart.
+
+// heldReason is why a due change has not been released.
+type heldReason string
+
+const (
+	heldWindow heldReason = "window" // outside its rollout window
+	heldWave   heldReason = "wave"   // waiting for its wave
+	heldHalted heldReason = "halted" // its wave halted on a failure
+)
+
+var heldReasons = []heldReason{heldWindow, heldWave, heldHalted}
+
+// waves is what the watcher keeps of the waves under way, under one lock.
+type waves struct {
+	mu sync.Mutex
+	// admitted are the workloads a wave let roll, and when, until they have rolled out.
+	admitted map[workloadKey]time.Time
+	// waiting are the workloads of each namespace that wait for a wave.
+	waiting map[string]map[workloadKey]bool
+	// held is why each held workload is held; noted, the release an Event was sent for.
+	held  map[workloadKey]heldReason
+	noted map[workloadKey]string
+	// marked is the hash of the marker last written on a workload, until the cache
+	// shows it.
+	marked map[workloadKey]string
+}
+
+func newWaves() *waves {
+	return &waves{admitted: map[workloadKey]time.Time{}, waiting: map[string]map[workloadKey]bool{},
+		held: map[workloadKey]heldReason{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}}
+}
+
+// counts returns how many workloads are held, by reason.
+func (ws *waves) counts() map[string]int {
+	n := map[string]int{}
+	for _, r := range ws.held {
+		n[string(r)]++
+	}
+	return n
+}
+
+// hold notes why the workload is held and reports whether that is news for this
+// release: an Event is due.
+func (w *Watcher) hold(key workloadKey, reason heldReason, release string) bool {
+	ws := w.waves
+	ws.mu.Lock()
+	ws.held[key] = reason
+	news := ws.noted[key] != string(reason)+release
+	ws.noted[key] = string(reason) + release
+	counts := ws.counts()
+	ws.mu.Unlock()
+	w.cfg.Metrics.Held(counts)
+	w.progress.unreached(key) // held is not slow: no convergence latency
+	return news
+}
+
+// unhold forgets the workload's hold, once released or no longer due.
+func (w *Watcher) unhold(key workloadKey) {
+	ws := w.waves
+	ws.mu.Lock()
+	_, was := ws.held[key]
+	delete(ws.held, key)
+	delete(ws.noted, key)
+	for _, waiting := range ws.waiting {
+		delete(waiting, key)
+	}
+	counts := ws.counts()
+	ws.mu.Unlock()
+	if was {
+		w.cfg.Metrics.Held(counts)
+	}
+}
+
+// forget drops all the watcher keeps of a workload that is gone.
+func (w *Watcher) forget(key workloadKey) {
+	w.unhold(key)
+	w.waves.mu.Lock()
+	delete(w.waves.admitted, key)
+	delete(w.waves.marked, key)
+	w.waves.mu.Unlock()
+}
+
+// progressed checks again the workloads of the namespace that wait for a wave: the
+// workload's rollout moved on, and theirs may come.
+func (w *Watcher) progressed(v *view) {
+	w.waves.mu.Lock()
+	defer w.waves.mu.Unlock()
+	for key := range w.waves.waiting[v.Namespace] {
+		w.queue.Add(key)
+	}
+}
+
+// marker is what AnnotationHeld and AnnotationFailed hold: the change, then the hash
+// the workload was held from or failed at.
+func marker(change, hash string) string { return change + " " + hash }
+
+// markedHash returns the hash of a marker, "" for none.
+func markedHash(text string) string {
+	fields := strings.Fields(text)
+	if len(fields) == 0 {
+		return ""
+	}
+	return fields[len(fields)-1]
+}
+
+// paced releases the workload's due change, or holds it: while a halted wave holds
+// it, outside its rollout window, and until its wave comes.
+func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	now := time.Now()
+	if w.heldByHalt(v, d) {
+		// Its marker's removal, or the next change of the source, wakes it.
+		w.hold(key, heldHalted, d.Release)
+		return nil
+	}
+	if !d.Pacing.Windows.Open(now) {
+		opens := d.Pacing.Windows.NextOpen(now)
+		if w.hold(key, heldWindow, d.Release) {
+			w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held",
+				fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, opens.UTC().Format(time.RFC3339)))
+		}
+		w.queue.AddAfter(key, opens.Sub(now))
+		return nil
+	}
+	if wv := w.waveOf(v, d); wv != nil {
+		if ok, err := w.joinWave(ctx, key, v, d, wv); !ok || err != nil {
+			return err
+		}
+	}
+	return w.release(ctx, key, v, d)
+}
+
+func changedList(refs []confighash.SourceRef) string {
+	return confighash.ListRefs(refs) + " changed"
+}
+
+// release touches the workload with AnnotationRelease set to the hash it is due, so
+// the webhook rolls it, and clears the markers of a wave that halted.
+func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	released := *v
+	released.Release = d.Release
+	due, err := w.decide(&released, confighash.Pods{})
+	if err != nil {
+		return err
+	}
+	w.progress.pause(key, due.Policy.PausePeriod)
+	trig := triggers(v, due.Record, w.sources)
+	admitted, err := w.touch(ctx, v, trig, map[string]any{
+		confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil,
+	})
+	if err = w.admitted(key, v, due, trig, nil, admitted, err); err == nil {
+		w.unhold(key)
+	}
+	return err
+}
+
+// wave is one change of a source, rolled in waves.
+type wave struct {
+	source confighash.SourceRef
+	size   int
+	users  []*view
+}
+
+// waveOf returns the wave the workload's due change rolls in, nil when it rolls at
+// once: no wave size applies, or no changed source reaches more workloads than the
+// threshold.
+func (w *Watcher) waveOf(v *view, d confighash.Decision) *wave {
+	size := d.Pacing.WaveSize
+	for _, ref := range d.Held {
+		if src, ok := w.sources.Lookup(v.Namespace, ref); ok && src.Source.WaveSize > 0 && (size == 0 || src.Source.WaveSize < size) {
+			size = src.Source.WaveSize
+		}
+	}
+	if size == 0 {
+		return nil
+	}
+	for _, ref := range d.Held {
+		if users := w.users(v.Namespace, ref); len(users) > max(size, w.cfg.WaveThreshold) {
+			return &wave{source: ref, size: size, users: users}
+		}
+	}
+	return nil
+}
+
+// users returns the workloads confighash acts on that may use the source.
+func (w *Watcher) users(namespace string, ref confighash.SourceRef) []*view {
+	var out []*view
+	collect := func(index, value string, match func(*view) bool) {
+		for _, in := range w.workloads {
+			inf := in.For(namespace)
+			if inf == nil {
+				continue
+			}
+			objs, _ := inf.GetIndexer().ByIndex(index, value)
+			for _, obj := range objs {
+				if u, ok := obj.(*view); ok && (match == nil || match(u)) && w.acts(u) {
+					out = append(out, u)
+				}
+			}
+		}
+	}
+	collect(sourceIndex, sourceKey(namespace, ref), nil)
+	collect(sourceIndex, patternKey(namespace), func(u *view) bool {
+		return !slices.Contains(out, u) && slices.ContainsFunc(u.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
+	})
+	slices.SortFunc(out, func(a, b *view) int { return strings.Compare(keyOf(a).String(), keyOf(b).String()) })
+	return out
+}
+
+// heldByHalt reports whether a halted wave holds the workload: it is marked held from
+// the hash it is due.
+func (w *Watcher) heldByHalt(v *view, d confighash.Decision) bool {
+	w.waves.mu.Lock()
+	defer w.waves.mu.Unlock()
+	return w.markedWith(v, v.Held, d.Release)
+}
+
+// markedWith reports whether the workload's marker, or the one just written, names the
+// hash; under the waves' lock.
+func (w *Watcher) markedWith(v *view, annotation, hash string) bool {
+	key := keyOf(v)
+	if m, ok := w.waves.marked[key]; ok && markedHash(annotation) == m {
+		delete(w.waves.marked, key) // the cache shows it: the annotation says the rest
+	}
+	return markedHash(annotation) == hash || w.waves.marked[key] == hash
+}
+
+// standing is where the users of a wave stand.
+type standing struct {
+	pending []*view // due to roll, not held by a halt
+	due     map[*view]string
+	failed  []*view // released, and failed, not yet halted for
+	rolling int     // released, not yet rolled out
+	// deadline is when the first of those rolling fails for taking too long.
+	deadline time.Time
+}
+
+// stand classifies the users of a wave, under the waves' lock.
+func (w *Watcher) stand(wv *wave, now time.Time) standing {
+	st := standing{due: map[*view]string{}}
+	for _, u := range wv.users {
+		uk := keyOf(u)
+		du, err := w.decide(u, confighash.Pods{})
+		if err != nil {
+			continue
+		}
+		admittedAt, admitted := w.waves.admitted[uk]
+		timedOut := admitted && now.Sub(admittedAt) > w.cfg.WaveTimeout
+		switch {
+		case len(du.Held) > 0 && w.markedWith(u, u.Held, du.Release):
+			// held by a halt
+		case len(du.Held) > 0 && admitted:
+			st.rolling++ // its release is under way
+		case len(du.Held) > 0:
+			st.pending = append(st.pending, u)
+			st.due[u] = du.Release
+		case u.Release == "" || u.Release != u.Hash || w.markedWith(u, u.Failed, u.Hash):
+			delete(w.waves.admitted, uk) // not released by a wave, or its failure is known
+		case u.Status == rolloutFailed || u.Status == rollingOut && timedOut:
+			st.failed = append(st.failed, u)
+		case u.Status == rollingOut:
+			st.rolling++
+			if admitted && (st.deadline.IsZero() || admittedAt.Add(w.cfg.WaveTimeout).Before(st.deadline)) {
+				st.deadline = admittedAt.Add(w.cfg.WaveTimeout)
+			}
+		default:
+			delete(w.waves.admitted, uk) // rolled out
+		}
+	}
+	return st
+}
+
+// joinWave reports whether the workload may roll now in its wave. When the users
+// released before have rolled out, the next wave is chosen: the workloads that failed
+// before first, then by kind and name. When one has failed, the wave halts.
+func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d confighash.Decision, wv *wave) (bool, error) {
+	now := time.Now()
+	ws := w.waves
+	ws.mu.Lock()
+	if _, ok := ws.admitted[key]; ok {
+		ws.mu.Unlock()
+		return true, nil
+	}
+	st := w.stand(wv, now)
+	if len(st.failed) > 0 {
+		// Under the lock: the others of the wave wait for the markers.
+		err := w.halt(ctx, wv, st)
+		ws.mu.Unlock()
+		return false, err
+	}
+	if st.rolling == 0 {
+		slices.SortStableFunc(st.pending, func(a, b *view) int {
+			return boolOrder(a.Failed == "", b.Failed == "")
+		})
+		for _, u := range st.pending[:min(wv.size, len(st.pending))] {
+			uk := keyOf(u)
+			ws.admitted[uk] = now
+			if uk != key {
+				w.queue.Add(uk)
+			}
+		}
+	}
+	_, admitted := ws.admitted[key]
+	if !admitted {
+		if ws.waiting[key.Namespace] == nil {
+			ws.waiting[key.Namespace] = map[workloadKey]bool{}
+		}
+		ws.waiting[key.Namespace][key] = true
+		if !st.deadline.IsZero() {
+			w.queue.AddAfter(key, time.Until(st.deadline)+time.Second)
+		}
+	}
+	ws.mu.Unlock()
+	if !admitted && w.hold(key, heldWave, d.Release) {
+		w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held",
+			fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users)))
+	}
+	return admitted, nil
+}
+
+func boolOrder(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
+// halt marks the failed users and holds the pending ones, in the API server so that
+// a restart keeps the halt, and says so once: an Event on each, an alert. Under the
+// waves' lock.
+func (w *Watcher) halt(ctx context.Context, wv *wave, st standing) error {
+	ns := wv.users[0].Namespace
+	rv := ""
+	if src, ok := w.sources.Lookup(ns, wv.source); ok {
+		rv = src.ResourceVersion
+	}
+	change := confighash.Trigger{SourceRef: wv.source, ResourceVersion: rv}.String()
+	var failedNames []string
+	for _, u := range st.failed {
+		failedNames = append(failedNames, u.Kind.Kind+"/"+u.Name)
+	}
+	summary := fmt.Sprintf("the rollout of %s failed in %s; %d workloads held until %s changes again or is resumed",
+		change, strings.Join(failedNames, ", "), len(st.pending), wv.source)
+	for _, u := range st.failed {
+		if _, err := w.patch(ctx, u, annotationPatch(confighash.AnnotationFailed, marker(change, u.Hash))); err != nil {
+			return err
+		}
+		w.waves.marked[keyOf(u)] = u.Hash
+		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, u.Status, summary))
+		w.alert(alert.Halted, u, []confighash.Trigger{{SourceRef: wv.source, ResourceVersion: rv}}, summary)
+	}
+	for _, u := range st.pending {
+		if _, err := w.patch(ctx, u, annotationPatch(confighash.AnnotationHeld, marker(change, st.due[u]))); err != nil {
+			return err
+		}
+		w.waves.marked[keyOf(u)] = st.due[u]
+		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
+	}
+	w.cfg.Metrics.Halted()
+	return nil
+}
+
+func annotationPatch(name string, value any) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{name: value}}}
+}
