@@ -89,7 +89,10 @@ type Config struct {
 	// 429 or a 5xx; 3.
 	Timeout  time.Duration
 	Attempts int
-	Metrics  Recorder
+	// Drain bounds how long Run keeps sending, after its context is done, the alerts
+	// batched or queued then: a restart must not lose the alert of what it did; 5 s.
+	Drain   time.Duration
+	Metrics Recorder
 	Log      zerolog.Logger
 }
 
@@ -114,6 +117,7 @@ func (c *Config) defaults() error {
 	set(&c.Quiet, 2*time.Second)
 	set(&c.MaxWait, 30*time.Second)
 	set(&c.Timeout, 10*time.Second)
+	set(&c.Drain, 5*time.Second)
 	for _, n := range []struct {
 		p *int
 		v int
@@ -212,14 +216,29 @@ func (n *Notifier) Notify(e Event) {
 	}
 }
 
-// Run flushes the batches that are complete and sends them, until ctx is done.
+// Run flushes the batches that are complete and sends them, until ctx is done; then
+// it sends what is batched or queued, for at most Drain.
 func (n *Notifier) Run(ctx context.Context) error {
-	go n.send(ctx)
+	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSending()
+	stopping, sent := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sent)
+		n.send(sendCtx, stopping)
+	}()
 	tick := time.NewTicker(n.cfg.Quiet / 4)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			n.flush(time.Now().Add(n.cfg.MaxWait)) // every batch
+			close(stopping)
+			select {
+			case <-sent:
+			case <-time.After(n.cfg.Drain):
+				stopSending()
+				<-sent
+			}
 			return nil
 		case now := <-tick.C:
 			n.flush(now)

@@ -299,3 +299,48 @@ func TestConfigRefusesWhatCannotWork(t *testing.T) {
 		}
 	}
 }
+
+// TestWhatIsBatchedAtShutdownIsStillSent: a watcher stopped within the quiet period of
+// a change still sends its alert.
+func TestWhatIsBatchedAtShutdownIsStillSent(t *testing.T) {
+	s := newSink(t, nil)
+	n, err := New(Config{Sink: Webhook, URL: s.URL, Quiet: time.Hour, Metrics: &counts{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(ran) }()
+	n.Notify(rolled("shop", "web"))
+	cancel()
+	<-ran
+	if got := len(s.received()); got != 1 {
+		t.Fatalf("%d alerts sent at shutdown, want the batched one", got)
+	}
+}
+
+// TestShutdownWaitsForAHungSinkNoLongerThanDrain: a sink that never answers holds the
+// shutdown for Drain, not for the request timeout.
+func TestShutdownWaitsForAHungSinkNoLongerThanDrain(t *testing.T) {
+	release := make(chan struct{})
+	s := newSink(t, func(http.ResponseWriter, int) { <-release })
+	defer close(release)
+	n, err := New(Config{Sink: Webhook, URL: s.URL, Quiet: time.Hour, Drain: 200 * time.Millisecond, Metrics: &counts{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(ran) }()
+	n.Notify(rolled("shop", "web"))
+	began := time.Now()
+	cancel()
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return while the sink hung")
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("shutdown took %v, want about Drain (200ms)", took)
+	}
+}

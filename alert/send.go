@@ -15,25 +15,33 @@ import (
 // maxRetryAfter bounds how long a sink may ask to wait before a retry.
 const maxRetryAfter = 30 * time.Second
 
-// send posts the queued alerts one at a time until ctx is done.
-func (n *Notifier) send(ctx context.Context) {
+// send posts the queued alerts one at a time until ctx is done, or, once stopping is
+// closed, until none is queued.
+func (n *Notifier) send(ctx context.Context, stopping <-chan struct{}) {
 	for {
+		var a Alert
 		select {
 		case <-ctx.Done():
 			return
-		case a := <-n.queue:
-			log := n.cfg.Log.With().Str("sink", string(n.cfg.Sink)).Str("what", string(a.What)).Str("namespace", a.Namespace).Logger()
-			if err := n.post(ctx, a); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				n.cfg.Metrics.Failed(n.cfg.Sink)
-				log.Warn().Err(err).Msg("alert not sent")
-				continue
+		case a = <-n.queue:
+		case <-stopping:
+			select {
+			case a = <-n.queue:
+			default:
+				return
 			}
-			n.cfg.Metrics.Sent(n.cfg.Sink)
-			log.Debug().Int("workloads", len(a.Workloads)+a.More).Msg("alert sent")
 		}
+		log := n.cfg.Log.With().Str("sink", string(n.cfg.Sink)).Str("what", string(a.What)).Str("namespace", a.Namespace).Logger()
+		if err := n.post(ctx, a); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			n.cfg.Metrics.Failed(n.cfg.Sink)
+			log.Warn().Err(err).Msg("alert not sent")
+			continue
+		}
+		n.cfg.Metrics.Sent(n.cfg.Sink)
+		log.Debug().Int("workloads", len(a.Workloads)+a.More).Msg("alert sent")
 	}
 }
 

@@ -88,7 +88,8 @@ func (w *Watcher) enqueue(v *view, after time.Duration) {
 	w.queue.AddAfter(key, w.progress.reached(key, time.Now(), after))
 }
 
-// resync enqueues every workload that drifted while no watcher led.
+// resync enqueues every workload that drifted while no watcher led, and those with a
+// change held, whose release is the leader's to decide.
 func (w *Watcher) resync() {
 	drifted := 0
 	for _, in := range w.workloads {
@@ -97,7 +98,7 @@ func (w *Watcher) resync() {
 			if !ok || !w.acts(v) {
 				continue
 			}
-			if d, err := w.decide(v, confighash.Pods{}); err != nil || !d.Converged {
+			if d, err := w.decide(v, confighash.Pods{}); err != nil || !d.Converged || len(d.Held) > 0 {
 				w.enqueue(v, time.Duration(drifted)*w.touchInterval)
 				drifted++
 			}

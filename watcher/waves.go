@@ -34,8 +34,8 @@ var heldReasons = []heldReason{heldWindow, heldWave, heldHalted}
 // waves is what the watcher keeps of the waves under way, under one lock.
 type waves struct {
 	mu sync.Mutex
-	// admitted are the workloads a wave let roll, and when, until they have rolled out.
-	admitted map[workloadKey]time.Time
+	// admitted are the workloads a wave let roll, until they have rolled out.
+	admitted map[workloadKey]admission
 	// waiting are the workloads of each namespace that wait for a wave.
 	waiting map[string]map[workloadKey]bool
 	// held is why each held workload is held; noted, the release an Event was sent for.
@@ -46,8 +46,14 @@ type waves struct {
 	marked map[workloadKey]string
 }
 
+// admission is a wave's leave to roll a workload to a hash, given at a time.
+type admission struct {
+	release string
+	at      time.Time
+}
+
 func newWaves() *waves {
-	return &waves{admitted: map[workloadKey]time.Time{}, waiting: map[string]map[workloadKey]bool{},
+	return &waves{admitted: map[workloadKey]admission{}, waiting: map[string]map[workloadKey]bool{},
 		held: map[workloadKey]heldReason{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}}
 }
 
@@ -264,8 +270,12 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 		if err != nil {
 			continue
 		}
-		admittedAt, admitted := w.waves.admitted[uk]
-		timedOut := admitted && now.Sub(admittedAt) > w.cfg.WaveTimeout
+		a, admitted := w.waves.admitted[uk]
+		if admitted && len(du.Held) > 0 && a.release != du.Release {
+			delete(w.waves.admitted, uk) // admitted for an earlier change
+			admitted = false
+		}
+		timedOut := admitted && now.Sub(a.at) > w.cfg.WaveTimeout
 		switch {
 		case len(du.Held) > 0 && w.markedWith(u, u.Held, du.Release):
 			// held by a halt
@@ -280,8 +290,8 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 			st.failed = append(st.failed, u)
 		case u.Status == rollingOut:
 			st.rolling++
-			if admitted && (st.deadline.IsZero() || admittedAt.Add(w.cfg.WaveTimeout).Before(st.deadline)) {
-				st.deadline = admittedAt.Add(w.cfg.WaveTimeout)
+			if admitted && (st.deadline.IsZero() || a.at.Add(w.cfg.WaveTimeout).Before(st.deadline)) {
+				st.deadline = a.at.Add(w.cfg.WaveTimeout)
 			}
 		default:
 			delete(w.waves.admitted, uk) // rolled out
@@ -297,13 +307,14 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 	now := time.Now()
 	ws := w.waves
 	ws.mu.Lock()
-	if _, ok := ws.admitted[key]; ok {
+	if a, ok := ws.admitted[key]; ok && a.release == d.Release {
 		ws.mu.Unlock()
 		return true, nil
 	}
 	st := w.stand(wv, now)
-	if len(st.failed) > 0 {
-		// Under the lock: the others of the wave wait for the markers.
+	if len(st.failed) > 0 && st.rolling == 0 {
+		// Once the wave has settled, so that one alert names all that failed. Under
+		// the lock: the others of the wave wait for the markers.
 		err := w.halt(ctx, wv, st)
 		ws.mu.Unlock()
 		return false, err
@@ -314,7 +325,7 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 		})
 		for _, u := range st.pending[:min(wv.size, len(st.pending))] {
 			uk := keyOf(u)
-			ws.admitted[uk] = now
+			ws.admitted[uk] = admission{release: st.due[u], at: now}
 			if uk != key {
 				w.queue.Add(uk)
 			}

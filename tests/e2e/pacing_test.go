@@ -1,0 +1,333 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// pacedApps creates n Deployments of one pod that use ConfigMap "shared", each rolling
+// one pod at a time and giving up after deadline, and waits until all have rolled out.
+func pacedApps(t *testing.T, c *cluster.Cluster, ns string, n int, deadline int32) []string {
+	t.Helper()
+	createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
+	names := make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("app-%02d", i)
+		d := annotatedDeployment(names[i], map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("shared"))
+		d.Spec.Template.Labels = map[string]string{"app": names[i]}
+		d.Spec.Selector.MatchLabels = map[string]string{"app": names[i]}
+		one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+		d.Spec.Replicas = ptrInt32(1)
+		d.Spec.ProgressDeadlineSeconds = ptrInt32(deadline)
+		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}}
+		createDeployment(t, c, ns, d)
+	}
+	waitFor(t, 2*time.Minute, "every Deployment to roll out", func() bool { return rolledOutCount(t, c, ns) == n })
+	return names
+}
+
+func ptrInt32(v int32) *int32 { return &v }
+
+// rolledOutCount counts the namespace's Deployments whose every pod runs the latest
+// template and is available.
+func rolledOutCount(t testing.TB, c *cluster.Cluster, ns string) int {
+	list, err := c.Client.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range list.Items {
+		s := d.Status
+		if s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == *d.Spec.Replicas && s.Replicas == s.UpdatedReplicas && s.AvailableReplicas == s.UpdatedReplicas {
+			n++
+		}
+	}
+	return n
+}
+
+// rollingNow counts the Deployments mid-rollout: with pods in more than one
+// ReplicaSet, or a ReplicaSet that wants a pod it does not have.
+func rollingNow(ctx context.Context, c *cluster.Cluster, ns string) (int, error) {
+	list, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	live := map[string]int{}
+	for _, rs := range list.Items {
+		if rs.Status.Replicas > 0 || *rs.Spec.Replicas > 0 {
+			live[rs.Labels["app"]]++
+		}
+	}
+	n := 0
+	for _, count := range live {
+		if count > 1 {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// sampleRolling samples rollingNow every 100 ms until stop is called, which returns
+// the most seen at once.
+func sampleRolling(t *testing.T, c *cluster.Cluster, ns string) (stop func() int) {
+	var most atomic.Int64
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if n, err := rollingNow(ctx, c, ns); err == nil && int64(n) > most.Load() {
+				most.Store(int64(n))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return func() int { cancel(); <-done; return int(most.Load()) }
+}
+
+// rollouts returns each Deployment's number of ReplicaSets.
+func rollouts(t testing.TB, c *cluster.Cluster, ns string) map[string]int {
+	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, rs := range list.Items {
+		out[rs.Labels["app"]]++
+	}
+	return out
+}
+
+// annotated returns the names of the namespace's Deployments that carry the annotation.
+func annotated(t testing.TB, c *cluster.Cluster, ns, annotation string) []string {
+	list, err := c.Client.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, d := range list.Items {
+		if _, ok := d.Annotations[annotation]; ok {
+			out = append(out, d.Name)
+		}
+	}
+	return out
+}
+
+// TestWavesRollAFewAtATimeAndHaltOnAFailure: 50 Deployments use one ConfigMap, in
+// waves of 5. A good change rolls each once, never more than 5 at a time; a bad one
+// whose first wave cannot roll out halts with 45 held, through a restart of the
+// watcher, and one alert names the failed; the fix rolls every one once more.
+func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	const n, size = 50, 5
+	sink := newAlertSink(t, 0)
+	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
+	args := append([]string{fmt.Sprintf("--wave-size=%d", size)}, alertArgs(sink.URL)...)
+	w := startWatcher(t, c, args...)
+	ns := labeledNamespace(t, c)
+	names := pacedApps(t, c, ns, n, 5)
+	ctx := t.Context()
+
+	// A good change: each rolls once, at most 5 at a time.
+	stop := sampleRolling(t, c, ns)
+	start := time.Now()
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "v1")
+	waitFor(t, 5*time.Minute, "every Deployment to roll once", func() bool {
+		r := rollouts(t, c, ns)
+		return !slices.ContainsFunc(names, func(name string) bool { return r[name] < 2 }) && rolledOutCount(t, c, ns) == n
+	})
+	took := time.Since(start)
+	if most := stop(); most > size || most == 0 {
+		t.Fatalf("%d Deployments rolled at once; want at most %d (and some)", most, size)
+	}
+	for name, got := range rollouts(t, c, ns) {
+		if got != 2 {
+			t.Errorf("%s rolled %d times for one change, want once", name, got-1)
+		}
+	}
+	t.Logf("a good change rolled %d Deployments in waves of %d in %v", n, size, took.Round(100*time.Millisecond))
+
+	// A bad change: the first wave cannot start its pods (a quota, as a crash-looping
+	// image would never become ready) and passes its progress deadline.
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-more-pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse(fmt.Sprint(n))}}}
+	if _, err := c.Client.CoreV1().ResourceQuotas(ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the quota to be counted", func() bool {
+		q, err := c.Client.CoreV1().ResourceQuotas(ns).Get(ctx, quota.Name, metav1.GetOptions{})
+		return err == nil && q.Status.Used.Pods().Value() == n
+	})
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "bad")
+	defer func() {
+		if t.Failed() {
+			describeDeployments(t, c, ns)
+		}
+	}()
+	waitFor(t, 2*time.Minute, "the wave to halt", func() bool {
+		return len(annotated(t, c, ns, confighash.AnnotationHeld)) == n-size && len(annotated(t, c, ns, confighash.AnnotationFailed)) == size
+	})
+	failed := annotated(t, c, ns, confighash.AnnotationFailed)
+	if !slices.Equal(failed, names[:size]) {
+		t.Fatalf("failed: %v; want the first wave, %v", failed, names[:size])
+	}
+
+	// Held through a restart of the watcher: nothing more rolls.
+	w.stop(t)
+	startWatcher(t, c, args...)
+	time.Sleep(2 * quietPeriod)
+	r := rollouts(t, c, ns)
+	for i, name := range names {
+		if want := map[bool]int{true: 3, false: 2}[i < size]; r[name] != want {
+			t.Errorf("%s has %d ReplicaSets while the wave is halted, want %d", name, r[name], want)
+		}
+	}
+	if held := annotated(t, c, ns, confighash.AnnotationHeld); len(held) != n-size {
+		t.Errorf("%d Deployments held after the restart, want %d", len(held), n-size)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	waitFor(t, 30*time.Second, "the alert", func() bool {
+		return slices.ContainsFunc(sink.received(), func(a alert.Alert) bool { return a.What == alert.Halted })
+	})
+	var halts []alert.Alert
+	for _, a := range sink.received() {
+		if a.What == alert.Halted {
+			halts = append(halts, a)
+		}
+	}
+	if len(halts) != 1 || len(halts[0].Workloads) != size || len(halts[0].Sources) != 1 || halts[0].Sources[0].Name != "shared" {
+		t.Fatalf("halt alerts: %+v; want one naming ConfigMap shared and the %d failed", halts, size)
+	}
+
+	// The fix: every one of the 50 rolls once more, the failed ones first.
+	if err := c.Client.CoreV1().ResourceQuotas(ns).Delete(ctx, quota.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop = sampleRolling(t, c, ns)
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "fixed")
+	waitFor(t, 5*time.Minute, "every Deployment to roll once more", func() bool {
+		r := rollouts(t, c, ns)
+		return !slices.ContainsFunc(names, func(name string) bool { return r[name] < map[bool]int{true: 4, false: 3}[slices.Index(names, name) < size] }) &&
+			rolledOutCount(t, c, ns) == n
+	})
+	if most := stop(); most > size {
+		t.Errorf("%d Deployments rolled at once after the fix; want at most %d", most, size)
+	}
+	time.Sleep(quietPeriod)
+	r = rollouts(t, c, ns)
+	for i, name := range names {
+		if want := map[bool]int{true: 4, false: 3}[i < size]; r[name] != want {
+			t.Errorf("%s has %d ReplicaSets after the fix, want %d", name, r[name], want)
+		}
+	}
+	if held := annotated(t, c, ns, confighash.AnnotationHeld); len(held) != 0 {
+		t.Errorf("still held after the fix: %v", held)
+	}
+}
+
+// TestARolloutWindowHoldsAChangeUntilItOpens: in a namespace whose rollout window
+// opens in a minute, a change rolls nothing, not even when a Deployment is written
+// meanwhile or the watcher restarts; when the window opens, each user rolls once.
+func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	ctx := t.Context()
+
+	// A one-minute window starting at a minute boundary at least 20 s away.
+	now := time.Now().UTC()
+	opens := now.Truncate(time.Minute).Add(time.Minute)
+	if opens.Sub(now) < 20*time.Second {
+		opens = opens.Add(time.Minute)
+	}
+	window := fmt.Sprintf("daily %s-%s UTC", opens.Format("15:04"), opens.Add(time.Minute).Format("15:04"))
+	mergeNamespaceAnnotations(t, c, ns, map[string]*string{confighash.AnnotationRolloutWindow: &window})
+
+	createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
+	names := []string{"web", "api", "worker"}
+	for _, name := range names {
+		createDeployment(t, c, ns, annotatedDeployment(name, map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("shared")))
+	}
+	expectRollouts(t, c, ns, map[string]int{"web": 1, "api": 1, "worker": 1})
+
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "v1")
+	waitFor(t, 10*time.Second, "the change to be held", func() bool {
+		return w.metric(t, `confighash_watcher_held_workloads{reason="window"}`) == float64(len(names))
+	})
+	// A write of a Deployment meanwhile keeps its hash: only the watcher releases it.
+	mergeAnnotations(t, c, ns, "Deployment", "web", map[string]*string{"example.com/note": ptrTo("written while held")})
+	w.stop(t)
+	w = startWatcher(t, c)
+	time.Sleep(quietPeriod)
+	if time.Now().After(opens) {
+		t.Fatalf("the window opened before the checks: the machine is too slow for this test")
+	}
+	if r := rollouts(t, c, ns); r["web"] != 1 || r["api"] != 1 || r["worker"] != 1 {
+		t.Fatalf("rolled while the window was closed: %v ReplicaSets", r)
+	}
+	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Held"})
+	if err != nil || len(events.Items) == 0 {
+		t.Fatalf("no Held Event (%v)", err)
+	}
+	t.Logf("Event: %s", events.Items[0].Message)
+
+	waitFor(t, time.Until(opens)+30*time.Second, "the window to open and the change to roll", func() bool {
+		r := rollouts(t, c, ns)
+		return r["web"] == 2 && r["api"] == 2 && r["worker"] == 2
+	})
+	if early := time.Until(opens); early > 0 {
+		t.Fatalf("rolled %v before the window opened", early)
+	}
+	t.Logf("rolled %v after the window opened", time.Since(opens).Round(100*time.Millisecond))
+	expectRollouts(t, c, ns, map[string]int{"web": 2, "api": 2, "worker": 2})
+}
+
+// mergeNamespaceAnnotations patches annotations of a namespace: a nil value removes one.
+func mergeNamespaceAnnotations(t testing.TB, c *cluster.Cluster, ns string, annotations map[string]*string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// describeDeployments logs where each Deployment of the namespace stands.
+func describeDeployments(t testing.TB, c *cluster.Cluster, ns string) {
+	list, err := c.Client.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	r := rollouts(t, c, ns)
+	for _, d := range list.Items {
+		var conds []string
+		for _, c := range d.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s/%s", c.Type, c.Status, c.Reason))
+		}
+		t.Logf("%s: %d ReplicaSets, generation %d/%d, updated %d available %d, %v, held %q, failed %q, release %.12s, hash %.12s", d.Name, r[d.Name],
+			d.Status.ObservedGeneration, d.Generation, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, conds,
+			d.Annotations[confighash.AnnotationHeld], d.Annotations[confighash.AnnotationFailed], d.Annotations[confighash.AnnotationRelease], d.Spec.Template.Annotations[confighash.AnnotationHash])
+	}
+}
