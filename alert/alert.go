@@ -93,7 +93,7 @@ type Config struct {
 	// batched or queued then: a restart must not lose the alert of what it did; 5 s.
 	Drain   time.Duration
 	Metrics Recorder
-	Log      zerolog.Logger
+	Log     zerolog.Logger
 }
 
 func (c *Config) defaults() error {

@@ -226,7 +226,9 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "fixed")
 	waitFor(t, 5*time.Minute, "every Deployment to roll once more", func() bool {
 		r := rollouts(t, c, ns)
-		return !slices.ContainsFunc(names, func(name string) bool { return r[name] < map[bool]int{true: 4, false: 3}[slices.Index(names, name) < size] }) &&
+		return !slices.ContainsFunc(names, func(name string) bool {
+			return r[name] < map[bool]int{true: 4, false: 3}[slices.Index(names, name) < size]
+		}) &&
 			rolledOutCount(t, c, ns) == n
 	})
 	if most := stop(); most > size {
