@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Explanation says, for people and scripts, how confighash sees a workload: whether it
@@ -23,8 +24,16 @@ type Explanation struct {
 	TemplateHash string `json:"templateHash"`
 	Hash         string `json:"hash,omitempty"`
 	Adopted      string `json:"adopted,omitempty"`
+	// Pacing says how its changes roll: waves, windows; empty for at once.
+	Pacing string `json:"pacing,omitempty"`
+	// NextOpening is when its rollout window next opens, for a change held by it.
+	NextOpening *time.Time `json:"nextOpening,omitempty"`
+	// Held and Failed are the markers of a halted wave: the change it holds the
+	// workload for, and the one that failed in it.
+	Held   string `json:"held,omitempty"`
+	Failed string `json:"failed,omitempty"`
 	// Verdict is one of VerdictUpToDate, VerdictRollout, VerdictNoRollout,
-	// VerdictPending, VerdictUnknown, VerdictCreated.
+	// VerdictPending, VerdictUnknown, VerdictCreated, VerdictHeld.
 	Verdict string `json:"verdict"`
 	// Why says what the verdict rests on.
 	Why string `json:"why"`
@@ -58,6 +67,9 @@ const (
 	// VerdictCreated is for a manifest not yet applied: the webhook hashes it at its
 	// creation.
 	VerdictCreated = "hashed at creation"
+	// VerdictHeld is for a change due that the watcher has not released: a halted
+	// wave, a closed rollout window, or a wave still to come.
+	VerdictHeld = "held"
 )
 
 // ExplainInput is what Explain needs of a workload and its namespace.
@@ -76,13 +88,17 @@ type ExplainInput struct {
 	// Key, when HaveKey, lets digests and hashes be compared.
 	Key     Key
 	HaveKey bool
+	// Pacing is the namespace's; Now, the time rollout windows are read at.
+	Pacing Pacing
+	Now    time.Time
 }
 
 // Explain explains a workload from the decision the webhook and the watcher make.
 func Explain(in ExplainInput) (e Explanation) {
 	w := in.Workload
 	state := in.Vocabulary.Read(w)
-	e = Explanation{Kind: w.Kind.Kind, Namespace: w.Namespace, Name: w.Name, TemplateHash: state.Hash, Adopted: state.Adopted}
+	e = Explanation{Kind: w.Kind.Kind, Namespace: w.Namespace, Name: w.Name, TemplateHash: state.Hash, Adopted: state.Adopted,
+		Held: state.Held, Failed: state.Failed}
 	for _, p := range state.Problems {
 		e.Problems = append(e.Problems, p.Error())
 	}
@@ -99,7 +115,8 @@ func Explain(in ExplainInput) (e Explanation) {
 			state.Record, state.Hash, state.Adopted = hashed.Record, hashed.Hash, hashed.Adopted
 		}
 	}
-	d, err := Decide(Input{Key: key, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}}, listedSources(in.Sources))
+	d, err := Decide(Input{Key: key, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing}, listedSources(in.Sources))
+	e.Pacing = d.Pacing.String()
 	if !in.HaveKey {
 		defer hideDigests(&e)
 	}
@@ -121,6 +138,8 @@ func Explain(in ExplainInput) (e Explanation) {
 	}
 	e.Hash, e.TemplateHash = d.Record.Hash(key), state.Hash
 	switch {
+	case len(d.Held) > 0:
+		e.Verdict, e.Why = VerdictHeld, heldWhy(d, state, in.Now, &e)
 	case d.Converged:
 		e.Verdict, e.Why = VerdictUpToDate, "the recorded digests are the current ones, and the pod template carries their hash"
 		if e.TemplateHash == "" {
@@ -139,6 +158,21 @@ func Explain(in ExplainInput) (e Explanation) {
 		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the next touch writes the new hash"
 	}
 	return e
+}
+
+// heldWhy says why a change due has not rolled, as the watcher decides it.
+func heldWhy(d Decision, state State, now time.Time, e *Explanation) string {
+	changed := ListRefs(d.Held) + " changed"
+	fields := strings.Fields(state.Held)
+	switch {
+	case len(fields) > 0 && fields[len(fields)-1] == d.Release:
+		return fmt.Sprintf("%s; its wave halted when the rollout of %s failed: it rolls at the next change of that source, or when resumed (confighash resume, or remove %s)", changed, fields[0], AnnotationHeld)
+	case !d.Pacing.Windows.Open(now):
+		opens := d.Pacing.Windows.NextOpen(now)
+		e.NextOpening = &opens
+		return fmt.Sprintf("%s; outside its rollout window (%s): it rolls when the window opens, at %s", changed, d.Pacing.Windows, opens.UTC().Format(time.RFC3339))
+	}
+	return changed + "; the watcher rolls it in its wave, once the workloads before it have rolled out"
 }
 
 // unknownKey stands for the hash key where it is not known: digests and hashes made

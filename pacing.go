@@ -34,6 +34,18 @@ func (p Pacing) Over(wider Pacing) Pacing {
 	return p
 }
 
+// String says how changes roll, for people: "" for at once.
+func (p Pacing) String() string {
+	var parts []string
+	if p.WaveSize > 0 {
+		parts = append(parts, fmt.Sprintf("in waves of %d", p.WaveSize))
+	}
+	if p.Windows != nil {
+		parts = append(parts, "within "+p.Windows.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Equal reports whether two pacings are the same.
 func (p Pacing) Equal(o Pacing) bool {
 	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal)

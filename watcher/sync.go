@@ -84,7 +84,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	case d.Converged:
 		w.unhold(key)
 		w.converged(key)
-		return nil
+		return w.settle(ctx, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
 	case w.queue.NumRequeues(key) >= w.cfg.HealAfter:

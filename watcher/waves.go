@@ -48,6 +48,7 @@ type waves struct {
 
 // admission is a wave's leave to roll a workload to a hash, given at a time.
 type admission struct {
+	source  confighash.SourceRef // whose change the wave rolls
 	release string
 	at      time.Time
 }
@@ -107,14 +108,34 @@ func (w *Watcher) forget(key workloadKey) {
 	w.waves.mu.Unlock()
 }
 
-// progressed checks again the workloads of the namespace that wait for a wave: the
-// workload's rollout moved on, and theirs may come.
+// progressed checks again a workload a wave let roll, whose rollout moved on, and the
+// workloads of its namespace that wait for a wave: theirs may come.
 func (w *Watcher) progressed(v *view) {
 	w.waves.mu.Lock()
 	defer w.waves.mu.Unlock()
+	if _, ok := w.waves.admitted[keyOf(v)]; ok {
+		w.queue.Add(keyOf(v))
+	}
 	for key := range w.waves.waiting[v.Namespace] {
 		w.queue.Add(key)
 	}
+}
+
+// settle halts the wave of a workload it let roll, once that wave has settled with a
+// failure: when nothing of it waits any more, the failure of its last would otherwise
+// go unseen.
+func (w *Watcher) settle(ctx context.Context, v *view) error {
+	w.waves.mu.Lock()
+	defer w.waves.mu.Unlock()
+	a, ok := w.waves.admitted[keyOf(v)]
+	if !ok {
+		return nil
+	}
+	wv := &wave{source: a.source, users: w.users(v.Namespace, a.source)}
+	if st := w.stand(wv, time.Now()); len(st.failed) > 0 && st.rolling == 0 {
+		return w.halt(ctx, wv, st)
+	}
+	return nil
 }
 
 // marker is what AnnotationHeld and AnnotationFailed hold: the change, then the hash
@@ -325,10 +346,11 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 		})
 		for _, u := range st.pending[:min(wv.size, len(st.pending))] {
 			uk := keyOf(u)
-			ws.admitted[uk] = admission{release: st.due[u], at: now}
+			ws.admitted[uk] = admission{source: wv.source, release: st.due[u], at: now}
 			if uk != key {
 				w.queue.Add(uk)
 			}
+			w.queue.AddAfter(uk, w.cfg.WaveTimeout+time.Second) // to see it fail by taking too long
 		}
 	}
 	_, admitted := ws.admitted[key]
@@ -375,20 +397,24 @@ func (w *Watcher) halt(ctx context.Context, wv *wave, st standing) error {
 	}
 	summary := fmt.Sprintf("the rollout of %s failed in %s; %d workloads held until %s changes again or is resumed",
 		change, strings.Join(failedNames, ", "), len(st.pending), wv.source)
-	for _, u := range st.failed {
-		if _, err := w.patch(ctx, u, annotationPatch(confighash.AnnotationFailed, marker(change, u.Hash))); err != nil {
-			return err
-		}
-		w.waves.marked[keyOf(u)] = u.Hash
-		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, u.Status, summary))
-		w.alert(alert.Halted, u, []confighash.Trigger{{SourceRef: wv.source, ResourceVersion: rv}}, summary)
-	}
+	// The held first: a halt cut short is taken up again while the failed ones are
+	// not yet marked, and the alert goes once all is marked.
 	for _, u := range st.pending {
 		if _, err := w.patch(ctx, u, annotationPatch(confighash.AnnotationHeld, marker(change, st.due[u]))); err != nil {
 			return err
 		}
 		w.waves.marked[keyOf(u)] = st.due[u]
 		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
+	}
+	for _, u := range st.failed {
+		if _, err := w.patch(ctx, u, annotationPatch(confighash.AnnotationFailed, marker(change, u.Hash))); err != nil {
+			return err
+		}
+		w.waves.marked[keyOf(u)] = u.Hash
+		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, u.Status, summary))
+	}
+	for _, u := range st.failed {
+		w.alert(alert.Halted, u, []confighash.Trigger{{SourceRef: wv.source, ResourceVersion: rv}}, summary)
 	}
 	w.cfg.Metrics.Halted()
 	return nil

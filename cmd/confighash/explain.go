@@ -52,6 +52,8 @@ type explainConfig struct {
 	failOnRollout, reloader        bool
 	namespaceSelector              string
 	everySelector                  string
+	rolloutWindow                  string
+	waveSize                       int
 }
 
 func (c *explainConfig) flags(fs *flag.FlagSet) {
@@ -69,6 +71,8 @@ func (c *explainConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.failOnRollout, "fail-on-rollout", false, "exit 1 when a workload would roll")
 	fs.BoolVar(&c.reloader, "reloader-annotations", true, "read Reloader's annotations as aliases, as the components do by default")
 	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on, as given to the components")
+	fs.StringVar(&c.rolloutWindow, "rollout-window", "", "the components' --rollout-window, to tell which changes are held")
+	fs.IntVar(&c.waveSize, "wave-size", 0, "the components' --wave-size, to tell which changes are held")
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out, as given to the components; empty: none")
 }
 
@@ -76,31 +80,14 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var cfg explainConfig
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	cfg.flags(fs)
-	fs.SetOutput(io.Discard)
-	// Flags may come before or after the workload, as with kubectl.
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintln(stdout, explainSummary+"\n\nFlags:")
-				fs.SetOutput(stdout)
-				fs.PrintDefaults()
-				return nil
-			}
-			return badInput("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional, args = append(positional, fs.Arg(0)), fs.Args()[1:]
+	positional, err := parseInterspersed(fs, args, stdout, explainSummary)
+	if positional == nil || err != nil {
+		return err
 	}
 	if len(positional) > 1 {
 		return badInput("unexpected arguments: %q; name one workload, or a namespace with -n", positional[1:])
 	}
-	var target string
-	if len(positional) == 1 {
-		target = positional[0]
-	}
+	target := positional[0]
 	if cfg.output != "table" && cfg.output != "json" {
 		return badInput("-o %q: want table or json", cfg.output)
 	}
@@ -108,7 +95,11 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return badInput("%v", err)
 	}
-	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader}}
+	pacing, err := confighash.ParsePacing(cfg.rolloutWindow, fmt.Sprint(cfg.waveSize))
+	if err != nil {
+		return badInput("%v", err)
+	}
+	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader}, Pacing: pacing}
 	var explanations []confighash.Explanation
 	if len(cfg.files) > 0 {
 		if target != "" {
@@ -128,6 +119,33 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return &exitError{1, errors.New("a workload would roll")}
 	}
 	return nil
+}
+
+// parseInterspersed parses a command line whose flags may come before or after its
+// arguments, as with kubectl, and returns the arguments, with "" for none; nil when it
+// only asked for help, which it printed.
+func parseInterspersed(fs *flag.FlagSet, args []string, stdout io.Writer, summary string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintln(stdout, summary+"\n\nFlags:")
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
+				return nil, nil
+			}
+			return nil, badInput("%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional, args = append(positional, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(positional) == 0 {
+		positional = []string{""}
+	}
+	return positional, nil
 }
 
 // fileKey reads --hash-key-file, when given.

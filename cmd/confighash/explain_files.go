@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,7 +136,7 @@ func (c *explainConfig) explainFiles(in confighash.ExplainInput, selectors names
 		if err != nil {
 			return nil, badInput("%s %s: %v", u.GetKind(), u.GetName(), err)
 		}
-		in.Workload, in.New, in.Sources, in.Mode = w, true, sources[w.Namespace], confighash.ModeOptedIn
+		in.Workload, in.New, in.Sources, in.Mode, in.Now = w, true, sources[w.Namespace], confighash.ModeOptedIn, time.Now()
 		if mode, ok := modes[w.Namespace]; ok {
 			in.Mode = mode
 		}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/confighash/confighash"
@@ -20,18 +22,9 @@ import (
 // explain's live half: workloads, sources and the namespace read from the cluster.
 
 func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainInput, selectors namespaces.Selectors, target string) ([]confighash.Explanation, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = c.kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context})
-	config, err := loader.ClientConfig()
+	config, ns, err := userKubeconfig(c.kubeconfig, c.context, c.namespace)
 	if err != nil {
-		return nil, badInput("kubeconfig: %v", err)
-	}
-	ns := c.namespace
-	if ns == "" {
-		if ns, _, err = loader.Namespace(); err != nil {
-			return nil, badInput("kubeconfig: %v", err)
-		}
+		return nil, err
 	}
 	if target == "" && c.namespace == "" {
 		return nil, badInput("name a workload (deployment/web) or a namespace (-n shop)")
@@ -83,6 +76,9 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		return nil, fmt.Errorf("read namespace %s: %w", ns, err)
 	}
 	in.Mode = selectors.ModeOf(namespace)
+	in.Now = time.Now()
+	nsPacing, pacingErr := namespaces.PacingOf(namespace)
+	in.Pacing = nsPacing.Over(in.Pacing)
 	if in.Sources, err = liveSources(ctx, client, ns); err != nil {
 		return nil, err
 	}
@@ -105,6 +101,9 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		}
 		in.Workload = w
 		e := confighash.Explain(in)
+		if pacingErr != nil {
+			e.Problems = append(e.Problems, fmt.Sprintf("namespace %s: its pacing annotations are ignored: %v", ns, pacingErr))
+		}
 		switch {
 		case in.Mode == confighash.ModeOff:
 			e.Verdict, e.Why = confighash.VerdictNoRollout, fmt.Sprintf("namespace %s is not enabled: --namespace-selector %q does not select it; label it %s=%s", ns, c.namespaceSelector, confighash.InjectionLabel, confighash.InjectionEnabled)
@@ -116,6 +115,24 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// userKubeconfig loads a user's kubeconfig as kubectl does, and the namespace: the
+// one given, or else the context's.
+func userKubeconfig(path, context, namespace string) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
+	config, err := loader.ClientConfig()
+	if err != nil {
+		return nil, "", badInput("kubeconfig: %v", err)
+	}
+	if namespace == "" {
+		if namespace, _, err = loader.Namespace(); err != nil {
+			return nil, "", badInput("kubeconfig: %v", err)
+		}
+	}
+	return config, namespace, nil
 }
 
 // liveSources reads the namespace's ConfigMaps and Secrets as digest views.

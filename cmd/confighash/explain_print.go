@@ -31,6 +31,15 @@ func printExplanations(out io.Writer, format string, explanations []confighash.E
 		if e.Adopted != "" {
 			fmt.Fprintf(out, "  adopted at:               %s\n", e.Adopted)
 		}
+		if e.Pacing != "" {
+			fmt.Fprintf(out, "  changes roll:             %s\n", e.Pacing)
+		}
+		if e.Held != "" {
+			fmt.Fprintf(out, "  held by a halted wave:    %s\n", e.Held)
+		}
+		if e.Failed != "" {
+			fmt.Fprintf(out, "  failed in a wave:         %s\n", e.Failed)
+		}
 		if len(e.Sources) == 0 {
 			continue
 		}

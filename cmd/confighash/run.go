@@ -20,6 +20,7 @@ Commands:
   webhook   run the mutating admission webhook
   watcher   run the watcher that touches workloads when their sources change
   explain   why a workload did or did not roll, live or from manifests
+  resume    roll what a halted wave holds
   version   print the version
 
 Run confighash <command> --help for its flags. Installed as kubectl-confighash, it is
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWatcher(ctx, args[1:], stdout, stderr)
 	case "explain":
 		return runExplain(ctx, args[1:], stdout, stderr)
+	case "resume":
+		return runResume(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "confighash %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil

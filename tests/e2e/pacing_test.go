@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -215,19 +217,44 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 		}
 	}
 	if len(halts) != 1 || len(halts[0].Workloads) != size || len(halts[0].Sources) != 1 || halts[0].Sources[0].Name != "shared" {
-		t.Fatalf("halt alerts: %+v; want one naming ConfigMap shared and the %d failed", halts, size)
+		for _, a := range halts {
+			t.Logf("halt alert: %s %v %v: %s", a.Namespace, a.Sources, a.Workloads, a.Reason)
+		}
+		t.Fatalf("%d halt alerts; want one naming ConfigMap shared and the %d failed", len(halts), size)
 	}
+
+	// explain says why each stands where it does.
+	out, stderr, status := explain(t, c, "deployment/app-10", "-n", ns, fmt.Sprintf("--wave-size=%d", size))
+	if status != 0 || len(out) != 1 || out[0].Verdict != confighash.VerdictHeld || !strings.Contains(out[0].Why, "halted") {
+		t.Fatalf("explain a held one: status %d, %+v, %s", status, out, stderr)
+	}
+	if out, _, _ := explain(t, c, "deployment/app-00", "-n", ns); len(out) != 1 || out[0].Failed == "" {
+		t.Fatalf("explain a failed one: %+v; want its failure shown", out)
+	}
+
+	// Resumed by hand, a held one rolls, fails as its wave did, and halts it again.
+	resume := exec.Command(confighashBinary(t), "resume", "deployment/app-05", "-n", ns, "--kubeconfig", c.Kubeconfig)
+	if b, err := resume.CombinedOutput(); err != nil || !strings.Contains(string(b), "resumed Deployment/app-05") {
+		t.Fatalf("confighash resume: %v: %s", err, b)
+	}
+	waitFor(t, time.Minute, "the resumed one to fail and halt again", func() bool {
+		return len(annotated(t, c, ns, confighash.AnnotationFailed)) == size+1
+	})
+	failedCount := size + 1 // app-05 now counts among the failed, the first six
 
 	// The fix: every one of the 50 rolls once more, the failed ones first.
 	if err := c.Client.CoreV1().ResourceQuotas(ns).Delete(ctx, quota.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Without the quota, the failed ones finish the rollouts they had started, by
+	// themselves; then the fix.
+	waitFor(t, time.Minute, "the stalled rollouts to finish", func() bool { return rolledOutCount(t, c, ns) == n })
 	stop = sampleRolling(t, c, ns)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "fixed")
 	waitFor(t, 5*time.Minute, "every Deployment to roll once more", func() bool {
 		r := rollouts(t, c, ns)
 		return !slices.ContainsFunc(names, func(name string) bool {
-			return r[name] < map[bool]int{true: 4, false: 3}[slices.Index(names, name) < size]
+			return r[name] < map[bool]int{true: 4, false: 3}[slices.Index(names, name) < failedCount]
 		}) &&
 			rolledOutCount(t, c, ns) == n
 	})
@@ -237,7 +264,7 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	time.Sleep(quietPeriod)
 	r = rollouts(t, c, ns)
 	for i, name := range names {
-		if want := map[bool]int{true: 4, false: 3}[i < size]; r[name] != want {
+		if want := map[bool]int{true: 4, false: 3}[i < failedCount]; r[name] != want {
 			t.Errorf("%s has %d ReplicaSets after the fix, want %d", name, r[name], want)
 		}
 	}

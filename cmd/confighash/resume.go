@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/confighash/confighash"
+)
+
+const resumeSummary = `confighash resume: roll what a halted wave holds. The watcher rolls it in waves again.
+
+  confighash resume configmap/app -n shop     every workload held for a change of ConfigMap app
+  confighash resume deployment/web -n shop    one workload
+
+It removes the workloads' ` + confighash.AnnotationHeld + ` annotation, as kubectl annotate ... ` + confighash.AnnotationHeld + `- does.`
+
+type resumeConfig struct {
+	kubeconfig, context, namespace string
+}
+
+func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	var cfg resumeConfig
+	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file; default: $KUBECONFIG or ~/.kube/config")
+	fs.StringVar(&cfg.context, "context", "", "kubeconfig context")
+	fs.StringVar(&cfg.namespace, "n", "", "the namespace; default: the context's")
+	fs.StringVar(&cfg.namespace, "namespace", "", "the namespace (as -n)")
+	positional, err := parseInterspersed(fs, args, stdout, resumeSummary)
+	if positional == nil || err != nil {
+		return err
+	}
+	if len(positional) != 1 || positional[0] == "" {
+		return badInput("name a source (configmap/app) or a workload (deployment/web)")
+	}
+	held, err := heldMatcher(positional[0])
+	if err != nil {
+		return err
+	}
+	config, ns, err := userKubeconfig(cfg.kubeconfig, cfg.context, cfg.namespace)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, confighash.AnnotationHeld))
+	resumed := 0
+	for _, k := range confighash.Kinds {
+		api := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns)
+		list, err := api.List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) && k.Kind == confighash.Rollout.Kind {
+			continue // Argo Rollouts not installed
+		}
+		if err != nil {
+			return fmt.Errorf("list %s in %s: %w", k.Resource, ns, err)
+		}
+		for _, u := range list.Items {
+			marker, ok := u.GetAnnotations()[confighash.AnnotationHeld]
+			if !ok || !held(k.Kind, u.GetName(), marker) {
+				continue
+			}
+			if _, err := api.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "confighash-resume"}); err != nil {
+				return fmt.Errorf("resume %s %s/%s: %w", k.Kind, ns, u.GetName(), err)
+			}
+			fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), strings.Fields(marker)[0])
+			resumed++
+		}
+	}
+	if resumed == 0 {
+		return badInput("nothing in %s is held for %s", ns, positional[0])
+	}
+	fmt.Fprintf(stdout, "the watcher rolls the %d in waves\n", resumed)
+	return nil
+}
+
+// heldMatcher returns what selects the held workloads to resume: those held for a
+// change of a source, or one workload.
+func heldMatcher(target string) (func(kind, name, marker string) bool, error) {
+	kindName, name, ok := strings.Cut(target, "/")
+	if !ok || name == "" {
+		return nil, badInput("%q: want kind/name", target)
+	}
+	for _, source := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
+		if strings.EqualFold(kindName, string(source)) {
+			prefix := string(source) + "/" + name + "@"
+			return func(_, _, marker string) bool { return strings.HasPrefix(marker, prefix) }, nil
+		}
+	}
+	kinds, err := confighash.ParseKinds(kindName)
+	if err != nil {
+		kinds, err = confighash.ParseKinds(kindName + "s")
+	}
+	if err != nil || len(kinds) != 1 {
+		return nil, badInput("%q: want configmap/name, secret/name, or a workload such as deployment/name", target)
+	}
+	kind := kinds[0].Kind
+	return func(k, n, _ string) bool { return k == kind && n == name }, nil
+}
