@@ -283,21 +283,23 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 
-	// A one-minute window starting at a minute boundary at least 20 s away.
-	now := time.Now().UTC()
-	opens := now.Truncate(time.Minute).Add(time.Minute)
-	if opens.Sub(now) < 20*time.Second {
-		opens = opens.Add(time.Minute)
-	}
-	window := fmt.Sprintf("daily %s-%s UTC", opens.Format("15:04"), opens.Add(time.Minute).Format("15:04"))
-	mergeNamespaceAnnotations(t, c, ns, map[string]*string{confighash.AnnotationRolloutWindow: &window})
-
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
 	names := []string{"web", "api", "worker"}
 	for _, name := range names {
 		createDeployment(t, c, ns, annotatedDeployment(name, map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("shared")))
 	}
 	expectRollouts(t, c, ns, map[string]int{"web": 1, "api": 1, "worker": 1})
+
+	// A one-minute window starting at a minute boundary at least 12 s away: time for
+	// the checks below.
+	now := time.Now().UTC()
+	opens := now.Truncate(time.Minute).Add(time.Minute)
+	if opens.Sub(now) < 12*time.Second {
+		opens = opens.Add(time.Minute)
+	}
+	window := fmt.Sprintf("daily %s-%s UTC", opens.Format("15:04"), opens.Add(time.Minute).Format("15:04"))
+	mergeNamespaceAnnotations(t, c, ns, map[string]*string{confighash.AnnotationRolloutWindow: &window})
+	time.Sleep(time.Second) // for both components' namespace informers, which take milliseconds
 
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "v1")
 	waitFor(t, 10*time.Second, "the change to be held", func() bool {

@@ -70,6 +70,12 @@ affinity:
 {{- with .Values.sourceLabelSelector }}
 - {{ printf "--source-label-selector=%s" . | quote }}
 {{- end }}
+{{- with .Values.pacing.waveSize }}
+- {{ printf "--wave-size=%v" . | quote }}
+{{- end }}
+{{- with .Values.pacing.rolloutWindow }}
+- {{ printf "--rollout-window=%s" . | quote }}
+{{- end }}
 {{- with include "confighash.selectorFlag" .Values.namespaceSelector }}
 {{- if ne . "confighash.dev/injection=enabled" }}
 - {{ printf "--namespace-selector=%s" . | quote }}
