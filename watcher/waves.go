@@ -190,6 +190,9 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	if err != nil {
 		return err
 	}
+	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {
+		return w.heal(ctx, key, v, due) // the webhook failed open on every release
+	}
 	w.progress.pause(key, due.Policy.PausePeriod)
 	trig := triggers(v, due.Record, w.sources)
 	admitted, err := w.touch(ctx, v, trig, map[string]any{
