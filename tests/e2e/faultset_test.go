@@ -201,7 +201,10 @@ func (f *faultSet) check(t testing.TB) ledger.Outcome {
 	o := f.l.Outcome(time.Time{})
 	t.Logf("ledger: %d updates to roll, %d rollouts, %d coalesced, %d lost, %d spurious", o.Updates, o.Rollouts, o.Coalesced, o.Lost, o.Spurious)
 	if o.Lost != 0 || o.Spurious != 0 || o.Rollouts == 0 {
-		t.Fatalf("lost %d, spurious %d (%v), rollouts %d: want every change rolled once and nothing else", o.Lost, o.Spurious, o.SpuriousIn, o.Rollouts)
+		for _, h := range o.SpuriousIn {
+			t.Logf("spurious: %s", h)
+		}
+		t.Fatalf("lost %d, spurious %d, rollouts %d: want every change rolled once and nothing else", o.Lost, o.Spurious, o.Rollouts)
 	}
 	return o
 }

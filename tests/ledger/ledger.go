@@ -249,7 +249,8 @@ type Outcome struct {
 	// Lost updates were never carried by any rollout; spurious rollouts carried no
 	// update that an earlier rollout had not.
 	Lost, Spurious int
-	// SpuriousIn names the workloads of the spurious rollouts.
+	// SpuriousIn names the workloads of the spurious rollouts, each with its history:
+	// the digests of its source's updates and of its rollouts, in order, with times.
 	SpuriousIn []string
 	// Latencies run from an update to the rollout that carried it.
 	Latencies []time.Duration
@@ -287,7 +288,7 @@ func (l *Ledger) Outcome(since time.Time) Outcome {
 			if !ok || k <= carried {
 				if !r.at.Before(since) {
 					out.Spurious++
-					out.SpuriousIn = append(out.SpuriousIn, id)
+					out.SpuriousIn = append(out.SpuriousIn, id+": "+history(updates, rollouts, source.Ref))
 				}
 				continue
 			}
@@ -305,6 +306,20 @@ func (l *Ledger) Outcome(since time.Time) Outcome {
 		out.Lost += len(updates) - 1 - carried
 	}
 	return out
+}
+
+// history renders a workload's updates and rollouts, to tell where a rollout came from.
+func history(updates []update, rollouts []rollout, ref confighash.SourceRef) string {
+	var b strings.Builder
+	b.WriteString("updates")
+	for _, u := range updates {
+		fmt.Fprintf(&b, " %.8s@%s", u.digest.String(), u.at.Format("15:04:05.000"))
+	}
+	b.WriteString("; rollouts")
+	for _, r := range rollouts {
+		fmt.Fprintf(&b, " %.8s@%s", recordedDigest(r.record, ref).String(), r.at.Format("15:04:05.000"))
+	}
+	return b.String()
 }
 
 // Workloads returns how many workloads the ledger follows.
