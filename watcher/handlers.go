@@ -36,18 +36,27 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
 func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
 	if w.gate.Mode(namespace) != confighash.ModeOff {
-		w.enqueueIndexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
-		w.enqueueIndexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
-			return slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
-		})
+		w.enqueueSpread(w.users(namespace, ref))
 	}
 }
 
-// enqueueIndexed enqueues the workloads confighash acts on in the namespace that an
-// index of the workload informers lists under value, and that match when it is given,
-// spread at TouchRate.
-func (w *Watcher) enqueueIndexed(namespace, index, value string, match func(*view) bool) {
-	i := 0
+// users returns the workloads confighash acts on that may use the source: those that
+// reference or name it, and those with a name pattern it matches.
+func (w *Watcher) users(namespace string, ref confighash.SourceRef) []*view {
+	out := w.indexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
+	named := make(map[*view]bool, len(out))
+	for _, v := range out {
+		named[v] = true
+	}
+	return append(out, w.indexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
+		return !named[v] && slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
+	})...)
+}
+
+// indexed returns the workloads confighash acts on in the namespace that an index of
+// the workload informers lists under value, and that match when it is given.
+func (w *Watcher) indexed(namespace, index, value string, match func(*view) bool) []*view {
+	var out []*view
 	for _, in := range w.workloads {
 		inf := in.For(namespace)
 		if inf == nil {
@@ -56,10 +65,17 @@ func (w *Watcher) enqueueIndexed(namespace, index, value string, match func(*vie
 		objs, _ := inf.GetIndexer().ByIndex(index, value)
 		for _, obj := range objs {
 			if v, ok := obj.(*view); ok && (match == nil || match(v)) && w.acts(v) {
-				w.enqueue(v, w.cfg.Debounce+time.Duration(i)*w.touchInterval)
-				i++
+				out = append(out, v)
 			}
 		}
+	}
+	return out
+}
+
+// enqueueSpread enqueues the workloads after the debounce, spread at TouchRate.
+func (w *Watcher) enqueueSpread(views []*view) {
+	for i, v := range views {
+		w.enqueue(v, w.cfg.Debounce+time.Duration(i)*w.touchInterval)
 	}
 }
 

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -38,9 +39,11 @@ type waves struct {
 	admitted map[workloadKey]admission
 	// waiting are the workloads of each namespace that wait for a wave.
 	waiting map[string]map[workloadKey]bool
-	// held is why each held workload is held; noted, the release an Event was sent for.
-	held  map[workloadKey]heldReason
-	noted map[workloadKey]string
+	// held is why each held workload is held, and heldBy how many are held for each
+	// reason; noted, the release an Event was sent for.
+	held   map[workloadKey]heldReason
+	heldBy map[heldReason]int
+	noted  map[workloadKey]string
 	// marked is the hash of the marker last written on a workload, until the cache
 	// shows it.
 	marked map[workloadKey]string
@@ -55,16 +58,29 @@ type admission struct {
 
 func newWaves() *waves {
 	return &waves{admitted: map[workloadKey]admission{}, waiting: map[string]map[workloadKey]bool{},
-		held: map[workloadKey]heldReason{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}}
+		held: map[workloadKey]heldReason{}, heldBy: map[heldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}}
 }
 
-// counts returns how many workloads are held, by reason.
-func (ws *waves) counts() map[string]int {
-	n := map[string]int{}
-	for _, r := range ws.held {
-		n[string(r)]++
+// setHeld notes why the workload is held, none to forget it, and returns how many are
+// held by reason when that changed; under the waves' lock.
+func (ws *waves) setHeld(key workloadKey, reason heldReason) map[string]int {
+	was, ok := ws.held[key]
+	if ok && was == reason || !ok && reason == "" {
+		return nil
 	}
-	return n
+	if ok {
+		ws.heldBy[was]--
+		delete(ws.held, key)
+	}
+	if reason != "" {
+		ws.heldBy[reason]++
+		ws.held[key] = reason
+	}
+	counts := make(map[string]int, len(ws.heldBy))
+	for r, n := range ws.heldBy {
+		counts[string(r)] = n
+	}
+	return counts
 }
 
 // hold notes why the workload is held and reports whether that is news for this
@@ -72,12 +88,13 @@ func (ws *waves) counts() map[string]int {
 func (w *Watcher) hold(key workloadKey, reason heldReason, release string) bool {
 	ws := w.waves
 	ws.mu.Lock()
-	ws.held[key] = reason
+	counts := ws.setHeld(key, reason)
 	news := ws.noted[key] != string(reason)+release
 	ws.noted[key] = string(reason) + release
-	counts := ws.counts()
 	ws.mu.Unlock()
-	w.cfg.Metrics.Held(counts)
+	if counts != nil {
+		w.cfg.Metrics.Held(counts)
+	}
 	w.progress.unreached(key) // held is not slow: no convergence latency
 	return news
 }
@@ -86,15 +103,11 @@ func (w *Watcher) hold(key workloadKey, reason heldReason, release string) bool 
 func (w *Watcher) unhold(key workloadKey) {
 	ws := w.waves
 	ws.mu.Lock()
-	_, was := ws.held[key]
-	delete(ws.held, key)
+	counts := ws.setHeld(key, "")
 	delete(ws.noted, key)
-	for _, waiting := range ws.waiting {
-		delete(waiting, key)
-	}
-	counts := ws.counts()
+	delete(ws.waiting[key.Namespace], key)
 	ws.mu.Unlock()
-	if was {
+	if counts != nil {
 		w.cfg.Metrics.Held(counts)
 	}
 }
@@ -226,35 +239,14 @@ func (w *Watcher) waveOf(v *view, d confighash.Decision) *wave {
 	}
 	for _, ref := range d.Held {
 		if users := w.users(v.Namespace, ref); len(users) > max(size, w.cfg.WaveThreshold) {
+			// Waves go by kind and name.
+			slices.SortFunc(users, func(a, b *view) int {
+				return cmp.Or(strings.Compare(a.Kind.Kind, b.Kind.Kind), strings.Compare(a.Name, b.Name))
+			})
 			return &wave{source: ref, size: size, users: users}
 		}
 	}
 	return nil
-}
-
-// users returns the workloads confighash acts on that may use the source.
-func (w *Watcher) users(namespace string, ref confighash.SourceRef) []*view {
-	var out []*view
-	collect := func(index, value string, match func(*view) bool) {
-		for _, in := range w.workloads {
-			inf := in.For(namespace)
-			if inf == nil {
-				continue
-			}
-			objs, _ := inf.GetIndexer().ByIndex(index, value)
-			for _, obj := range objs {
-				if u, ok := obj.(*view); ok && (match == nil || match(u)) && w.acts(u) {
-					out = append(out, u)
-				}
-			}
-		}
-	}
-	collect(sourceIndex, sourceKey(namespace, ref), nil)
-	collect(sourceIndex, patternKey(namespace), func(u *view) bool {
-		return !slices.Contains(out, u) && slices.ContainsFunc(u.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
-	})
-	slices.SortFunc(out, func(a, b *view) int { return strings.Compare(keyOf(a).String(), keyOf(b).String()) })
-	return out
 }
 
 // heldByHalt reports whether a halted wave holds the workload: it is marked held from
