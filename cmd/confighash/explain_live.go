@@ -40,14 +40,10 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 	var objs []*unstructured.Unstructured
 	if target != "" {
 		kindName, name, ok := strings.Cut(target, "/")
-		kinds, kindErr := confighash.ParseKinds(kindName)
-		if !ok || name == "" || kindErr != nil {
-			kinds, kindErr = confighash.ParseKinds(kindName + "s")
-		}
-		if !ok || name == "" || kindErr != nil || len(kinds) != 1 {
+		k, isKind := workloadKind(kindName)
+		if !ok || name == "" || !isKind {
 			return nil, badInput("%q: want kind/name, the kind one of deployment, statefulset, daemonset, cronjob, rollout", target)
 		}
-		k := kinds[0]
 		u, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, badInput("%s %s/%s does not exist", k.Kind, ns, name)
@@ -57,17 +53,12 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		}
 		objs = append(objs, u)
 	} else {
-		for _, k := range confighash.Kinds {
-			list, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).List(ctx, metav1.ListOptions{})
-			if apierrors.IsNotFound(err) && k.Kind == confighash.Rollout.Kind {
-				continue // Argo Rollouts not installed
-			}
-			if err != nil {
-				return nil, fmt.Errorf("list %s in %s: %w", k.Resource, ns, err)
-			}
-			for i := range list.Items {
-				objs = append(objs, &list.Items[i])
-			}
+		err := listWorkloads(ctx, dyn, ns, func(_ confighash.Kind, u *unstructured.Unstructured) error {
+			objs = append(objs, u)
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 
@@ -133,6 +124,37 @@ func userKubeconfig(path, context, namespace string) (*rest.Config, string, erro
 		}
 	}
 	return config, namespace, nil
+}
+
+// workloadKind reads a workload kind as kubectl takes it: deployment, deployments.
+func workloadKind(name string) (confighash.Kind, bool) {
+	kinds, err := confighash.ParseKinds(name)
+	if err != nil {
+		kinds, err = confighash.ParseKinds(name + "s")
+	}
+	if err != nil || len(kinds) != 1 {
+		return confighash.Kind{}, false
+	}
+	return kinds[0], true
+}
+
+// listWorkloads calls fn with each workload of the namespace, of every kind served.
+func listWorkloads(ctx context.Context, dyn dynamic.Interface, ns string, fn func(confighash.Kind, *unstructured.Unstructured) error) error {
+	for _, k := range confighash.Kinds {
+		list, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) && k.Kind == confighash.Rollout.Kind {
+			continue // Argo Rollouts not installed
+		}
+		if err != nil {
+			return fmt.Errorf("list %s in %s: %w", k.Resource, ns, err)
+		}
+		for i := range list.Items {
+			if err := fn(k, &list.Items[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // liveSources reads the namespace's ConfigMaps and Secrets as digest views.

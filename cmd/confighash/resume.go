@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -54,26 +54,21 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, confighash.AnnotationHeld))
 	resumed := 0
-	for _, k := range confighash.Kinds {
+	err = listWorkloads(ctx, dyn, ns, func(k confighash.Kind, u *unstructured.Unstructured) error {
+		marker, ok := u.GetAnnotations()[confighash.AnnotationHeld]
+		if !ok || !held(k.Kind, u.GetName(), marker) {
+			return nil
+		}
 		api := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns)
-		list, err := api.List(ctx, metav1.ListOptions{})
-		if apierrors.IsNotFound(err) && k.Kind == confighash.Rollout.Kind {
-			continue // Argo Rollouts not installed
+		if _, err := api.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "confighash-resume"}); err != nil {
+			return fmt.Errorf("resume %s %s/%s: %w", k.Kind, ns, u.GetName(), err)
 		}
-		if err != nil {
-			return fmt.Errorf("list %s in %s: %w", k.Resource, ns, err)
-		}
-		for _, u := range list.Items {
-			marker, ok := u.GetAnnotations()[confighash.AnnotationHeld]
-			if !ok || !held(k.Kind, u.GetName(), marker) {
-				continue
-			}
-			if _, err := api.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "confighash-resume"}); err != nil {
-				return fmt.Errorf("resume %s %s/%s: %w", k.Kind, ns, u.GetName(), err)
-			}
-			fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), strings.Fields(marker)[0])
-			resumed++
-		}
+		fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), strings.Fields(marker)[0])
+		resumed++
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if resumed == 0 {
 		return badInput("nothing in %s is held for %s", ns, positional[0])
@@ -95,13 +90,9 @@ func heldMatcher(target string) (func(kind, name, marker string) bool, error) {
 			return func(_, _, marker string) bool { return strings.HasPrefix(marker, prefix) }, nil
 		}
 	}
-	kinds, err := confighash.ParseKinds(kindName)
-	if err != nil {
-		kinds, err = confighash.ParseKinds(kindName + "s")
-	}
-	if err != nil || len(kinds) != 1 {
+	kind, ok := workloadKind(kindName)
+	if !ok {
 		return nil, badInput("%q: want configmap/name, secret/name, or a workload such as deployment/name", target)
 	}
-	kind := kinds[0].Kind
-	return func(k, n, _ string) bool { return k == kind && n == name }, nil
+	return func(k, n, _ string) bool { return k == kind.Kind && n == name }, nil
 }
