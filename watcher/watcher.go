@@ -55,6 +55,9 @@ type Config struct {
 	// WaveTimeout is how long a workload a wave released may take to roll out before
 	// it counts as failed.
 	WaveTimeout time.Duration
+	// MaxRolling caps the workloads waves let roll at once, across all namespaces;
+	// 0: no cap beyond each wave's size.
+	MaxRolling int
 	// Watched limits the watcher to these namespaces, for an install bound by
 	// RoleBindings; empty means the whole cluster.
 	Watched []string
@@ -102,8 +105,8 @@ func (c *Config) defaults() error {
 	if c.Client == nil {
 		return errors.New("a Kubernetes client is required")
 	}
-	if c.Debounce < 0 || c.TouchRate <= 0 || c.Workers <= 0 || c.HealAfter <= 0 || c.WaveThreshold < 0 {
-		return errors.New("debounce and the wave threshold must be >= 0; touch rate, workers and heal-after must be > 0")
+	if c.Debounce < 0 || c.TouchRate <= 0 || c.Workers <= 0 || c.HealAfter <= 0 || c.WaveThreshold < 0 || c.MaxRolling < 0 {
+		return errors.New("debounce, the wave threshold and max rolling must be >= 0; touch rate, workers and heal-after must be > 0")
 	}
 	if c.WaveTimeout <= 0 {
 		c.WaveTimeout = DefaultWaveTimeout

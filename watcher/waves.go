@@ -37,8 +37,10 @@ type waves struct {
 	mu sync.Mutex
 	// admitted are the workloads a wave let roll, until they have rolled out.
 	admitted map[workloadKey]admission
-	// waiting are the workloads of each namespace that wait for a wave.
+	// waiting are the workloads of each namespace that wait for a wave; capped, one
+	// of each namespace whose next wave waits for room under MaxRolling.
 	waiting map[string]map[workloadKey]bool
+	capped  map[string]workloadKey
 	// held is why each held workload is held, and heldBy how many are held for each
 	// reason; noted, the release an Event was sent for.
 	held   map[workloadKey]heldReason
@@ -57,7 +59,7 @@ type admission struct {
 }
 
 func newWaves() *waves {
-	return &waves{admitted: map[workloadKey]admission{}, waiting: map[string]map[workloadKey]bool{},
+	return &waves{admitted: map[workloadKey]admission{}, waiting: map[string]map[workloadKey]bool{}, capped: map[string]workloadKey{},
 		held: map[workloadKey]heldReason{}, heldBy: map[heldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}}
 }
 
@@ -116,9 +118,22 @@ func (w *Watcher) unhold(key workloadKey) {
 func (w *Watcher) forget(key workloadKey) {
 	w.unhold(key)
 	w.waves.mu.Lock()
-	delete(w.waves.admitted, key)
+	w.dismiss(key)
 	delete(w.waves.marked, key)
 	w.waves.mu.Unlock()
+}
+
+// dismiss ends a wave's leave for the workload to roll, and wakes the namespaces
+// whose next wave waited for the room; under the waves' lock.
+func (w *Watcher) dismiss(key workloadKey) {
+	if _, ok := w.waves.admitted[key]; !ok {
+		return
+	}
+	delete(w.waves.admitted, key)
+	for ns, k := range w.waves.capped {
+		w.queue.Add(k)
+		delete(w.waves.capped, ns)
+	}
 }
 
 // progressed checks again a workload a wave let roll, whose rollout moved on, and the
@@ -288,7 +303,7 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 		}
 		a, admitted := w.waves.admitted[uk]
 		if admitted && len(du.Held) > 0 && a.release != du.Release {
-			delete(w.waves.admitted, uk) // admitted for an earlier change
+			w.dismiss(uk) // admitted for an earlier change
 			admitted = false
 		}
 		timedOut := admitted && now.Sub(a.at) > w.cfg.WaveTimeout
@@ -301,7 +316,7 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 			st.pending = append(st.pending, u)
 			st.due[u] = du.Release
 		case u.Release == "" || u.Release != u.Hash || w.markedWith(u, u.Failed, u.Hash):
-			delete(w.waves.admitted, uk) // not released by a wave, or its failure is known
+			w.dismiss(uk) // not released by a wave, or its failure is known
 		case u.Status == rolloutFailed || u.Status == rollingOut && timedOut:
 			st.failed = append(st.failed, u)
 		case u.Status == rollingOut:
@@ -310,7 +325,7 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 				st.deadline = a.at.Add(w.cfg.WaveTimeout)
 			}
 		default:
-			delete(w.waves.admitted, uk) // rolled out
+			w.dismiss(uk) // rolled out
 		}
 	}
 	return st
@@ -318,7 +333,8 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 
 // joinWave reports whether the workload may roll now in its wave. When the users
 // released before have rolled out, the next wave is chosen: the workloads that failed
-// before first, then by kind and name. When one has failed, the wave halts.
+// before first, then by kind and name, as many as MaxRolling leaves room for. When
+// one has failed, the wave halts.
 func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d confighash.Decision, wv *wave) (bool, error) {
 	now := time.Now()
 	ws := w.waves
@@ -339,7 +355,12 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 		slices.SortStableFunc(st.pending, func(a, b *view) int {
 			return boolOrder(a.Failed == "", b.Failed == "")
 		})
-		for _, u := range st.pending[:min(wv.size, len(st.pending))] {
+		n := min(wv.size, len(st.pending))
+		if w.cfg.MaxRolling > 0 && len(ws.admitted)+n > w.cfg.MaxRolling {
+			n = max(0, w.cfg.MaxRolling-len(ws.admitted))
+			ws.capped[key.Namespace] = key
+		}
+		for _, u := range st.pending[:n] {
 			uk := keyOf(u)
 			ws.admitted[uk] = admission{source: wv.source, release: st.due[u], at: now}
 			if uk != key {

@@ -36,7 +36,7 @@ type watcherConfig struct {
 	debounce                    time.Duration
 	touchRate                   float64
 	workers, healAfter          int
-	waveThreshold               int
+	waveThreshold, maxRolling   int
 	waveTimeout                 time.Duration
 	leaderElect                 bool
 	leaseName, identity         string
@@ -62,6 +62,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.alerts.info, "alert-additional-info", "", "text added to every alert")
 	fs.StringVar(&c.alerts.cluster, "cluster-name", "", "the cluster's name in alerts")
 	fs.IntVar(&c.waveThreshold, "wave-threshold", 0, "a change rolls in waves only when it reaches more workloads than this, or than the wave size")
+	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
 	fs.DurationVar(&c.waveTimeout, "wave-timeout", watcher.DefaultWaveTimeout, "how long a workload a wave rolled may take to roll out before it counts as failed and halts the wave")
 	fs.IntVar(&c.healAfter, "heal-after", 3, "touches the webhook may leave unconverged before the watcher writes the hash itself")
 	fs.BoolVar(&c.leaderElect, "leader-elect", true, "elect one active watcher among replicas with a Lease; standbys keep their caches warm")
@@ -162,7 +163,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
 		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
-		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout,
+		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		Events: events, Metrics: recorder, Log: log,
 	}
 	if notifier != nil {

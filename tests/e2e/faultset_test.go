@@ -41,7 +41,7 @@ func newFaultSet(t testing.TB, c *cluster.Cluster, n, fanOut int) *faultSet {
 	t.Helper()
 	ns := labeledNamespace(t, c)
 	f := &faultSet{c: c, ns: ns, l: ledger.New(t, c, hashKey(t, c)), shared: ledger.ConfigMapIn(ns, "shared"), fanOut: fanOut}
-	f.l.FromReplicaSets(c, ns)
+	f.l.FromReplicaSets(t, c, ns)
 	for i := range n {
 		cm, secret := fmt.Sprintf("cm-%d", i), fmt.Sprintf("secret-%d", i)
 		f.l.RecordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -86,17 +87,26 @@ func rollingNow(ctx context.Context, c *cluster.Cluster, ns string) (int, error)
 	return n, nil
 }
 
-// sampleRolling samples rollingNow every 100 ms until stop is called, which returns
-// the most seen at once.
-func sampleRolling(t *testing.T, c *cluster.Cluster, ns string) (stop func() int) {
+// sampleRolling samples rollingNow, summed over the namespaces, every 100 ms until
+// stop is called, which returns the most seen at once.
+func sampleRolling(t *testing.T, c *cluster.Cluster, namespaces ...string) (stop func() int) {
 	var most atomic.Int64
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			if n, err := rollingNow(ctx, c, ns); err == nil && int64(n) > most.Load() {
-				most.Store(int64(n))
+			sum := 0
+			for _, ns := range namespaces {
+				n, err := rollingNow(ctx, c, ns)
+				if err != nil {
+					sum = 0
+					break
+				}
+				sum += n
+			}
+			if int64(sum) > most.Load() {
+				most.Store(int64(sum))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -271,6 +281,45 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	if held := annotated(t, c, ns, confighash.AnnotationHeld); len(held) != 0 {
 		t.Errorf("still held after the fix: %v", held)
 	}
+}
+
+// TestMaxRollingCapsWavesAcrossNamespaces: the same change in two namespaces of 6
+// users each, in waves of 3, with at most 4 rolling across the cluster: never more
+// than 4 roll at once, and each rolls once.
+func TestMaxRollingCapsWavesAcrossNamespaces(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	const n, size, most = 6, 3, 4
+	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
+	startWatcher(t, c, fmt.Sprintf("--wave-size=%d", size), fmt.Sprintf("--max-rolling=%d", most))
+	namespaces := []string{labeledNamespace(t, c), labeledNamespace(t, c)}
+	for _, ns := range namespaces {
+		pacedApps(t, c, ns, n, 30)
+	}
+
+	stop := sampleRolling(t, c, namespaces...)
+	start := time.Now()
+	for _, ns := range namespaces {
+		setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "v1")
+	}
+	for _, ns := range namespaces {
+		waitFor(t, 2*time.Minute, "every Deployment of "+ns+" to roll once", func() bool {
+			r := rollouts(t, c, ns)
+			return len(r) == n && !slices.ContainsFunc(slices.Collect(maps.Values(r)), func(k int) bool { return k < 2 }) && rolledOutCount(t, c, ns) == n
+		})
+	}
+	took := time.Since(start)
+	if got := stop(); got > most || got < size {
+		t.Fatalf("%d Deployments rolled at once across the namespaces; want at most %d, and a whole wave", got, most)
+	}
+	time.Sleep(quietPeriod)
+	for _, ns := range namespaces {
+		for name, got := range rollouts(t, c, ns) {
+			if got != 2 {
+				t.Errorf("%s/%s rolled %d times for one change, want once", ns, name, got-1)
+			}
+		}
+	}
+	t.Logf("%d Deployments in 2 namespaces rolled in waves of %d, at most %d at once, in %v", 2*n, size, most, took.Round(100*time.Millisecond))
 }
 
 // TestARolloutWindowHoldsAChangeUntilItOpens: in a namespace whose rollout window

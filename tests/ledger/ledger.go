@@ -4,6 +4,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -43,6 +44,9 @@ type Ledger struct {
 	rollouts map[string][]rollout // by workload, "Kind namespace/name"
 	hashes   map[string]string    // each workload's current template hash
 	uses     map[string]Source    // workload -> the source it uses
+	// templates are the template hashes each workload had, in order, when followed
+	// with FromReplicaSets.
+	templates map[string][]string
 }
 
 // Source names a ConfigMap or Secret of a namespace.
@@ -69,6 +73,8 @@ type update struct {
 type rollout struct {
 	at     time.Time
 	record confighash.Record
+	// revision is the Deployment revision, when read from ReplicaSets.
+	revision int
 }
 
 // New returns a ledger of the cluster's workloads, whose hashes are made with key.
@@ -84,7 +90,7 @@ func New(t testing.TB, c *cluster.Cluster, key confighash.Key) *Ledger {
 }
 
 func newLedger(key confighash.Key) *Ledger {
-	return &Ledger{key: key, updates: map[Source][]update{}, rollouts: map[string][]rollout{}, hashes: map[string]string{}, uses: map[string]Source{}}
+	return &Ledger{key: key, updates: map[Source][]update{}, rollouts: map[string][]rollout{}, hashes: map[string]string{}, uses: map[string]Source{}, templates: map[string][]string{}}
 }
 
 // WorkloadID names a workload in the ledger.
@@ -163,38 +169,83 @@ func templateHashOf(u *unstructured.Unstructured, kind confighash.Kind) string {
 // with the API server. Every ReplicaSet after a Deployment's first is a rollout,
 // carrying the sources record the Deployment had when the ReplicaSet was made; a
 // template that a later one replaced before the controller made its ReplicaSet never
-// ran a pod, and is no rollout. The Deployments must keep their whole history
-// (revisionHistoryLimit) and never return to an earlier template.
-func (l *Ledger) FromReplicaSets(c *cluster.Cluster, ns string) {
+// ran a pod, and is no rollout. They are ordered by creation, not by revision: a
+// controller whose cache lags a restart of the API server gives two ReplicaSets the
+// same revision, and renumbers one later. The Deployments must keep their whole
+// history (revisionHistoryLimit).
+//
+// A template that returns to an earlier one reuses its ReplicaSet, which no count of
+// them shows, so the ledger also follows the templates, with a watch that lists again
+// whenever it breaks, until the test ends.
+func (l *Ledger) FromReplicaSets(t testing.TB, c *cluster.Cluster, ns string) {
 	l.refresh = func(ctx context.Context) error {
 		list, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
-		owned := map[string][]appsv1.ReplicaSet{}
+		owned := map[string][]rollout{}
 		for _, rs := range list.Items {
-			if owner := metav1.GetControllerOf(&rs); owner != nil && owner.Kind == "Deployment" {
-				id := WorkloadID(confighash.Deployment, ns, owner.Name)
-				owned[id] = append(owned[id], rs)
+			owner := metav1.GetControllerOf(&rs)
+			if owner == nil || owner.Kind != "Deployment" {
+				continue
 			}
+			id := WorkloadID(confighash.Deployment, ns, owner.Name)
+			record, _ := confighash.ParseRecord(rs.Annotations[confighash.AnnotationSources])
+			owned[id] = append(owned[id], rollout{at: rs.CreationTimestamp.Time, record: record, revision: firstRevision(&rs)})
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		for id, sets := range owned {
-			slices.SortFunc(sets, func(a, b appsv1.ReplicaSet) int { return revision(&a) - revision(&b) })
-			rollouts := make([]rollout, 0, len(sets)-1)
-			for _, rs := range sets[1:] {
-				record, _ := confighash.ParseRecord(rs.Annotations[confighash.AnnotationSources])
-				rollouts = append(rollouts, rollout{at: rs.CreationTimestamp.Time, record: record})
-			}
-			l.rollouts[id] = rollouts
+		for id, rs := range owned {
+			slices.SortFunc(rs, func(a, b rollout) int { return cmp.Or(a.at.Compare(b.at), a.revision-b.revision) })
+			l.rollouts[id] = rs[1:]
 		}
 		return nil
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			list, err := c.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				time.Sleep(200 * time.Millisecond) // the API server is away
+				continue
+			}
+			for i := range list.Items {
+				l.template(&list.Items[i])
+			}
+			w, err := c.Client.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+			if err != nil {
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if d, ok := ev.Object.(*appsv1.Deployment); ok {
+					l.template(d)
+				}
+			}
+		}
+	}()
 }
 
-// revision is the Deployment revision a ReplicaSet was made for.
-func revision(rs *appsv1.ReplicaSet) int {
+// template notes the Deployment's template hash, if it is a new one.
+func (l *Ledger) template(d *appsv1.Deployment) {
+	id := WorkloadID(confighash.Deployment, d.Namespace, d.Name)
+	hash := d.Spec.Template.Annotations[confighash.AnnotationHash]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seen := l.templates[id]; len(seen) == 0 || seen[len(seen)-1] != hash {
+		l.templates[id] = append(seen, hash)
+	}
+}
+
+// firstRevision is the Deployment revision a ReplicaSet was made with: the first of
+// its revision history, or its revision.
+func firstRevision(rs *appsv1.ReplicaSet) int {
+	first, _, _ := strings.Cut(rs.Annotations["deployment.kubernetes.io/revision-history"], ",")
+	if n, err := strconv.Atoi(first); err == nil {
+		return n
+	}
 	n, _ := strconv.Atoi(rs.Annotations["deployment.kubernetes.io/revision"])
 	return n
 }
@@ -304,8 +355,23 @@ func (l *Ledger) Outcome(since time.Time) Outcome {
 			carried = k
 		}
 		out.Lost += len(updates) - 1 - carried
+		if back := returns(l.templates[id]); back > 0 {
+			out.Spurious += back
+			out.SpuriousIn = append(out.SpuriousIn, fmt.Sprintf("%s: returned %d times to an earlier template: %s", id, back, strings.Join(l.templates[id], " ")))
+		}
 	}
 	return out
+}
+
+// returns counts the templates that came back after another one had replaced them.
+func returns(templates []string) int {
+	n := 0
+	for i, h := range templates {
+		if slices.Contains(templates[:i], h) {
+			n++
+		}
+	}
+	return n
 }
 
 // history renders a workload's updates and rollouts, to tell where a rollout came from.
@@ -318,6 +384,9 @@ func history(updates []update, rollouts []rollout, ref confighash.SourceRef) str
 	b.WriteString("; rollouts")
 	for _, r := range rollouts {
 		fmt.Fprintf(&b, " %.8s@%s", recordedDigest(r.record, ref).String(), r.at.Format("15:04:05.000"))
+		if r.revision > 0 {
+			fmt.Fprintf(&b, "#%d", r.revision)
+		}
 	}
 	return b.String()
 }

@@ -76,3 +76,23 @@ func TestLedgerMatchesRolloutsWithTheUpdatesTheyCarried(t *testing.T) {
 		})
 	}
 }
+
+// A template that comes back after another replaced it reuses its ReplicaSet: no
+// count of ReplicaSets shows it, the followed templates do.
+func TestLedgerCountsATemplateThatReturnsAsSpurious(t *testing.T) {
+	key, err := confighash.NewKey(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLedger(key)
+	l.Use(confighash.Deployment, "ns", "web", ConfigMapIn("ns", "cfg"))
+	id := WorkloadID(confighash.Deployment, "ns", "web")
+	l.templates[id] = []string{"a", "b", "c", "b"}
+	if got := l.Outcome(time.Time{}); got.Spurious != 1 || len(got.SpuriousIn) != 1 {
+		t.Errorf("templates a b c b: %d spurious (%v), want 1", got.Spurious, got.SpuriousIn)
+	}
+	l.templates[id] = []string{"a", "b", "c"}
+	if got := l.Outcome(time.Time{}); got.Spurious != 0 {
+		t.Errorf("templates a b c: %d spurious (%v), want 0", got.Spurious, got.SpuriousIn)
+	}
+}
