@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Pacing is how a workload's configuration changes roll: at once, in waves, or only
@@ -21,6 +22,16 @@ type Pacing struct {
 
 // Gated reports whether the watcher releases the workload's changes.
 func (p Pacing) Gated() bool { return p.WaveSize > 0 || p.Windows != nil }
+
+// RollsAt is the first moment, from now, that a change may roll: the windows open and
+// the pause period after the workload's last rollout, which ends at pausedUntil, over.
+// A pause that outlasts a window defers the change to the next opening.
+func (p Pacing) RollsAt(now, pausedUntil time.Time) time.Time {
+	if pausedUntil.After(now) {
+		now = pausedUntil
+	}
+	return p.Windows.NextOpen(now)
+}
 
 // Over returns p with what it does not set taken from the wider setting: the
 // workload's annotations over its namespace's, the namespace's over the flags.

@@ -3,6 +3,7 @@ package confighash
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestGatedWorkloadRollsOnlyWhenReleased: a workload whose changes are paced keeps its
@@ -106,4 +107,37 @@ func recordEntry(r Record, ref SourceRef) RecordEntry {
 		}
 	}
 	return RecordEntry{}
+}
+
+// A change rolls at the first moment its window is open and its pause period is over:
+// a pause defers it within an open window, and one that outlasts the window defers it
+// to the next opening.
+func TestPausePeriodAndWindowsCompose(t *testing.T) {
+	windows, err := ParseWindows("Mon-Fri 09:00-17:00 UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	monday := func(hh, mm int) time.Time { return time.Date(2026, 11, 23, hh, mm, 0, 0, time.UTC) }
+	tuesday9 := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name             string
+		windows          Windows
+		now, pausedUntil time.Time
+		want             time.Time
+	}{
+		{"open, not paused: now", windows, monday(10, 0), time.Time{}, monday(10, 0)},
+		{"closed, not paused: at the opening", windows, monday(8, 0), time.Time{}, monday(9, 0)},
+		{"open, paused: when the pause ends", windows, monday(10, 0), monday(10, 30), monday(10, 30)},
+		{"closed, paused past the opening: when the pause ends", windows, monday(8, 0), monday(9, 15), monday(9, 15)},
+		{"paused past the closing: at the next opening", windows, monday(16, 50), monday(17, 10), tuesday9},
+		{"no window, paused: when the pause ends", nil, monday(3, 0), monday(3, 5), monday(3, 5)},
+		{"no window, a pause that has ended: now", nil, monday(3, 0), monday(2, 0), monday(3, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := (Pacing{Windows: tt.windows}).RollsAt(tt.now, tt.pausedUntil); !got.Equal(tt.want) {
+				t.Errorf("RollsAt(%v, %v) = %v, want %v", tt.now, tt.pausedUntil, got, tt.want)
+			}
+		})
+	}
 }

@@ -42,8 +42,12 @@ func (w Window) String() string {
 			days = append(days, strings.ToUpper(weekdays[d][:1])+weekdays[d][1:])
 		}
 	}
+	list := strings.Join(days, ",")
+	if len(days) == 7 {
+		list = "daily"
+	}
 	clock := func(m int) string { return fmt.Sprintf("%02d:%02d", m/60, m%60) }
-	return fmt.Sprintf("%s %s-%s %s", strings.Join(days, ","), clock(w.Start), clock(w.End), w.Zone)
+	return fmt.Sprintf("%s %s-%s %s", list, clock(w.Start), clock(w.End), w.Zone)
 }
 
 // String renders the windows as ParseWindows reads them.

@@ -85,7 +85,7 @@ func TestWindowsReadBackAsTheyAreWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "Mon,Fri,Sat,Sun 22:00-02:00 Europe/Berlin; Mon,Tue,Wed,Thu,Fri,Sat,Sun 00:00-24:00 UTC"
+	want := "Mon,Fri,Sat,Sun 22:00-02:00 Europe/Berlin; daily 00:00-24:00 UTC"
 	if got := ws.String(); got != want {
 		t.Fatalf("String() = %q, want %q", got, want)
 	}

@@ -50,6 +50,13 @@ func (p *progress) pause(key workloadKey, d time.Duration) {
 	p.mu.Unlock()
 }
 
+// pauseEnd is when the workload's pause period ends; zero for none.
+func (p *progress) pauseEnd(key workloadKey) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pausedUntil[key]
+}
+
 // unpause ends a pause set for a touch that did not roll the workload.
 func (p *progress) unpause(key workloadKey) {
 	p.mu.Lock()

@@ -2,12 +2,16 @@ package watcher
 
 import (
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/confighash/confighash"
 )
 
 // rollout is where a workload's own controller stands with its latest pod template,
@@ -44,6 +48,56 @@ func rolloutOf(o runtime.Object) rollout {
 		return argoRollout(o)
 	}
 	return rolledOut
+}
+
+// selectorOf returns the label selector of the workload's pods, "" for a CronJob, whose
+// rollout waits for no pod, or an unreadable one.
+func selectorOf(o runtime.Object) string {
+	var sel *metav1.LabelSelector
+	switch o := o.(type) {
+	case *appsv1.Deployment:
+		sel = o.Spec.Selector
+	case *appsv1.StatefulSet:
+		sel = o.Spec.Selector
+	case *appsv1.DaemonSet:
+		sel = o.Spec.Selector
+	case *unstructured.Unstructured:
+		raw, ok, _ := unstructured.NestedMap(o.Object, "spec", "selector")
+		if !ok {
+			return ""
+		}
+		sel = &metav1.LabelSelector{}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, sel) != nil {
+			return ""
+		}
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if sel == nil || err != nil || s.Empty() {
+		return ""
+	}
+	return s.String()
+}
+
+// cannotStart are the reasons a container waits that mean its pod will not become
+// ready by waiting: it crash-loops, its image cannot be pulled, or its configuration
+// (a missing key of a ConfigMap or Secret) cannot be met.
+var cannotStart = []string{"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+	"CreateContainerConfigError", "CreateContainerError"}
+
+// failingPod returns why one of the pods that run the template of the given hash cannot
+// start, "" when none is known to fail.
+func failingPod(pods []corev1.Pod, hash string) string {
+	for _, p := range pods {
+		if p.Annotations[confighash.AnnotationHash] != hash || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+			if w := c.State.Waiting; w != nil && slices.Contains(cannotStart, w.Reason) {
+				return fmt.Sprintf("pod %s: container %s: %s", p.Name, c.Name, w.Reason)
+			}
+		}
+	}
+	return ""
 }
 
 func replicas(n *int32) int32 {

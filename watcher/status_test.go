@@ -3,6 +3,7 @@ package watcher
 import (
 	"testing"
 
+	"github.com/confighash/confighash"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,57 @@ func TestRolloutIsReadAsKubectlRolloutStatusReadsIt(t *testing.T) {
 	for _, tt := range tests {
 		if got := rolloutOf(tt.obj); got != tt.want {
 			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A pod of the new template that crash-loops, cannot pull its image or cannot read its
+// configuration fails the rollout; one of the old template, or one merely starting,
+// does not.
+func TestFailingPodOfTheNewTemplateFailsTheRollout(t *testing.T) {
+	pod := func(name, hash string, waiting string, init bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{confighash.AnnotationHash: hash}}}
+		s := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: waiting}}}
+		if init {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{s}
+		} else {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{s}
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		pods []corev1.Pod
+		want string
+	}{
+		{"crash-looping", []corev1.Pod{pod("a", "new", "CrashLoopBackOff", false)}, "pod a: container app: CrashLoopBackOff"},
+		{"a missing key of its ConfigMap", []corev1.Pod{pod("a", "new", "CreateContainerConfigError", false)}, "pod a: container app: CreateContainerConfigError"},
+		{"an init container that cannot pull", []corev1.Pod{pod("a", "new", "ImagePullBackOff", true)}, "pod a: container app: ImagePullBackOff"},
+		{"starting", []corev1.Pod{pod("a", "new", "ContainerCreating", false)}, ""},
+		{"an old pod crash-looping", []corev1.Pod{pod("a", "old", "CrashLoopBackOff", false)}, ""},
+	}
+	for _, tt := range tests {
+		if got := failingPod(tt.pods, "new"); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestSelectorOfAWorkloadSelectsItsPods(t *testing.T) {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	argo := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}}}}}
+	for _, tt := range []struct {
+		obj  runtime.Object
+		want string
+	}{
+		{&appsv1.Deployment{Spec: appsv1.DeploymentSpec{Selector: sel}}, "app=web"},
+		{&appsv1.DaemonSet{Spec: appsv1.DaemonSetSpec{Selector: sel}}, "app=web"},
+		{argo, "app=web"},
+		{&batchv1.CronJob{}, ""},
+		{&appsv1.StatefulSet{}, ""},
+	} {
+		if got := selectorOf(tt.obj); got != tt.want {
+			t.Errorf("selector of %T: %q, want %q", tt.obj, got, tt.want)
 		}
 	}
 }

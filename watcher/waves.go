@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
@@ -49,7 +50,12 @@ type waves struct {
 	// marked is the hash of the marker last written on a workload, until the cache
 	// shows it.
 	marked map[workloadKey]string
+	// failing is why the pods of a template a wave let roll cannot start, by the
+	// template's hash.
+	failing map[workloadKey]failing
 }
+
+type failing struct{ hash, why string }
 
 // admission is a wave's leave to roll a workload to a hash, given at a time.
 type admission struct {
@@ -60,7 +66,7 @@ type admission struct {
 
 func newWaves() *waves {
 	return &waves{admitted: map[workloadKey]admission{}, waiting: map[string]map[workloadKey]bool{}, capped: map[string]workloadKey{},
-		held: map[workloadKey]heldReason{}, heldBy: map[heldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}}
+		held: map[workloadKey]heldReason{}, heldBy: map[heldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}, failing: map[workloadKey]failing{}}
 }
 
 // setHeld notes why the workload is held, none to forget it, and returns how many are
@@ -123,16 +129,26 @@ func (w *Watcher) forget(key workloadKey) {
 	w.waves.mu.Unlock()
 }
 
-// dismiss ends a wave's leave for the workload to roll, and wakes the namespaces
-// whose next wave waited for the room; under the waves' lock.
-func (w *Watcher) dismiss(key workloadKey) {
+// dismiss ends a wave's leave for the workload to roll, if it had one, and wakes the
+// namespaces whose next wave waited for the room; under the waves' lock.
+func (w *Watcher) dismiss(key workloadKey) bool {
 	if _, ok := w.waves.admitted[key]; !ok {
-		return
+		return false
 	}
 	delete(w.waves.admitted, key)
+	delete(w.waves.failing, key)
 	for ns, k := range w.waves.capped {
 		w.queue.Add(k)
 		delete(w.waves.capped, ns)
+	}
+	return true
+}
+
+// wakeWaiting queues the workloads of the namespace that wait for a wave: theirs may
+// come. Under the waves' lock.
+func (w *Watcher) wakeWaiting(namespace string) {
+	for key := range w.waves.waiting[namespace] {
+		w.queue.Add(key)
 	}
 }
 
@@ -144,15 +160,32 @@ func (w *Watcher) progressed(v *view) {
 	if _, ok := w.waves.admitted[keyOf(v)]; ok {
 		w.queue.Add(keyOf(v))
 	}
-	for key := range w.waves.waiting[v.Namespace] {
-		w.queue.Add(key)
-	}
+	w.wakeWaiting(v.Namespace)
 }
 
 // settle halts the wave of a workload it let roll, once that wave has settled with a
 // failure: when nothing of it waits any more, the failure of its last would otherwise
 // go unseen.
 func (w *Watcher) settle(ctx context.Context, v *view) error {
+	w.waves.mu.Lock()
+	_, ok := w.waves.admitted[keyOf(v)]
+	w.waves.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if v.Status == rollingOut && v.Release == v.Hash && v.Selector != "" {
+		// Pods that cannot start change no status of the workload: look again soon.
+		why, err := w.failingPods(ctx, v)
+		if err != nil {
+			return err
+		}
+		w.queue.AddAfter(keyOf(v), podCheckInterval)
+		if why != "" {
+			w.waves.mu.Lock()
+			w.waves.failing[keyOf(v)] = failing{hash: v.Hash, why: why}
+			w.waves.mu.Unlock()
+		}
+	}
 	w.waves.mu.Lock()
 	defer w.waves.mu.Unlock()
 	a, ok := w.waves.admitted[keyOf(v)]
@@ -164,6 +197,20 @@ func (w *Watcher) settle(ctx context.Context, v *view) error {
 		return w.halt(ctx, wv, st)
 	}
 	return nil
+}
+
+// podCheckInterval is how often the pods of a workload a wave let roll are checked
+// while it rolls out.
+const podCheckInterval = 5 * time.Second
+
+// failingPods returns why a pod of the workload's latest template cannot start, "" if
+// none is known to fail.
+func (w *Watcher) failingPods(ctx context.Context, v *view) (string, error) {
+	pods, err := w.cfg.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v.Selector})
+	if err != nil {
+		return "", fmt.Errorf("list the pods of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	return failingPod(pods.Items, v.Hash), nil
 }
 
 // marker is what AnnotationHeld and AnnotationFailed hold: the change, then the hash
@@ -180,7 +227,7 @@ func markedHash(text string) string {
 }
 
 // paced releases the workload's due change, or holds it: while a halted wave holds
-// it, outside its rollout window, and until its wave comes.
+// it, outside its rollout window or its pause period, and until its wave comes.
 func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
 	now := time.Now()
 	if w.heldByHalt(v, d) {
@@ -188,13 +235,20 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 		w.hold(key, heldHalted, d.Release)
 		return nil
 	}
-	if !d.Pacing.Windows.Open(now) {
-		opens := d.Pacing.Windows.NextOpen(now)
-		if w.hold(key, heldWindow, d.Release) {
-			w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held",
-				fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, opens.UTC().Format(time.RFC3339)))
+	if at := d.Pacing.RollsAt(now, w.progress.pauseEnd(key)); at.After(now) {
+		if !d.Pacing.Windows.Open(now) {
+			// A wave's leave to roll, given while its window was open, goes to others.
+			w.waves.mu.Lock()
+			if w.dismiss(key) {
+				w.wakeWaiting(key.Namespace)
+			}
+			w.waves.mu.Unlock()
+			if w.hold(key, heldWindow, d.Release) {
+				w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held",
+					fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, at.UTC().Format(time.RFC3339)))
+			}
 		}
-		w.queue.AddAfter(key, opens.Sub(now))
+		w.queue.AddAfter(key, at.Sub(now)) // a pause within an open window is no hold
 		return nil
 	}
 	if wv := w.waveOf(v, d); wv != nil {
@@ -312,12 +366,15 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 			// held by a halt
 		case len(du.Held) > 0 && admitted:
 			st.rolling++ // its release is under way
+		case len(du.Held) > 0 && !du.Pacing.Windows.Open(now):
+			// outside its own window: it joins a wave when that opens, and until then
+			// takes no one's place in one
 		case len(du.Held) > 0:
 			st.pending = append(st.pending, u)
 			st.due[u] = du.Release
 		case u.Release == "" || u.Release != u.Hash || w.markedWith(u, u.Failed, u.Hash):
 			w.dismiss(uk) // not released by a wave, or its failure is known
-		case u.Status == rolloutFailed || u.Status == rollingOut && timedOut:
+		case u.Status == rolloutFailed || u.Status == rollingOut && (timedOut || w.waves.failing[uk].hash == u.Hash):
 			st.failed = append(st.failed, u)
 		case u.Status == rollingOut:
 			st.rolling++
@@ -427,7 +484,11 @@ func (w *Watcher) halt(ctx context.Context, wv *wave, st standing) error {
 			return err
 		}
 		w.waves.marked[keyOf(u)] = u.Hash
-		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, u.Status, summary))
+		why := u.Status.String()
+		if f := w.waves.failing[keyOf(u)]; f.hash == u.Hash {
+			why = f.why
+		}
+		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, why, summary))
 	}
 	for _, u := range st.failed {
 		w.alert(alert.Halted, u, []confighash.Trigger{{SourceRef: wv.source, ResourceVersion: rv}}, summary)

@@ -26,6 +26,8 @@ type view struct {
 	confighash.State
 	// Status is where its controller stands with its latest pod template.
 	Status rollout
+	// Selector selects its pods; "" for a kind whose pods a wave does not wait for.
+	Selector string
 }
 
 var _ runtime.Object = (*view)(nil)
@@ -62,7 +64,8 @@ func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
 				UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
 			Kind:   w.Kind,
 			State:  vocabulary.Read(w),
-			Status: rolloutOf(o),
+			Status:   rolloutOf(o),
+			Selector: selectorOf(o),
 		}, nil
 	}
 }

@@ -171,10 +171,14 @@ func (f *faultSet) stream(t testing.TB, interval time.Duration, seed uint64) *st
 				return
 			case <-tick.C:
 			}
+			// A write once begun ends, even when stop comes meanwhile: one the API server
+			// made but the ledger never heard of would roll as a change of no update.
+			wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			s.hold.Lock()
-			err := f.l.Update(ctx, f.c, f.sources[rng.IntN(len(f.sources))], nextValue())
+			err := f.l.Update(wctx, f.c, f.sources[rng.IntN(len(f.sources))], nextValue())
 			s.hold.Unlock()
-			if err != nil && ctx.Err() == nil {
+			wcancel()
+			if err != nil {
 				s.done <- err
 				return
 			}

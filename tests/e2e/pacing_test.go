@@ -283,6 +283,79 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	}
 }
 
+// TestAWaveHaltsOnPodsThatCannotStart: 6 Deployments in waves of 2, whose progress
+// deadline is far off; the first wave's new pods crash-loop. The wave halts on the
+// pods, long before any deadline: 2 failed, 4 held, and the Event says why.
+func TestAWaveHaltsOnPodsThatCannotStart(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	const n, size = 6, 2
+	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
+	startWatcher(t, c, fmt.Sprintf("--wave-size=%d", size))
+	ns := labeledNamespace(t, c)
+	names := pacedApps(t, c, ns, n, 600)
+	ctx := t.Context()
+	// New pods are available only a minute after they are ready: time for the test,
+	// as the kubelet would, to report that they crash-loop.
+	old := map[string]bool{}
+	for _, name := range names {
+		d, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"minReadySeconds":60}}`), metav1.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[d.Spec.Template.Annotations[confighash.AnnotationHash]] = true
+	}
+
+	start := time.Now()
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "crashes")
+	defer func() {
+		if t.Failed() {
+			describeDeployments(t, c, ns)
+		}
+	}()
+	waitFor(t, time.Minute, "the wave to halt on its pods", func() bool {
+		crashNewPods(t, c, ns, old)
+		return len(annotated(t, c, ns, confighash.AnnotationHeld)) == n-size && len(annotated(t, c, ns, confighash.AnnotationFailed)) == size
+	})
+	t.Logf("halted %v after the change", time.Since(start).Round(100*time.Millisecond))
+	if failed := annotated(t, c, ns, confighash.AnnotationFailed); !slices.Equal(failed, names[:size]) {
+		t.Fatalf("failed: %v; want the first wave, %v", failed, names[:size])
+	}
+	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=RolloutFailed"})
+	if err != nil || len(events.Items) == 0 || !strings.Contains(events.Items[0].Message, "CrashLoopBackOff") {
+		t.Fatalf("RolloutFailed Events %v (%v); want one that says CrashLoopBackOff", events, err)
+	}
+	t.Logf("Event: %s", events.Items[0].Message)
+	if r := rollouts(t, c, ns); slices.ContainsFunc(names[size:], func(name string) bool { return r[name] != 1 }) {
+		t.Fatalf("ReplicaSets %v: a held one rolled", r)
+	}
+}
+
+// crashNewPods reports, as a kubelet would, that every pod of the namespace whose
+// template hash is not one of old crash-loops.
+func crashNewPods(t testing.TB, c *cluster.Cluster, ns string, old map[string]bool) {
+	pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		if old[p.Annotations[confighash.AnnotationHash]] || len(p.Status.ContainerStatuses) == 0 ||
+			p.Status.ContainerStatuses[0].State.Waiting != nil {
+			continue
+		}
+		for i := range p.Status.ContainerStatuses {
+			s := &p.Status.ContainerStatuses[i]
+			s.Ready, s.RestartCount = false, 3
+			s.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container"}}
+		}
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodReady || p.Status.Conditions[i].Type == corev1.ContainersReady {
+				p.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+		_, _ = c.Client.CoreV1().Pods(ns).UpdateStatus(t.Context(), &p, metav1.UpdateOptions{}) // a conflict is retried by the next call
+	}
+}
+
 // TestMaxRollingCapsWavesAcrossNamespaces: the same change in two namespaces of 6
 // users each, in waves of 3, with at most 4 rolling across the cluster: never more
 // than 4 roll at once, and each rolls once.
