@@ -62,8 +62,8 @@ func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
 		return &view{
 			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
 				UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
-			Kind:   w.Kind,
-			State:  vocabulary.Read(w),
+			Kind:     w.Kind,
+			State:    vocabulary.Read(w),
 			Status:   rolloutOf(o),
 			Selector: selectorOf(o),
 		}, nil
