@@ -357,6 +357,11 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 		}
 	}
 
+	// A wave's failure is read from the pods of the workloads it rolled.
+	if _, err := watcherClient.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("the watcher lists pods: %v", err)
+	}
+
 	// And no more than that.
 	outside := map[string]error{
 		"the watcher deletes a Deployment": watcherClient.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{}),
@@ -364,8 +369,15 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 			_, err := watcherClient.CoreV1().Secrets(ns).Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}}, metav1.UpdateOptions{})
 			return err
 		}(),
-		"the watcher lists pods": func() error {
-			_, err := watcherClient.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		"the watcher gets a pod": func() error {
+			_, err := watcherClient.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+			return err
+		}(),
+		"the watcher watches pods": func() error {
+			w, err := watcherClient.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
 			return err
 		}(),
 		"the webhook patches a Deployment": func() error {
