@@ -169,12 +169,14 @@ func (w *Watcher) progressed(v *view) {
 func (w *Watcher) settle(ctx context.Context, v *view) error {
 	w.waves.mu.Lock()
 	_, ok := w.waves.admitted[keyOf(v)]
+	known := w.waves.failing[keyOf(v)].hash == v.Hash
 	w.waves.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	if v.Status == rollingOut && v.Release == v.Hash && v.Selector != "" {
-		// Pods that cannot start change no status of the workload: look again soon.
+	if !known && v.Status == rollingOut && v.Release == v.Hash && v.Selector != "" {
+		// Pods that cannot start change no status of the workload: look again soon,
+		// until they are known to fail.
 		why, err := w.failingPods(ctx, v)
 		if err != nil {
 			return err
