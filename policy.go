@@ -37,6 +37,8 @@ type Policy struct {
 	Pacing Pacing
 
 	reloader bool // read the sources' Reloader annotations too
+	// kinds are the source kinds that can count: see Vocabulary.kinds.
+	kinds []SourceKind
 	// decided holds the kinds for which an annotation says whether used sources count.
 	decided map[SourceKind]bool
 	// only is AnnotationOnly's kind, if set.
@@ -51,7 +53,7 @@ func (p Policy) ForEveryWorkload() Policy {
 		return p
 	}
 	discover := maps.Clone(p.Discover)
-	for _, kind := range []SourceKind{ConfigMap, Secret} {
+	for _, kind := range p.kinds {
 		if !p.decided[kind] && (p.only == "" || p.only == kind) {
 			discover[kind] = true
 		}
@@ -74,7 +76,7 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
 	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
-		p.reloader == q.reloader && p.only == q.only &&
+		p.reloader == q.reloader && p.only == q.only && slices.Equal(p.kinds, q.kinds) &&
 		maps.Equal(p.Discover, q.Discover) && maps.Equal(p.decided, q.decided) && maps.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&
 		slices.EqualFunc(p.Patterns, q.Patterns, func(a, b NamePattern) bool { return a.Kind == b.Kind && a.Expr.String() == b.Expr.String() })
@@ -106,7 +108,7 @@ func (p Problem) Error() string {
 // as problems and ignored, one by one: a bad list entry does not drop the valid ones.
 func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, []Problem) {
 	r := policyReader{metadata: metadata, template: template}
-	p := Policy{Discover: map[SourceKind]bool{}, Exclude: map[SourceRef]bool{}, reloader: v.Reloader}
+	p := Policy{Discover: map[SourceKind]bool{}, Exclude: map[SourceRef]bool{}, reloader: v.Reloader, kinds: v.kinds()}
 
 	inject, injectSet := r.boolean(AnnotationInject)
 	includeCM := r.names(AnnotationIncludeConfigMaps, ConfigMap)
@@ -116,7 +118,10 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	p.OptOut = injectSet && !inject
 	search, searchSet := r.boolean(AnnotationSearch)
 	p.Search = search
-	p.decided = map[SourceKind]bool{ConfigMap: injectSet || searchSet, Secret: injectSet || searchSet}
+	p.decided = map[SourceKind]bool{}
+	for _, kind := range p.kinds {
+		p.decided[kind] = injectSet || searchSet
+	}
 	for _, ref := range append(r.names(AnnotationExcludeConfigMaps, ConfigMap), r.names(AnnotationExcludeSecrets, Secret)...) {
 		p.Exclude[ref] = true
 	}
@@ -127,7 +132,9 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 		all = r.reloader(&p) || all
 	}
 	if all {
-		p.Discover[ConfigMap], p.Discover[Secret] = true, true
+		for _, kind := range p.kinds {
+			p.Discover[kind] = true
+		}
 	}
 	if only, ok := r.only(); ok {
 		p.only = only

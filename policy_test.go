@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // both is the Discover of an opt-in to every used source.
@@ -124,7 +127,7 @@ func checkPolicy(t *testing.T, v Vocabulary, metadata, template map[string]strin
 		want.Exclude = map[SourceRef]bool{}
 	}
 	// The unexported fields serve ForEveryWorkload and counts, tested on their own.
-	got.reloader, got.decided, got.only = false, nil, ""
+	got.reloader, got.decided, got.only, got.kinds = false, nil, "", nil
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ParsePolicy() = %+v, want %+v", got, want)
 	}
@@ -430,5 +433,48 @@ func TestPolicyEqual(t *testing.T) {
 		if parse(a).Equal(parse(other)) {
 			t.Errorf("%v equals %v", other, a)
 		}
+	}
+}
+
+func TestSecretProviderClassesCountOnlyWithCSI(t *testing.T) {
+	tmpl := &corev1.PodTemplateSpec{Spec: withVolume(corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+		Driver: SecretsStoreDriver, VolumeAttributes: map[string]string{"secretProviderClass": "vault-db"}}})}
+	tmpl.Spec.Volumes = append(tmpl.Spec.Volumes, corev1.Volume{Name: "other", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+		Driver: "ebs.csi.aws.com", VolumeAttributes: map[string]string{"secretProviderClass": "not-ours"}}}})
+	refs := References(tmpl)
+	if len(refs) != 1 || refs[0].SourceRef != (SourceRef{SecretProviderClass, "vault-db"}) || !refs[0].AllKeys || refs[0].Optional {
+		t.Fatalf("References() = %+v, want the whole SecretProviderClass vault-db, required", refs)
+	}
+	for _, tt := range []struct {
+		name        string
+		vocabulary  Vocabulary
+		annotations map[string]string
+		want        Policy
+		problem     string
+	}{
+		{"inject discovers it with CSI", Vocabulary{CSI: true}, map[string]string{AnnotationInject: "true"},
+			Policy{Discover: map[SourceKind]bool{ConfigMap: true, Secret: true, SecretProviderClass: true}}, ""},
+		{"inject does not without", Vocabulary{}, map[string]string{AnnotationInject: "true"},
+			Policy{Discover: map[SourceKind]bool{ConfigMap: true, Secret: true}}, ""},
+		{"Reloader's typed auto", Vocabulary{Reloader: true, CSI: true}, map[string]string{ReloaderSecretProviderClassAuto: "true"},
+			Policy{Discover: map[SourceKind]bool{SecretProviderClass: true}}, ""},
+		{"Reloader's named list", Vocabulary{Reloader: true, CSI: true}, map[string]string{ReloaderSecretProviderClassReload: "vault-db"},
+			Policy{Include: []SourceRef{{SecretProviderClass, "vault-db"}}}, ""},
+		{"Reloader's typed auto without CSI is a problem", Vocabulary{Reloader: true}, map[string]string{ReloaderSecretProviderClassAuto: "true"},
+			Policy{}, "only with --enable-csi-integration"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var problems []string
+			if tt.problem != "" {
+				problems = []string{tt.problem}
+			}
+			checkPolicy(t, tt.vocabulary, tt.annotations, nil, tt.want, problems)
+		})
+	}
+	if names := (Vocabulary{Reloader: true, CSI: true}).OptInAnnotations(); !slices.Contains(names, ReloaderSecretProviderClassAuto) || !slices.Contains(names, ReloaderSecretProviderClassReload) {
+		t.Errorf("OptInAnnotations() = %v, want Reloader's SecretProviderClass annotations with CSI", names)
+	}
+	if names := (Vocabulary{Reloader: true}).OptInAnnotations(); slices.Contains(names, ReloaderSecretProviderClassAuto) {
+		t.Errorf("OptInAnnotations() = %v, want no SecretProviderClass annotation without CSI", names)
 	}
 }

@@ -176,7 +176,7 @@ func (r Record) Sources() []SourceRef {
 // "uncounted" for a source that does not count now.
 const recordVersion = "v1"
 
-var recordKinds = map[SourceKind]string{ConfigMap: "configmap", Secret: "secret"}
+var recordKinds = map[SourceKind]string{ConfigMap: "configmap", Secret: "secret", SecretProviderClass: "secretproviderclass"}
 
 // String renders the record in its text format.
 func (r Record) String() string {

@@ -8,14 +8,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// SourceKind is the kind of object a workload can use: a ConfigMap or a Secret.
+// SourceKind is the kind of object a workload can use: a ConfigMap, a Secret, or a
+// Secrets Store CSI SecretProviderClass.
 type SourceKind string
 
 // The source kinds.
 const (
 	ConfigMap SourceKind = "ConfigMap"
 	Secret    SourceKind = "Secret"
+	// SecretProviderClass is mounted by a csi volume of SecretsStoreDriver. Its data are
+	// the versions of its objects that the driver reports for the pods that mount it,
+	// never their values.
+	SecretProviderClass SourceKind = "SecretProviderClass"
 )
+
+// SecretsStoreDriver is the Secrets Store CSI driver's name in a csi volume.
+const SecretsStoreDriver = "secrets-store.csi.k8s.io"
 
 // SourceRef names a ConfigMap or Secret in the workload's namespace.
 type SourceRef struct {
@@ -62,7 +70,8 @@ func (r Reference) Equal(o Reference) bool {
 // References returns every ConfigMap and Secret the pod template uses, from containers,
 // init containers, volumes and projected volumes, sorted by kind and name.
 // imagePullSecrets and service-account tokens do not count: a change to them does not
-// change what a running pod sees.
+// change what a running pod sees. A Secrets Store CSI volume uses its
+// SecretProviderClass, all of it.
 func References(tmpl *corev1.PodTemplateSpec) []Reference {
 	if tmpl == nil {
 		return nil
@@ -151,6 +160,9 @@ func (c *collector) volume(name string, v *corev1.VolumeSource) {
 	}
 	if s := v.Secret; s != nil {
 		c.use(Secret, s.SecretName, itemKeys(s.Items), s.Optional, usage{what: "volume", name: name})
+	}
+	if s := v.CSI; s != nil && s.Driver == SecretsStoreDriver {
+		c.use(SecretProviderClass, s.VolumeAttributes["secretProviderClass"], nil, nil, usage{what: "CSI volume", name: name})
 	}
 	if p := v.Projected; p != nil {
 		for _, src := range p.Sources {

@@ -1,5 +1,7 @@
 package confighash
 
+import "slices"
+
 // stakater/Reloader's annotations, read as aliases of confighash's own when
 // Vocabulary.Reloader is set, so that workloads annotated for Reloader keep working
 // unchanged. docs/migrating-from-reloader.md maps each one.
@@ -24,6 +26,11 @@ const (
 	ReloaderIgnore = "reloader.stakater.com/ignore"
 	// ReloaderPausePeriod is AnnotationPausePeriod.
 	ReloaderPausePeriod = "deployment.reloader.stakater.com/pause-period"
+	// ReloaderSecretProviderClassAuto and ReloaderSecretProviderClassReload are the
+	// typed auto and the named list of Secrets Store CSI SecretProviderClasses; they
+	// count when Vocabulary.CSI is set.
+	ReloaderSecretProviderClassAuto   = "secretproviderclass.reloader.stakater.com/auto"
+	ReloaderSecretProviderClassReload = "secretproviderclass.reloader.stakater.com/reload"
 )
 
 // meaning is what one of Reloader's workload annotations is read as.
@@ -54,15 +61,23 @@ var reloaderWorkload = []struct {
 	{ReloaderConfigMapExclude, excluded, ConfigMap},
 	{ReloaderSecretExclude, excluded, Secret},
 	{ReloaderPausePeriod, pause, ""},
+	{ReloaderSecretProviderClassAuto, optIn, SecretProviderClass},
+	{ReloaderSecretProviderClassReload, named, SecretProviderClass},
 }
 
 // reloader reads Reloader's workload annotations into p, and reports whether they opt
 // in to every kind of source.
 func (r *policyReader) reloader(p *Policy) (all bool) {
 	for _, a := range reloaderWorkload {
-		kinds := []SourceKind{ConfigMap, Secret}
+		kinds := p.kinds
 		if a.kind != "" {
 			kinds = []SourceKind{a.kind}
+		}
+		if a.kind != "" && !slices.Contains(p.kinds, a.kind) {
+			if value, ok := r.get(a.annotation); ok {
+				r.problem(a.annotation, value, "SecretProviderClasses count only with --enable-csi-integration (the chart's enableCSIIntegration); ignored")
+			}
+			continue
 		}
 		switch a.as {
 		case optIn, searchIn:
@@ -105,14 +120,23 @@ func (r *policyReader) reloader(p *Policy) (all bool) {
 var reloaderUnsupported = []struct{ annotation, reason string }{
 	{"reloader.stakater.com/rollout-strategy", "confighash rolls through the pod template, " +
 		"so an Argo Rollout rolls with its own strategy; the restart strategy has no equivalent"},
-	{"secretproviderclass.reloader.stakater.com/auto", "Secrets Store CSI SecretProviderClasses are not sources confighash hashes"},
-	{"secretproviderclass.reloader.stakater.com/reload", "Secrets Store CSI SecretProviderClasses are not sources confighash hashes"},
 }
 
-// Vocabulary is which annotations confighash reads.
+// Vocabulary is which annotations confighash reads, and which kinds of sources.
 type Vocabulary struct {
 	// Reloader also reads stakater/Reloader's annotations, as aliases.
 	Reloader bool
+	// CSI counts the Secrets Store CSI SecretProviderClasses that pods mount, as
+	// Reloader's --enable-csi-integration.
+	CSI bool
+}
+
+// kinds are the source kinds that can count.
+func (v Vocabulary) kinds() []SourceKind {
+	if v.CSI {
+		return []SourceKind{ConfigMap, Secret, SecretProviderClass}
+	}
+	return []SourceKind{ConfigMap, Secret}
 }
 
 // OptInAnnotations are the workload annotations that can opt a workload in: the
@@ -121,7 +145,7 @@ func (v Vocabulary) OptInAnnotations() []string {
 	names := []string{AnnotationInject, AnnotationIncludeConfigMaps, AnnotationIncludeSecrets}
 	if v.Reloader {
 		for _, a := range reloaderWorkload {
-			if a.as == optIn || a.as == searchIn || a.as == named {
+			if (a.as == optIn || a.as == searchIn || a.as == named) && (a.kind != SecretProviderClass || v.CSI) {
 				names = append(names, a.annotation)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -26,7 +27,7 @@ type Kind struct {
 	TemplatePath []string
 }
 
-// The supported workload kinds. Argo Rollouts are read as unstructured objects, so
+// The built-in workload kinds. Argo Rollouts are read as unstructured objects, so
 // confighash does not depend on Argo's Go module.
 var (
 	Deployment  = Kind{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "deployments", []string{"spec", "template"}}
@@ -36,8 +37,11 @@ var (
 	Rollout     = Kind{schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Rollout"}, "rollouts", []string{"spec", "template"}}
 )
 
-// Kinds lists every supported workload kind.
-var Kinds = []Kind{Deployment, StatefulSet, DaemonSet, CronJob, Rollout}
+// Kinds is the set of workload kinds an install handles.
+type Kinds []Kind
+
+// Builtin lists the kinds confighash knows without configuration.
+var Builtin = Kinds{Deployment, StatefulSet, DaemonSet, CronJob, Rollout}
 
 // ErrUnsupportedKind is returned for objects that are not a supported workload kind.
 var ErrUnsupportedKind = errors.New("unsupported workload kind")
@@ -47,9 +51,9 @@ var ErrUnsupportedKind = errors.New("unsupported workload kind")
 // whose template Argo requires to stay empty.
 var ErrNoPodTemplate = errors.New("no pod template of its own")
 
-// LookupKind returns the supported kind with the given group, version and kind.
-func LookupKind(gvk schema.GroupVersionKind) (Kind, error) {
-	for _, k := range Kinds {
+// Lookup returns the kind of the set with the given group, version and kind.
+func (ks Kinds) Lookup(gvk schema.GroupVersionKind) (Kind, error) {
+	for _, k := range ks {
 		if k.GroupVersionKind == gvk {
 			return k, nil
 		}
@@ -57,27 +61,73 @@ func LookupKind(gvk schema.GroupVersionKind) (Kind, error) {
 	return Kind{}, fmt.Errorf("%w: %s", ErrUnsupportedKind, gvk)
 }
 
-// ParseKinds parses a comma-separated list of workload resources, as in
-// "deployments,cronjobs"; empty means every supported kind.
-func ParseKinds(list string) ([]Kind, error) {
-	var kinds []Kind
+// ParseKinds parses a comma-separated list of built-in workload resources, as in
+// "deployments,cronjobs" (empty: every built-in kind), and adds the extra kinds,
+// each as ParseKind reads it.
+func ParseKinds(list string, extra []string) (Kinds, error) {
+	var kinds Kinds
 	for _, field := range strings.Split(list, ",") {
 		name := strings.ToLower(strings.TrimSpace(field))
 		if name == "" {
 			continue
 		}
-		i := slices.IndexFunc(Kinds, func(k Kind) bool { return k.Resource == name })
+		i := slices.IndexFunc(Builtin, func(k Kind) bool { return k.Resource == name })
 		if i < 0 {
 			return nil, fmt.Errorf("%w: %q; want some of deployments, statefulsets, daemonsets, cronjobs, rollouts", ErrUnsupportedKind, name)
 		}
 		if !slices.ContainsFunc(kinds, func(k Kind) bool { return k.Resource == name }) {
-			kinds = append(kinds, Kinds[i])
+			kinds = append(kinds, Builtin[i])
 		}
 	}
 	if len(kinds) == 0 {
-		return Kinds, nil
+		kinds = slices.Clone(Builtin)
+	}
+	for _, spec := range extra {
+		k, err := ParseKind(spec)
+		if err != nil {
+			return nil, err
+		}
+		// Kind names key the watcher's caches and its Events: each must be one kind.
+		if slices.ContainsFunc(Builtin, func(b Kind) bool { return b.Kind == k.Kind }) || slices.ContainsFunc(kinds, func(b Kind) bool { return b.Kind == k.Kind }) {
+			return nil, fmt.Errorf("extra kind %q: kind %s is already handled", spec, k.Kind)
+		}
+		kinds = append(kinds, k)
 	}
 	return kinds, nil
+}
+
+var celIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ParseKind parses an extra workload kind, any kind whose controller rolls its pods
+// when their template changes: "apiVersion:Kind:resource:template path", as in
+// "serving.knative.dev/v1:Service:services:spec.template".
+func ParseKind(spec string) (Kind, error) {
+	fields := strings.Split(strings.TrimSpace(spec), ":")
+	if len(fields) != 4 {
+		return Kind{}, fmt.Errorf("extra kind %q: want apiVersion:Kind:resource:template path, as in serving.knative.dev/v1:Service:services:spec.template", spec)
+	}
+	gv, err := schema.ParseGroupVersion(fields[0])
+	if err != nil || gv.Version == "" || gv.Group == "" && gv.Version != "v1" {
+		return Kind{}, fmt.Errorf("extra kind %q: %q is not an apiVersion, as in apps.kruise.io/v1alpha1", spec, fields[0])
+	}
+	kind, resource, path := fields[1], fields[2], strings.Split(fields[3], ".")
+	if kind == "" || strings.ToUpper(kind[:1]) != kind[:1] {
+		return Kind{}, fmt.Errorf("extra kind %q: the kind %q must start with a capital letter, as in CloneSet", spec, kind)
+	}
+	if resource == "" || strings.ToLower(resource) != resource {
+		return Kind{}, fmt.Errorf("extra kind %q: the resource %q must be lower case and plural, as in clonesets", spec, resource)
+	}
+	// The webhook's matchCondition reads the path in CEL: fields must be identifiers.
+	if slices.ContainsFunc(path, func(f string) bool { return !celIdentifier.MatchString(f) }) {
+		return Kind{}, fmt.Errorf("extra kind %q: the template path %q must name fields separated by dots, as in spec.template", spec, fields[3])
+	}
+	return Kind{GroupVersionKind: gv.WithKind(kind), Resource: resource, TemplatePath: path}, nil
+}
+
+// Typed reports whether the kind is one of Kubernetes' own, read with its Go types;
+// the others are custom resources, which an API server may not serve.
+func (k Kind) Typed() bool {
+	return slices.ContainsFunc([]Kind{Deployment, StatefulSet, DaemonSet, CronJob}, func(t Kind) bool { return t.GroupVersionKind == k.GroupVersionKind })
 }
 
 // Workload is what confighash reads of a workload.
@@ -90,9 +140,9 @@ type Workload struct {
 	Template *corev1.PodTemplateSpec
 }
 
-// WorkloadOf returns the workload view of a typed object of a supported kind, or of an
-// unstructured object of any supported kind.
-func WorkloadOf(obj runtime.Object) (*Workload, error) {
+// WorkloadOf returns the workload view of a typed object of a built-in kind, or of an
+// unstructured object of a kind of the set.
+func (ks Kinds) WorkloadOf(obj runtime.Object) (*Workload, error) {
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
 		return typed(Deployment, o.ObjectMeta, &o.Spec.Template), nil
@@ -103,7 +153,11 @@ func WorkloadOf(obj runtime.Object) (*Workload, error) {
 	case *batchv1.CronJob:
 		return typed(CronJob, o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template), nil
 	case *unstructured.Unstructured:
-		return fromUnstructured(o)
+		kind, err := ks.Lookup(o.GroupVersionKind())
+		if err != nil {
+			return nil, err
+		}
+		return fromUnstructured(kind, o)
 	case nil:
 		return nil, fmt.Errorf("%w: no object", ErrUnsupportedKind)
 	default:
@@ -115,11 +169,7 @@ func typed(kind Kind, meta metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec) *Wor
 	return &Workload{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Annotations: meta.Annotations, Template: tmpl}
 }
 
-func fromUnstructured(u *unstructured.Unstructured) (*Workload, error) {
-	kind, err := LookupKind(u.GroupVersionKind())
-	if err != nil {
-		return nil, err
-	}
+func fromUnstructured(kind Kind, u *unstructured.Unstructured) (*Workload, error) {
 	if ref, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "workloadRef"); ref != nil && kind.GroupVersionKind == Rollout.GroupVersionKind {
 		return nil, fmt.Errorf("%w: the Rollout uses the pod template of %s through workloadRef; opt that in instead", ErrNoPodTemplate, refName(ref))
 	}

@@ -54,7 +54,7 @@ func TestWorkloadOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, err := WorkloadOf(tt.obj)
+			w, err := Builtin.WorkloadOf(tt.obj)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestWorkloadOfRejectsWhatItCannotRead(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := WorkloadOf(tt.obj)
+			_, err := Builtin.WorkloadOf(tt.obj)
 			if err == nil {
 				t.Fatal("WorkloadOf() succeeded, want an error")
 			}
@@ -118,7 +118,7 @@ func TestWorkloadsWithoutAPodTemplateOfTheirOwn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := WorkloadOf(&unstructured.Unstructured{Object: map[string]any{
+			_, err := Builtin.WorkloadOf(&unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "spec": tt.spec}})
 			if !errors.Is(err, ErrNoPodTemplate) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("WorkloadOf() error = %v, want ErrNoPodTemplate saying %q", err, tt.want)
@@ -138,7 +138,7 @@ func FuzzWorkloadFromJSON(f *testing.F) {
 		if err := u.UnmarshalJSON(data); err != nil {
 			return
 		}
-		w, err := WorkloadOf(u)
+		w, err := Builtin.WorkloadOf(u)
 		if err != nil {
 			return
 		}
@@ -151,14 +151,67 @@ func FuzzWorkloadFromJSON(f *testing.F) {
 }
 
 func TestParseKinds(t *testing.T) {
-	kinds, err := ParseKinds(" Deployments, cronjobs,deployments,")
+	kinds, err := ParseKinds(" Deployments, cronjobs,deployments,", nil)
 	if err != nil || len(kinds) != 2 || kinds[0].Kind != "Deployment" || kinds[1].Kind != "CronJob" {
 		t.Fatalf("ParseKinds() = %v, %v; want Deployment and CronJob", kinds, err)
 	}
-	if kinds, err := ParseKinds(""); err != nil || len(kinds) != len(Kinds) {
+	if kinds, err := ParseKinds("", nil); err != nil || len(kinds) != len(Builtin) {
 		t.Fatalf("ParseKinds(\"\") = %v, %v; want every kind", kinds, err)
 	}
-	if _, err := ParseKinds("deployments,jobs"); !errors.Is(err, ErrUnsupportedKind) || !strings.Contains(err.Error(), `"jobs"`) {
+	if _, err := ParseKinds("deployments,jobs", nil); !errors.Is(err, ErrUnsupportedKind) || !strings.Contains(err.Error(), `"jobs"`) {
 		t.Fatalf("ParseKinds(jobs) error = %v, want the unsupported kind named", err)
+	}
+}
+
+func TestParseKindReadsAnExtraKind(t *testing.T) {
+	kinds, err := ParseKinds("deployments", []string{"serving.knative.dev/v1:Service:services:spec.template", " apps.kruise.io/v1alpha1:CloneSet:clonesets:spec.template "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kinds) != 3 {
+		t.Fatalf("ParseKinds() = %v, want Deployment and two extra kinds", kinds)
+	}
+	knative := kinds[1]
+	if knative.Group != "serving.knative.dev" || knative.Version != "v1" || knative.Kind != "Service" || knative.Resource != "services" || strings.Join(knative.TemplatePath, ".") != "spec.template" {
+		t.Fatalf("Knative Service read as %+v", knative)
+	}
+	for _, tt := range []struct{ spec, want string }{
+		{"serving.knative.dev/v1:Service:services", "want apiVersion:Kind:resource:template path"},
+		{"serving.knative.dev:Service:services:spec.template", "is not an apiVersion"},
+		{"serving.knative.dev/v1:service:services:spec.template", "capital letter"},
+		{"serving.knative.dev/v1:Service:Services:spec.template", "lower case and plural"},
+		{"serving.knative.dev/v1:Service:services:spec..template", "fields separated by dots"},
+		{"example.com/v1:Deployment:deployments:spec.template", "kind Deployment is already handled"},
+	} {
+		if _, err := ParseKinds("", []string{tt.spec}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseKinds(%q) error = %v, want one saying %q", tt.spec, err, tt.want)
+		}
+	}
+	if _, err := ParseKinds("", []string{"a.io/v1:Web:webs:spec.template", "b.io/v1:Web:webs:spec.template"}); err == nil {
+		t.Error("two extra kinds of one name were accepted")
+	}
+}
+
+func TestAnExtraKindIsReadAtItsPathAndOnlyWhenListed(t *testing.T) {
+	kinds, err := ParseKinds("", []string{"apps.example.com/v1:Web:webs:spec.workload.template"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps.example.com/v1", "kind": "Web",
+		"metadata": map[string]any{"namespace": "ns", "name": "w"},
+		"spec": map[string]any{"workload": map[string]any{"template": map[string]any{
+			"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "cfg"}}}}}},
+		}}},
+	}}
+	w, err := kinds.WorkloadOf(web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs := References(w.Template); w.Kind.Kind != "Web" || len(refs) != 1 || refs[0].Name != "cfg" {
+		t.Fatalf("WorkloadOf() = %s using %v, want Web using ConfigMap cfg", w.Kind.Kind, refs)
+	}
+	if _, err := Builtin.WorkloadOf(web); !errors.Is(err, ErrUnsupportedKind) {
+		t.Fatalf("a kind not listed: error = %v, want ErrUnsupportedKind", err)
 	}
 }

@@ -7,14 +7,18 @@ package sourcecache
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -61,6 +65,9 @@ type Digested struct {
 	// are to the second.
 	Created, Written time.Time
 	Source           confighash.Source
+	// Uniform, for a SecretProviderClass, says every pod that mounts it reports the
+	// same versions (see ProviderClass).
+	Uniform bool
 }
 
 var _ runtime.Object = (*Digested)(nil)
@@ -86,6 +93,8 @@ func toDigested(obj any) (any, error) {
 		src, meta = confighash.SourceOfConfigMap(o), o.ObjectMeta
 	case *corev1.Secret:
 		src, meta = confighash.SourceOfSecret(o), o.ObjectMeta
+	case *unstructured.Unstructured:
+		return PodStatus(o), nil
 	default:
 		return obj, nil // tombstones and objects already transformed
 	}
@@ -126,7 +135,9 @@ type dataKey struct {
 
 // New returns a cache fed by informers on client, for the given namespaces, or for the
 // whole cluster when there are none, of the sources filter admits; Run starts them.
-func New(client kubernetes.Interface, namespaces []string, filter Filter) *Cache {
+// With csi, it also keeps the SecretProviderClasses that pods mount, from the Secrets
+// Store CSI driver's pod statuses.
+func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dynamic.Interface) *Cache {
 	options := func(kind confighash.SourceKind) func(*metav1.ListOptions) {
 		want := filter.ListOptions(kind)
 		return func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = want.LabelSelector, want.FieldSelector }
@@ -140,6 +151,12 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter) *Cache
 			return coreinformers.NewFilteredSecretInformer(client, ns, 0, byNamespace, options(confighash.Secret))
 		}),
 	}}
+	if csi != nil {
+		byClass := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, providerClassIndex: indexByProviderClass}
+		c.informers[confighash.SecretProviderClass] = NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+			return dynamicinformer.NewFilteredDynamicInformer(csi, PodStatuses, ns, 0, byClass, nil).Informer()
+		})
+	}
 	for _, in := range c.informers {
 		_ = in.SetTransform(toDigested) // cannot fail before the informers run
 	}
@@ -153,6 +170,9 @@ func (c *Cache) written(old, obj any) {
 	d, ok2 := obj.(*Digested)
 	if !ok1 || !ok2 {
 		return
+	}
+	if d.Source.Kind == confighash.SecretProviderClass {
+		return // one pod's report: its class's last write is its latest report's
 	}
 	key := dataKey{d.Namespace, d.Source.SourceRef}
 	c.mu.Lock()
@@ -238,11 +258,33 @@ func (c *Cache) Covers(namespace string) bool {
 	return true
 }
 
-// Lookup returns the cached object, if any.
+// Keeps reports whether the cache keeps sources of the kind.
+func (c *Cache) Keeps(kind confighash.SourceKind) bool {
+	_, ok := c.informers[kind]
+	return ok
+}
+
+// Lookup returns the cached object, if any; for a SecretProviderClass, what the pods
+// that mount it report (see ProviderClass).
 func (c *Cache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, bool) {
-	inf := c.informers[ref.Kind].For(namespace)
+	in, ok := c.informers[ref.Kind]
+	if !ok {
+		return nil, false
+	}
+	inf := in.For(namespace)
 	if inf == nil {
 		return nil, false
+	}
+	if ref.Kind == confighash.SecretProviderClass {
+		objs, _ := inf.GetIndexer().ByIndex(providerClassIndex, namespace+"/"+ref.Name)
+		reports := make([]*Digested, 0, len(objs))
+		for _, o := range objs {
+			if d, ok := o.(*Digested); ok {
+				reports = append(reports, d)
+			}
+		}
+		d := ProviderClass(reports)
+		return d, d != nil
 	}
 	obj, exists, err := inf.GetStore().GetByKey(namespace + "/" + ref.Name)
 	if err != nil || !exists {
@@ -254,9 +296,22 @@ func (c *Cache) Lookup(namespace string, ref confighash.SourceRef) (*Digested, b
 
 // Names returns the names of the namespace's sources of a kind the cache holds.
 func (c *Cache) Names(namespace string, kind confighash.SourceKind) []string {
-	inf := c.informers[kind].For(namespace)
+	in, ok := c.informers[kind]
+	if !ok {
+		return nil
+	}
+	inf := in.For(namespace)
 	if inf == nil {
 		return nil
+	}
+	if kind == confighash.SecretProviderClass {
+		var names []string
+		for _, key := range inf.GetIndexer().ListIndexFuncValues(providerClassIndex) {
+			if ns, name, _ := strings.Cut(key, "/"); ns == namespace {
+				names = append(names, name)
+			}
+		}
+		return names
 	}
 	keys, _ := inf.GetIndexer().IndexKeys(cache.NamespaceIndex, namespace)
 	names := make([]string, len(keys))

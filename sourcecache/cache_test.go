@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -95,5 +97,35 @@ func TestInformersOfARefusedNamespaceDoNotHoldBackTheOthers(t *testing.T) {
 	}
 	if inf := in.For("a"); inf == nil || len(inf.GetStore().List()) != 1 {
 		t.Error("namespace a is not served")
+	}
+}
+
+func TestProviderClassTakesEachObjectFromItsLatestReport(t *testing.T) {
+	report := func(rv string, versions map[string]string) *Digested {
+		u := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"secretProviderClassName": "vault-db"}}}
+		var objects []any
+		for id, v := range versions {
+			objects = append(objects, map[string]any{"id": id, "version": v})
+		}
+		_ = unstructured.SetNestedSlice(u.Object, objects, "status", "objects")
+		u.SetResourceVersion(rv)
+		u.SetNamespace("ns")
+		return PodStatus(u)
+	}
+	old := report("10", map[string]string{"db-password": "1", "api-key": "7"})
+	rotated := report("12", map[string]string{"db-password": "2", "api-key": "7"})
+	d := ProviderClass([]*Digested{rotated, old})
+	if d.Source.SourceRef != (confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: "vault-db"}) || d.ResourceVersion != "12" {
+		t.Fatalf("ProviderClass() = %s at %s, want SecretProviderClass/vault-db at 12", d.Source.SourceRef, d.ResourceVersion)
+	}
+	if !maps.Equal(d.Source.Data, rotated.Source.Data) || d.Uniform {
+		t.Fatalf("one pod rotated: data %v uniform %v, want the rotated versions, not uniform", d.Source.Data, d.Uniform)
+	}
+	both := ProviderClass([]*Digested{rotated, report("13", map[string]string{"db-password": "2", "api-key": "7"})})
+	if !maps.Equal(both.Source.Data, d.Source.Data) || !both.Uniform {
+		t.Fatalf("the rotation seen on a second pod: data %v uniform %v, want the same data, uniform", both.Source.Data, both.Uniform)
+	}
+	if ProviderClass(nil) != nil {
+		t.Fatal("no report: want nil, absent")
 	}
 }

@@ -72,10 +72,12 @@ func (w *Watcher) indexed(namespace, index, value string, match func(*view) bool
 	return out
 }
 
-// enqueueSpread enqueues the workloads after the debounce, spread at TouchRate.
+// enqueueSpread enqueues the workloads a change reached once it is quiet, spread at
+// TouchRate.
 func (w *Watcher) enqueueSpread(views []*view) {
+	now := time.Now()
 	for i, v := range views {
-		w.enqueue(v, w.cfg.Debounce+time.Duration(i)*w.touchInterval)
+		w.enqueue(v, w.changes.reached(keyOf(v), now)+time.Duration(i)*w.touchInterval)
 	}
 }
 
@@ -93,7 +95,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 		return
 	}
 	if w.acts(v) {
-		w.enqueue(v, w.cfg.Debounce)
+		w.enqueue(v, w.changes.reached(keyOf(v), time.Now()))
 	}
 }
 

@@ -67,6 +67,12 @@ func (w *Watcher) held(ctx context.Context, v *view, observations []confighash.O
 			continue
 		}
 		held[o.SourceRef] = v.Kind.Kind == confighash.CronJob.Kind
+		if o.Kind == confighash.SecretProviderClass {
+			// Its pods report what they hold: every one the current versions, or not.
+			d, ok := w.sources.Lookup(v.Namespace, o.SourceRef)
+			held[o.SourceRef] = ok && d.Uniform
+			continue
+		}
 		if wr, ok := w.sources.DataWritten(v.Namespace, o.SourceRef); ok {
 			written[o.SourceRef] = wr
 			versions = append(versions, wr.ResourceVersion)
@@ -186,8 +192,7 @@ func (w *Watcher) revisions(ctx context.Context, v *view) (revisions, error) {
 		}
 		return w.replicaSets(ctx, v, d.Spec.Selector)
 	case confighash.Rollout.Kind:
-		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
-		u, err := w.cfg.Dynamic.Resource(gvr).Namespace(v.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
+		u, err := w.dynamic(v).Get(ctx, v.Name, metav1.GetOptions{})
 		if err != nil {
 			return revisions{}, err
 		}
@@ -218,7 +223,31 @@ func (w *Watcher) revisions(ctx context.Context, v *view) (revisions, error) {
 			return !updated || !slices.ContainsFunc(all, func(o *appsv1.ControllerRevision) bool { return o.Revision > r.Revision })
 		})
 	}
-	return revisions{}, fmt.Errorf("unsupported kind %s", v.Kind.Kind)
+	return w.itself(ctx, v)
+}
+
+// itself returns the workload as its only revision, for a kind whose revisions are
+// unknown: its pods all started after it was created, so a source written before that
+// is held by every one of them.
+func (w *Watcher) itself(ctx context.Context, v *view) (revisions, error) {
+	byName := fields.OneTermEqualSelector("metadata.name", v.Name).String()
+	list := func(ctx context.Context, opts metav1.ListOptions) ([]metav1.Object, error) {
+		opts.FieldSelector = byName
+		l, err := w.dynamic(v).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metav1.Object, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out, nil
+	}
+	u, err := w.dynamic(v).Get(ctx, v.Name, metav1.GetOptions{})
+	if err != nil {
+		return revisions{}, err
+	}
+	return revisions{list: list, running: []metav1.Object{u}}, nil
 }
 
 // replicaSets returns the workload's ReplicaSets; those that have pods, and the

@@ -45,7 +45,10 @@ func rolloutOf(o runtime.Object) rollout {
 	case *batchv1.CronJob:
 		return rolledOut // its next Job reads the new data
 	case *unstructured.Unstructured:
-		return argoRollout(o)
+		if o.GroupVersionKind() == confighash.Rollout.GroupVersionKind {
+			return argoRollout(o)
+		}
+		return customRollout(o)
 	}
 	return rolledOut
 }
@@ -165,4 +168,51 @@ func argoRollout(u *unstructured.Unstructured) rollout {
 		return rolledOut
 	}
 	return rollingOut
+}
+
+// customRollout reads the status of a kind configured by its template path, by the
+// conventions most controllers follow (those kstatus reads): its controller has seen
+// the latest spec (status.observedGeneration); a Stalled condition, or a Progressing
+// one past its deadline, is a failure; a Ready condition says whether it rolled out;
+// without one, replica counts as a Deployment's do. With none of these, nothing is
+// known to wait for.
+func customRollout(u *unstructured.Unstructured) rollout {
+	status := func(f ...string) (int64, bool) {
+		n, ok, _ := unstructured.NestedInt64(u.Object, append([]string{"status"}, f...)...)
+		return n, ok
+	}
+	if observed, ok := status("observedGeneration"); ok && observed < u.GetGeneration() {
+		return rollingOut
+	}
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	ready := ""
+	for _, c := range conditions {
+		m, _ := c.(map[string]any)
+		typ, _ := m["type"].(string)
+		st, _ := m["status"].(string)
+		reason, _ := m["reason"].(string)
+		switch {
+		case typ == "Stalled" && st == "True", typ == "Progressing" && st == "False" && reason == "ProgressDeadlineExceeded":
+			return rolloutFailed
+		case typ == "Ready":
+			ready = st
+		}
+	}
+	if ready != "" {
+		if ready == "True" {
+			return rolledOut
+		}
+		return rollingOut
+	}
+	want, ok, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+	if !ok {
+		return rolledOut
+	}
+	total, _ := status("replicas")
+	for _, f := range []string{"updatedReplicas", "availableReplicas", "readyReplicas"} {
+		if n, ok := status(f); ok && (n < want || total > n) {
+			return rollingOut
+		}
+	}
+	return rolledOut
 }

@@ -23,7 +23,15 @@ func TestRolloutIsReadAsKubectlRolloutStatusReadsIt(t *testing.T) {
 		UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}}}
 	argo := func(phase, observed string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"phase": phase, "observedGeneration": observed}}}
+		u.SetGroupVersionKind(confighash.Rollout.GroupVersionKind)
 		u.SetGeneration(4)
+		return u
+	}
+	custom := func(status string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON([]byte(`{"apiVersion":"example.com/v1","kind":"Web","metadata":{"generation":4},"spec":{"replicas":3},"status":` + status + `}`)); err != nil {
+			t.Fatal(err)
+		}
 		return u
 	}
 	tests := []struct {
@@ -47,6 +55,13 @@ func TestRolloutIsReadAsKubectlRolloutStatusReadsIt(t *testing.T) {
 		{"an Argo Rollout Healthy at its generation", argo("Healthy", "4"), rolledOut},
 		{"an Argo Rollout Healthy at an older generation", argo("Healthy", "3"), rollingOut},
 		{"an Argo Rollout Degraded", argo("Degraded", "4"), rolloutFailed},
+		{"another kind whose controller has not seen the new spec", custom(`{"observedGeneration":3,"conditions":[{"type":"Ready","status":"True"}]}`), rollingOut},
+		{"another kind Ready at its generation", custom(`{"observedGeneration":4,"conditions":[{"type":"Ready","status":"True"}]}`), rolledOut},
+		{"another kind not Ready yet (a Knative Service)", custom(`{"observedGeneration":4,"conditions":[{"type":"Ready","status":"Unknown"}]}`), rollingOut},
+		{"another kind Stalled", custom(`{"observedGeneration":4,"conditions":[{"type":"Stalled","status":"True"}]}`), rolloutFailed},
+		{"another kind with old replicas left (a CloneSet)", custom(`{"observedGeneration":4,"replicas":4,"updatedReplicas":3,"readyReplicas":3}`), rollingOut},
+		{"another kind with every replica updated and ready", custom(`{"observedGeneration":4,"replicas":3,"updatedReplicas":3,"readyReplicas":3}`), rolledOut},
+		{"another kind with no status to wait for", custom(`{}`), rolledOut},
 	}
 	for _, tt := range tests {
 		if got := rolloutOf(tt.obj); got != tt.want {

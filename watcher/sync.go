@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -24,6 +25,10 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	defer w.queue.Done(key)
 	w.cfg.Metrics.QueueDepth(w.queue.Len())
+	if wait := w.changes.settled(key, time.Now()); wait > 0 {
+		w.queue.AddAfter(key, wait) // changed again since it was queued
+		return true
+	}
 	if err := w.sync(ctx, key); err != nil {
 		if ctx.Err() != nil {
 			return true

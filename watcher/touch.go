@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
@@ -116,11 +117,8 @@ func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*vi
 		obj, err = w.cfg.Client.AppsV1().DaemonSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
 	case confighash.CronJob.Kind:
 		obj, err = w.cfg.Client.BatchV1().CronJobs(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
-	case confighash.Rollout.Kind:
-		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
-		obj, err = w.cfg.Dynamic.Resource(gvr).Namespace(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
 	default:
-		return nil, fmt.Errorf("unsupported kind %s", v.Kind.Kind)
+		obj, err = w.dynamic(v).Patch(ctx, v.Name, types.MergePatchType, body, opts)
 	}
 	if apierrors.IsNotFound(err) {
 		return nil, nil // deleted meanwhile: nothing to converge
@@ -137,6 +135,11 @@ func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*vi
 		return nil, fmt.Errorf("patch %s %s/%s: unreadable response", v.Kind.Kind, v.Namespace, v.Name)
 	}
 	return av, nil
+}
+
+// dynamic is the client of a workload of a kind without Go types.
+func (w *Watcher) dynamic(v *view) dynamic.ResourceInterface {
+	return w.cfg.Dynamic.Resource(v.Kind.GroupVersion().WithResource(v.Kind.Resource)).Namespace(v.Namespace)
 }
 
 func objectRef(v *view) *corev1.ObjectReference {

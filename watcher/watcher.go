@@ -6,12 +6,11 @@ package watcher
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -30,13 +29,16 @@ const FieldManager = "confighash-watcher"
 // Config configures a Watcher.
 type Config struct {
 	Client  kubernetes.Interface
-	Dynamic dynamic.Interface // for Argo Rollouts; nil to skip them
+	Dynamic dynamic.Interface // for the kinds without Go types, as Argo Rollouts; nil to skip them
 	Key     confighash.Key
 	// Vocabulary is which annotations workloads and sources are read in.
 	Vocabulary confighash.Vocabulary
-	// Debounce delays a touch after the first change, so that changes made together
-	// roll a workload once.
-	Debounce time.Duration
+	// QuietPeriod and Debounce time a touch after changes: once no change reached the
+	// workload for QuietPeriod, and at most Debounce after the first, so that changes
+	// made together (one helm upgrade) roll it once and a lone change rolls at once.
+	// A QuietPeriod of 0 or beyond Debounce waits Debounce.
+	QuietPeriod time.Duration
+	Debounce    time.Duration
 	// TouchRate spreads the touches of one change over time: at most this many per
 	// second for the workloads one source change reaches. Unrelated changes are not
 	// held behind a large fan-out.
@@ -65,8 +67,8 @@ type Config struct {
 	NamespaceSelectors namespaces.Selectors
 	// Sources selects the sources that may count.
 	Sources sourcecache.Filter
-	// Kinds are the workload kinds handled; empty: every supported kind.
-	Kinds []confighash.Kind
+	// Kinds are the workload kinds handled; empty: the built-in kinds.
+	Kinds confighash.Kinds
 	// Alerts hears of what the watcher rolled, healed, or failed to; nil: no one.
 	Alerts  Alerter
 	Events  record.EventRecorder
@@ -93,20 +95,18 @@ func (w *Watcher) alert(what alert.What, v *view, trig []confighash.Trigger, rea
 	w.cfg.Alerts.Notify(alert.Event{What: what, Namespace: v.Namespace, Workload: alert.Object{Kind: v.Kind.Kind, Name: v.Name}, Sources: sources, Reason: reason})
 }
 
-// handles reports whether the watcher handles the workload kind.
-func (c *Config) handles(kind string) bool {
-	return len(c.Kinds) == 0 || slices.ContainsFunc(c.Kinds, func(k confighash.Kind) bool { return k.Kind == kind })
-}
-
-// HandlesRollouts reports whether the configuration includes Argo Rollouts.
-func (c Config) HandlesRollouts() bool { return c.handles(confighash.Rollout.Kind) }
-
 func (c *Config) defaults() error {
 	if c.Client == nil {
 		return errors.New("a Kubernetes client is required")
 	}
+	if c.QuietPeriod <= 0 || c.QuietPeriod > c.Debounce {
+		c.QuietPeriod = c.Debounce
+	}
 	if c.Debounce < 0 || c.TouchRate <= 0 || c.Workers <= 0 || c.HealAfter <= 0 || c.WaveThreshold < 0 || c.MaxRolling < 0 {
 		return errors.New("debounce, the wave threshold and max rolling must be >= 0; touch rate, workers and heal-after must be > 0")
+	}
+	if len(c.Kinds) == 0 {
+		c.Kinds = confighash.Builtin
 	}
 	if c.WaveTimeout <= 0 {
 		c.WaveTimeout = DefaultWaveTimeout
@@ -146,6 +146,9 @@ type Watcher struct {
 	touchInterval time.Duration
 	progress      *progress
 	waves         *waves
+	changes       *changes
+	// csi is set when the sources cache keeps SecretProviderClasses.
+	csi bool
 }
 
 // New returns a Watcher; Run starts its caches and Lead its work.
@@ -153,26 +156,32 @@ func New(cfg Config) (*Watcher, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	rollouts, err := RolloutsServed(cfg.Client)
-	if err != nil {
-		cfg.Log.Warn().Err(err).Msg("cannot tell whether Argo Rollouts is served; watching without Rollouts until it is")
+	var csi dynamic.Interface
+	if cfg.Vocabulary.CSI {
+		served, err := Served(cfg.Client, sourcecache.PodStatuses)
+		if err != nil || !served {
+			cfg.Log.Warn().AnErr("error", err).Msg("the Secrets Store CSI driver's SecretProviderClassPodStatuses are not served; SecretProviderClasses count as absent until they are")
+		} else {
+			csi = cfg.Dynamic
+		}
 	}
-	toView := viewTransform(cfg.Vocabulary)
-	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, rollouts, toView)
+	toView := viewTransform(cfg.Vocabulary, cfg.Kinds)
+	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, cfg.Kinds, toView, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
-	maps.DeleteFunc(workloads, func(kind string, _ *sourcecache.Informers) bool { return !cfg.handles(kind) })
 	w := &Watcher{
 		cfg:       cfg,
 		toView:    toView,
-		sources:   sourcecache.New(cfg.Client, cfg.Watched, cfg.Sources),
+		sources:   sourcecache.New(cfg.Client, cfg.Watched, cfg.Sources, csi),
+		csi:       csi != nil,
 		workloads: workloads,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		progress:      newProgress(),
+		changes:       &changes{quiet: cfg.QuietPeriod, max: cfg.Debounce, pending: map[workloadKey]changed{}},
 		waves:         newWaves(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
@@ -212,11 +221,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// WatchesRollouts reports whether the watcher has Argo Rollouts in its caches: only if
-// they were served when it was created.
-func (w *Watcher) WatchesRollouts() bool {
-	_, ok := w.workloads[confighash.Rollout.Kind]
-	return ok
+// Unwatched returns the resources the watcher would cache, of workloads or of the
+// CSI driver's pod statuses, that the API server did not serve when it was created.
+func (w *Watcher) Unwatched() []schema.GroupVersionResource {
+	var missing []schema.GroupVersionResource
+	for _, k := range w.cfg.Kinds {
+		if _, ok := w.workloads[k.Kind]; !ok {
+			missing = append(missing, k.GroupVersion().WithResource(k.Resource))
+		}
+	}
+	if w.cfg.Vocabulary.CSI && !w.csi {
+		missing = append(missing, sourcecache.PodStatuses)
+	}
+	return missing
 }
 
 // Synced reports whether every cache has listed once.

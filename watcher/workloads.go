@@ -3,6 +3,7 @@ package watcher
 import (
 	"fmt"
 
+	"github.com/rs/zerolog"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,7 +43,7 @@ func (v *view) DeepCopyObject() runtime.Object {
 
 // viewTransform returns the workload informers' transform, which reads annotations in
 // vocabulary.
-func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
+func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		o, ok := obj.(runtime.Object)
 		if !ok {
@@ -51,7 +52,7 @@ func viewTransform(vocabulary confighash.Vocabulary) cache.TransformFunc {
 		if _, isView := o.(*view); isView {
 			return obj, nil
 		}
-		w, err := confighash.WorkloadOf(o)
+		w, err := kinds.WorkloadOf(o)
 		if err != nil {
 			return obj, nil // a tombstone or an object we cannot read: left as is
 		}
@@ -113,42 +114,57 @@ func indexBySource(obj any) ([]string, error) {
 	return keys, nil
 }
 
-// newWorkloadInformers returns the informers of each supported kind, for the given
-// namespaces or the whole cluster; Rollouts only when asked.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, rollouts bool, transform cache.TransformFunc) (map[string]*sourcecache.Informers, error) {
+// newWorkloadInformers returns the informers of each kind, for the given namespaces or
+// the whole cluster: the built-in kinds with their types, the others as unstructured
+// objects, each only if the API server serves it.
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, kinds confighash.Kinds, transform cache.TransformFunc, log zerolog.Logger) (map[string]*sourcecache.Informers, error) {
 	indexers := cache.Indexers{sourceIndex: indexBySource, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	informers := map[string]*sourcecache.Informers{
-		confighash.Deployment.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return appsinformers.NewDeploymentInformer(client, ns, 0, indexers)
-		}),
-		confighash.StatefulSet.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return appsinformers.NewStatefulSetInformer(client, ns, 0, indexers)
-		}),
-		confighash.DaemonSet.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return appsinformers.NewDaemonSetInformer(client, ns, 0, indexers)
-		}),
-		confighash.CronJob.Kind: sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
-		}),
-	}
-	if dyn != nil && rollouts {
-		gvr := confighash.Rollout.GroupVersion().WithResource(confighash.Rollout.Resource)
-		informers[confighash.Rollout.Kind] = sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
-		})
-	}
-	for _, in := range informers {
+	informers := map[string]*sourcecache.Informers{}
+	for _, k := range kinds {
+		var newInformer func(ns string) cache.SharedIndexInformer
+		switch k.Kind {
+		case confighash.Deployment.Kind:
+			newInformer = func(ns string) cache.SharedIndexInformer {
+				return appsinformers.NewDeploymentInformer(client, ns, 0, indexers)
+			}
+		case confighash.StatefulSet.Kind:
+			newInformer = func(ns string) cache.SharedIndexInformer {
+				return appsinformers.NewStatefulSetInformer(client, ns, 0, indexers)
+			}
+		case confighash.DaemonSet.Kind:
+			newInformer = func(ns string) cache.SharedIndexInformer {
+				return appsinformers.NewDaemonSetInformer(client, ns, 0, indexers)
+			}
+		case confighash.CronJob.Kind:
+			newInformer = func(ns string) cache.SharedIndexInformer {
+				return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
+			}
+		default:
+			served, err := Served(client, k.GroupVersion().WithResource(k.Resource))
+			if err != nil {
+				log.Warn().Err(err).Str("kind", k.Kind).Msg("cannot tell whether the kind is served; watching without it until it is")
+			}
+			if dyn == nil || !served {
+				continue
+			}
+			gvr := k.GroupVersion().WithResource(k.Resource)
+			newInformer = func(ns string) cache.SharedIndexInformer {
+				return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
+			}
+		}
+		in := sourcecache.NewInformers(namespaces, newInformer)
 		if err := in.SetTransform(transform); err != nil {
 			return nil, err
 		}
+		informers[k.Kind] = in
 	}
 	return informers, nil
 }
 
-// RolloutsServed reports whether the API server serves Argo Rollouts. The group not
-// being served is not an error.
-func RolloutsServed(client kubernetes.Interface) (bool, error) {
-	list, err := client.Discovery().ServerResourcesForGroupVersion(confighash.Rollout.GroupVersion().String())
+// Served reports whether the API server serves the resource, as a CRD is once
+// installed. The group not being served is not an error.
+func Served(client kubernetes.Interface, gvr schema.GroupVersionResource) (bool, error) {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -156,7 +172,7 @@ func RolloutsServed(client kubernetes.Interface) (bool, error) {
 		return false, err
 	}
 	for _, r := range list.APIResources {
-		if r.Name == confighash.Rollout.Resource {
+		if r.Name == gvr.Resource {
 			return true, nil
 		}
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // toView is the transform as the watcher runs it by default.
-var toView = viewTransform(confighash.Vocabulary{Reloader: true})
+var toView = viewTransform(confighash.Vocabulary{Reloader: true}, confighash.Builtin)
 
 func deploymentUsing(annotations map[string]string, cm string) *appsv1.Deployment {
 	return &appsv1.Deployment{

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -14,15 +15,31 @@ import (
 
 // OptInCondition is the CEL expression of the webhook's matchCondition: the API server
 // calls the webhook only for workloads that carry an annotation that can opt them in,
-// on their metadata or their pod template.
-func OptInCondition(v confighash.Vocabulary) string {
-	return "['" + strings.Join(v.OptInAnnotations(), "', '") + `'].exists(k,
+// on their metadata or their pod template, wherever an extra kind keeps it.
+func OptInCondition(v confighash.Vocabulary, kinds confighash.Kinds) string {
+	cond := "['" + strings.Join(v.OptInAnnotations(), "', '") + `'].exists(k,
   (has(object.metadata.annotations) && k in object.metadata.annotations) ||
   (has(object.spec) && has(object.spec.template) && has(object.spec.template.metadata) &&
     has(object.spec.template.metadata.annotations) && k in object.spec.template.metadata.annotations) ||
   (has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) &&
     has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.metadata) &&
-    has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations))`
+    has(object.spec.jobTemplate.spec.template.metadata.annotations) && k in object.spec.jobTemplate.spec.template.metadata.annotations)`
+	seen := map[string]bool{"spec.template": true, "spec.jobTemplate.spec.template": true}
+	for _, k := range kinds {
+		path := strings.Join(k.TemplatePath, ".")
+		if seen[path] {
+			continue
+		}
+		seen[path] = true
+		var has []string
+		field := "object"
+		for _, name := range append(slices.Clone(k.TemplatePath), "metadata", "annotations") {
+			field += "." + name
+			has = append(has, "has("+field+")")
+		}
+		cond += " ||\n  (" + strings.Join(has, " && ") + " && k in " + field + ")"
+	}
+	return cond + ")"
 }
 
 // Timeout is how long the API server waits for the webhook (timeoutSeconds) before it
@@ -44,8 +61,8 @@ type Scope struct {
 	Namespaces []string
 	// Vocabulary names the annotations that opt a workload in.
 	Vocabulary confighash.Vocabulary
-	// Kinds are the workload kinds handled; empty: every supported kind.
-	Kinds []confighash.Kind
+	// Kinds are the workload kinds handled; empty: the built-in kinds.
+	Kinds confighash.Kinds
 	// NamespaceSelector selects the namespaces where workloads opt in; default:
 	// labelled confighash.dev/injection=enabled.
 	NamespaceSelector *metav1.LabelSelector
@@ -70,7 +87,7 @@ const (
 func Configuration(name string, client admissionregistrationv1.WebhookClientConfig, scope Scope) *admissionregistrationv1.MutatingWebhookConfiguration {
 	kinds := scope.Kinds
 	if len(kinds) == 0 {
-		kinds = confighash.Kinds
+		kinds = confighash.Builtin
 	}
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range kinds {
@@ -116,7 +133,7 @@ func Configuration(name string, client admissionregistrationv1.WebhookClientConf
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{
 			entry("hash.confighash.dev", Path, inScope(scope.NamespaceSelector, confighash.InjectionEnabled),
-				[]admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: OptInCondition(scope.Vocabulary)}}),
+				[]admissionregistrationv1.MatchCondition{{Name: "opted-in", Expression: OptInCondition(scope.Vocabulary, kinds)}}),
 			// A matchCondition cannot see the namespace's labels: the namespaces that
 			// opt every workload in take their own entry.
 			entry("every.hash.confighash.dev", EveryPath, inScope(scope.EveryNamespaceSelector, confighash.InjectionEvery), nil),

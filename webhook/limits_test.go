@@ -28,7 +28,7 @@ const maxAdmissionAlloc = 64 << 20
 func admitAtTheLimit(t *testing.T, annotations map[string]string, tmpl corev1.PodSpec, objs ...kruntime.Object) (*responseSummary, time.Duration, uint64) {
 	t.Helper()
 	client := fake.NewClientset(objs...)
-	h, _ := newTestHandler(t, NewLiveReader(client, sourcecache.Filter{}, nil))
+	h, _ := newTestHandler(t, NewLiveReader(client, sourcecache.Filter{}, nil, nil))
 	if tmpl.Containers == nil {
 		tmpl.Containers = []corev1.Container{{Name: "app", Image: "app:1"}}
 	}

@@ -96,7 +96,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, op := range []string{"CREATE", "UPDATE"} {
 		r.duration.WithLabelValues(op)
 	}
-	for _, k := range confighash.Kinds {
+	for _, k := range confighash.Builtin {
 		for _, res := range []Result{ResultPatched, ResultUnchanged, ResultSkipped, ResultError, ResultDeferred, ResultTooLarge} {
 			r.mutations.WithLabelValues(k.Kind, string(res))
 		}

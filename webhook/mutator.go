@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,8 +68,8 @@ type Config struct {
 	Key confighash.Key
 	// Vocabulary is which annotations workloads are read in.
 	Vocabulary confighash.Vocabulary
-	// Kinds are the workload kinds handled; empty: every supported kind.
-	Kinds []confighash.Kind
+	// Kinds are the workload kinds handled; empty: the built-in kinds.
+	Kinds confighash.Kinds
 	// Reader reads the sources.
 	Reader SourceReader
 	// Gate, when set, tells how confighash acts in each namespace: a review for a
@@ -91,7 +90,7 @@ func (c *Config) defaults() error {
 		c.Metrics = NoopRecorder{}
 	}
 	if len(c.Kinds) == 0 {
-		c.Kinds = confighash.Kinds
+		c.Kinds = confighash.Builtin
 	}
 	return nil
 }
@@ -165,11 +164,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if err := u.UnmarshalJSON(ar.NewObjectRaw); err != nil {
 		return fail("the object could not be read: " + err.Error())
 	}
-	w, err := confighash.WorkloadOf(u)
+	w, err := m.cfg.Kinds.WorkloadOf(u)
 	switch {
 	case errors.Is(err, confighash.ErrUnsupportedKind):
-		return nil, nil
-	case err == nil && !slices.ContainsFunc(m.cfg.Kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind }):
 		return nil, nil // a kind this install does not handle
 	case errors.Is(err, confighash.ErrNoPodTemplate):
 		// Nothing to hash: writing into its template would break, e.g., a Rollout
@@ -292,6 +289,6 @@ func templateChanged(oldRaw []byte, w *confighash.Workload) bool {
 	if err := u.UnmarshalJSON(oldRaw); err != nil {
 		return false
 	}
-	old, err := confighash.WorkloadOf(u)
+	old, err := confighash.Kinds{w.Kind}.WorkloadOf(u)
 	return err == nil && confighash.TemplateChanged(old.Template, w.Template)
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"golang.org/x/sync/errgroup"
@@ -23,6 +25,9 @@ type LiveReader struct {
 	client  kubernetes.Interface
 	filter  sourcecache.Filter
 	metrics Recorder
+	// csi reads the Secrets Store CSI driver's pod statuses; nil: SecretProviderClasses
+	// are absent.
+	csi dynamic.Interface
 	// slots bounds the reads in flight in the process (DESIGN rule 9).
 	slots chan struct{}
 }
@@ -37,12 +42,12 @@ const (
 var _ SourceReader = (*LiveReader)(nil)
 
 // NewLiveReader returns a reader that GETs every source; those filter does not admit
-// are absent.
-func NewLiveReader(client kubernetes.Interface, filter sourcecache.Filter, metrics Recorder) *LiveReader {
+// are absent. With csi, it reads SecretProviderClasses from the pods' reports.
+func NewLiveReader(client kubernetes.Interface, filter sourcecache.Filter, metrics Recorder, csi dynamic.Interface) *LiveReader {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &LiveReader{client: client, filter: filter, metrics: metrics, slots: make(chan struct{}, readsInFlight)}
+	return &LiveReader{client: client, filter: filter, metrics: metrics, slots: make(chan struct{}, readsInFlight), csi: csi}
 }
 
 // Read implements SourceReader. The trigger is not needed: a live read is current.
@@ -95,6 +100,12 @@ func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighas
 		for _, o := range list.Items {
 			names = append(names, o.Name)
 		}
+	case confighash.SecretProviderClass:
+		classes, err := sourcecache.ListProviderClasses(ctx, r.csi, namespace)
+		if err != nil {
+			return nil, err
+		}
+		names = slices.Sorted(maps.Keys(classes))
 	}
 	return names, nil
 }
@@ -117,6 +128,14 @@ func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.S
 			src = confighash.SourceOfSecret(s)
 		} else if e == nil {
 			src = confighash.AbsentSource(ref)
+		}
+	case confighash.SecretProviderClass:
+		classes, e := sourcecache.ListProviderClasses(ctx, r.csi, namespace)
+		if err = e; e == nil {
+			src = confighash.AbsentSource(ref)
+			if d, ok := classes[ref.Name]; ok {
+				src = d.Source
+			}
 		}
 	default:
 		return src, fmt.Errorf("unknown source kind %q", ref.Kind)
@@ -160,7 +179,7 @@ func NewCachedReader(c *sourcecache.Cache, live *LiveReader, versions *Versions,
 // Names implements SourceReader: the cache could miss a source created just before
 // the workload, so the names come from a consistent list.
 func (r *CachedReader) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
-	if r.versions == nil {
+	if r.versions == nil || kind == confighash.SecretProviderClass {
 		return r.live.Names(ctx, namespace, kind)
 	}
 	return r.versions.Names(ctx, namespace, kind)
@@ -178,19 +197,27 @@ func (r *CachedReader) Read(ctx context.Context, namespace string, refs []config
 	if !r.cache.Synced() || !r.cache.Covers(namespace) {
 		return r.live.Read(ctx, namespace, refs, nil)
 	}
+	// The cache answers only for the kinds it keeps; for a SecretProviderClass, only at
+	// the version a touch names: no object tells its current version, only the pods'
+	// reports, which a live read lists.
+	cached := func(ref confighash.SourceRef) bool {
+		return r.cache.Keeps(ref.Kind) && (len(triggers) > 0 || ref.Kind != confighash.SecretProviderClass)
+	}
 	var fresh func(confighash.SourceRef) (confighash.Source, bool)
 	if len(triggers) > 0 {
 		fresh = r.freshAsTriggered(namespace, triggers)
 	} else {
 		var err error
-		if fresh, err = r.freshAsServed(ctx, namespace, refs); err != nil {
+		if fresh, err = r.freshAsServed(ctx, namespace, slices.DeleteFunc(slices.Clone(refs), func(ref confighash.SourceRef) bool { return !cached(ref) })); err != nil {
 			return r.live.Read(ctx, namespace, refs, nil)
 		}
 	}
 	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
 	var misses []confighash.SourceRef
 	for _, ref := range refs {
-		if src, ok := fresh(ref); ok {
+		if !cached(ref) {
+			misses = append(misses, ref)
+		} else if src, ok := fresh(ref); ok {
 			r.metrics.SourceRead(ref.Kind, ReadFromCache)
 			out[ref] = src
 		} else {

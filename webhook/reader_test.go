@@ -34,7 +34,7 @@ func TestAtLeast(t *testing.T) {
 
 func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
 	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "cfg", ResourceVersion: "3"}, Data: map[string]string{"k": "v"}})
-	sources := sourcecache.New(client, []string{"watched"}, sourcecache.Filter{})
+	sources := sourcecache.New(client, []string{"watched"}, sourcecache.Filter{}, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _ = sources.Run(ctx) }()
@@ -42,7 +42,7 @@ func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
 		t.Fatal("cache not synced")
 	}
 	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
-	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, nil), nil, nil)
+	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, nil, nil), nil, nil)
 	got, err := reader.Read(ctx, "other", []confighash.SourceRef{ref}, []confighash.Trigger{{SourceRef: confighash.SourceRef{Kind: confighash.Secret, Name: "x"}, ResourceVersion: "1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestCachedReaderProvesTheCacheWithTheListedVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme, listed("current", "5"), listed("behind", "6"))
-	sources := sourcecache.New(client, nil, sourcecache.Filter{})
+	sources := sourcecache.New(client, nil, sourcecache.Filter{}, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _ = sources.Run(ctx) }()
@@ -79,7 +79,7 @@ func TestCachedReaderProvesTheCacheWithTheListedVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, rec), NewVersions(meta, sourcecache.Filter{}, 5*time.Second, rec), rec)
+	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, rec, nil), NewVersions(meta, sourcecache.Filter{}, 5*time.Second, rec), rec)
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}

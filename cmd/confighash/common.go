@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,6 +23,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watcher"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -37,7 +39,10 @@ type common struct {
 	logFormat, logLevel  string
 	shutdownTimeout      time.Duration
 	reloaderAnnotations  bool
+	csiIntegration       bool
+	profiling            bool
 	kinds                string
+	extraKinds           stringList
 	sourceLabelSelector  string
 	namespaceSelector    string
 	everySelector        string
@@ -47,6 +52,7 @@ type common struct {
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.ops, "ops-address", ":8080", "address of the plain-HTTP server for /healthz, /readyz and /metrics")
+	fs.BoolVar(&c.profiling, "profiling", false, "serve Go's profiles on the ops port, under /debug/pprof/ (heap?gc=1&debug=1 gives the live heap after a collection)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
 	fs.Float64Var(&c.qps, "kube-api-qps", 0, "client-side limit of queries per second to the API server; 0: none, the API server's priority and fairness applies (a limit delays every request once reached)")
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "burst above --kube-api-qps, when it is set")
@@ -60,9 +66,11 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on; the webhook configuration's first namespaceSelector must select the same")
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out (Reloader's --auto-reload-all, per namespace); the webhook configuration's second namespaceSelector must select the same; empty: none")
 	fs.StringVar(&c.kinds, "kinds", "", "comma-separated workload kinds to handle, of deployments, statefulsets, daemonsets, cronjobs, rollouts; empty: all; the webhook configuration's rules must list the same")
+	fs.Var(&c.extraKinds, "extra-kind", extraKindUsage+"; the webhook configuration's rules and the watcher's RBAC must list it too (the chart's extraKinds)")
 	fs.StringVar(&c.sourceLabelSelector, "source-label-selector", "", "label selector: only the ConfigMaps and Secrets that match count; the others are never listed or cached, and count as absent; empty: all")
 	fs.StringVar(&c.rolloutWindow, "rollout-window", "", `when configuration changes may roll workloads whose namespace and annotations do not say, e.g. "Mon-Fri 09:00-17:00 Europe/Berlin; Sat 10:00-12:00 UTC"; empty: any time; the webhook and the watcher must be given the same`)
 	fs.IntVar(&c.waveSize, "wave-size", 0, "roll a change that reaches many workloads in waves of at most this many per namespace, each waiting for the one before to roll out and halting on a failure; 0: all at once unless annotations say; the webhook and the watcher must be given the same")
+	fs.BoolVar(&c.csiIntegration, "enable-csi-integration", false, "count the Secrets Store CSI SecretProviderClasses that pods mount, from the versions the driver reports (Reloader's flag of the same name); both components must be given the same, and may read secretproviderclasspodstatuses (the chart's enableCSIIntegration)")
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
 }
 
@@ -90,10 +98,10 @@ func parseSelectors(optedInFlag, everyFlag string) (namespaces.Selectors, error)
 }
 
 // scope parses the kinds and the source filter.
-func (c *common) scope() ([]confighash.Kind, sourcecache.Filter, error) {
-	kinds, err := confighash.ParseKinds(c.kinds)
+func (c *common) scope() (confighash.Kinds, sourcecache.Filter, error) {
+	kinds, err := confighash.ParseKinds(c.kinds, c.extraKinds)
 	if err != nil {
-		return nil, sourcecache.Filter{}, fmt.Errorf("--kinds: %w", err)
+		return nil, sourcecache.Filter{}, fmt.Errorf("--kinds, --extra-kind: %w", err)
 	}
 	selector, err := labels.Parse(c.sourceLabelSelector)
 	if err != nil {
@@ -117,7 +125,7 @@ func (c *common) pacing() (confighash.Pacing, error) {
 
 // vocabulary is which annotations workloads and sources are read in.
 func (c *common) vocabulary() confighash.Vocabulary {
-	return confighash.Vocabulary{Reloader: c.reloaderAnnotations}
+	return confighash.Vocabulary{Reloader: c.reloaderAnnotations, CSI: c.csiIntegration}
 }
 
 // parse parses the command line; done is set when it only asked for help.
@@ -198,4 +206,23 @@ func (l *namespaceList) Set(v string) error {
 	slices.Sort(names)
 	*l = slices.Compact(names)
 	return nil
+}
+
+// csi returns, with --enable-csi-integration, the client that reads the Secrets Store
+// CSI driver's pod statuses, and again for the sources cache if the API server serves
+// them now: live reads find them once the driver is installed, a cache could not.
+func (c *common) csi(e *env) (live, cached dynamic.Interface, err error) {
+	if !c.csiIntegration {
+		return nil, nil, nil
+	}
+	dyn, err := dynamic.NewForConfig(e.rest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	served, err := watcher.Served(e.client, sourcecache.PodStatuses)
+	if err != nil || !served {
+		e.log.Warn().AnErr("error", err).Msg("the Secrets Store CSI driver's SecretProviderClassPodStatuses are not served: read live until a restart")
+		return dyn, nil, nil
+	}
+	return dyn, dyn, nil
 }

@@ -38,18 +38,31 @@ func badInput(format string, args ...any) error {
 	return &exitError{2, fmt.Errorf(format, args...)}
 }
 
-// fileList is a repeatable flag of file names.
-type fileList []string
+// kinds are the workload kinds explain reads: the built-in ones and --extra-kind.
+func (c *explainConfig) kinds() (confighash.Kinds, error) {
+	kinds, err := confighash.ParseKinds("", c.extraKinds)
+	if err != nil {
+		return nil, badInput("--extra-kind: %v", err)
+	}
+	return kinds, nil
+}
 
-func (l *fileList) String() string     { return strings.Join(*l, ",") }
-func (l *fileList) Set(v string) error { *l = append(*l, v); return nil }
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// extraKindUsage is the --extra-kind flag's usage, the same for every command.
+const extraKindUsage = "an extra workload kind to handle, any whose controller rolls its pods when their template changes: apiVersion:Kind:resource:template path, as in serving.knative.dev/v1:Service:services:spec.template; repeatable"
 
 type explainConfig struct {
 	kubeconfig, context, namespace string
 	installNamespace, keySecret    string
 	hashKeyFile, output            string
-	files, with, withOld           fileList
-	failOnRollout, reloader        bool
+	files, with, withOld           stringList
+	extraKinds                     stringList
+	failOnRollout, reloader, csi   bool
 	namespaceSelector              string
 	everySelector                  string
 	rolloutWindow                  string
@@ -70,9 +83,11 @@ func (c *explainConfig) flags(fs *flag.FlagSet) {
 	fs.Var(&c.withOld, "with-old", "offline: the sources as they were: each workload is taken as hashed with them, to tell which the new ones roll; repeatable")
 	fs.BoolVar(&c.failOnRollout, "fail-on-rollout", false, "exit 1 when a workload would roll")
 	fs.BoolVar(&c.reloader, "reloader-annotations", true, "read Reloader's annotations as aliases, as the components do by default")
+	fs.BoolVar(&c.csi, "enable-csi-integration", false, "count SecretProviderClasses from the Secrets Store CSI driver's pod statuses, as the components' flag")
 	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on, as given to the components")
 	fs.StringVar(&c.rolloutWindow, "rollout-window", "", "the components' --rollout-window, to tell which changes are held")
 	fs.IntVar(&c.waveSize, "wave-size", 0, "the components' --wave-size, to tell which changes are held")
+	fs.Var(&c.extraKinds, "extra-kind", extraKindUsage)
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out, as given to the components; empty: none")
 }
 
@@ -99,7 +114,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return badInput("%v", err)
 	}
-	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader}, Pacing: pacing}
+	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader, CSI: cfg.csi}, Pacing: pacing}
 	var explanations []confighash.Explanation
 	if len(cfg.files) > 0 {
 		if target != "" {

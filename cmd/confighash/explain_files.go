@@ -99,6 +99,10 @@ func sourcesOf(objs []*unstructured.Unstructured) (map[string]map[confighash.Sou
 }
 
 func (c *explainConfig) explainFiles(in confighash.ExplainInput, selectors namespaces.Selectors) ([]confighash.Explanation, error) {
+	kinds, err := c.kinds()
+	if err != nil {
+		return nil, err
+	}
 	read := func(names []string) ([]*unstructured.Unstructured, error) { return readObjects(names, os.Stdin) }
 	workloadObjs, err := read(c.files)
 	if err != nil {
@@ -129,7 +133,7 @@ func (c *explainConfig) explainFiles(in confighash.ExplainInput, selectors names
 	modes := namespaceModes(objs, selectors)
 	var out []confighash.Explanation
 	for _, u := range workloadObjs {
-		w, err := confighash.WorkloadOf(u)
+		w, err := kinds.WorkloadOf(u)
 		if errors.Is(err, confighash.ErrUnsupportedKind) {
 			continue // the sources, and anything else a chart renders
 		}

@@ -22,6 +22,10 @@ import (
 // explain's live half: workloads, sources and the namespace read from the cluster.
 
 func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainInput, selectors namespaces.Selectors, target string) ([]confighash.Explanation, error) {
+	kinds, err := c.kinds()
+	if err != nil {
+		return nil, err
+	}
 	config, ns, err := userKubeconfig(c.kubeconfig, c.context, c.namespace)
 	if err != nil {
 		return nil, err
@@ -40,9 +44,9 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 	var objs []*unstructured.Unstructured
 	if target != "" {
 		kindName, name, ok := strings.Cut(target, "/")
-		k, isKind := workloadKind(kindName)
+		k, isKind := workloadKind(kindName, kinds)
 		if !ok || name == "" || !isKind {
-			return nil, badInput("%q: want kind/name, the kind one of deployment, statefulset, daemonset, cronjob, rollout", target)
+			return nil, badInput("%q: want kind/name, the kind one of deployment, statefulset, daemonset, cronjob, rollout, or an --extra-kind", target)
 		}
 		u, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -53,7 +57,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		}
 		objs = append(objs, u)
 	} else {
-		err := listWorkloads(ctx, dyn, ns, func(_ confighash.Kind, u *unstructured.Unstructured) error {
+		err := listWorkloads(ctx, dyn, ns, kinds, func(_ confighash.Kind, u *unstructured.Unstructured) error {
 			objs = append(objs, u)
 			return nil
 		})
@@ -70,7 +74,11 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 	in.Now = time.Now()
 	nsPacing, pacingErr := namespaces.PacingOf(namespace)
 	in.Pacing = nsPacing.Over(in.Pacing)
-	if in.Sources, err = liveSources(ctx, client, ns); err != nil {
+	var csi dynamic.Interface
+	if c.csi {
+		csi = dyn
+	}
+	if in.Sources, err = liveSources(ctx, client, csi, ns); err != nil {
 		return nil, err
 	}
 	var keyErr error
@@ -83,7 +91,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 	}
 	var out []confighash.Explanation
 	for _, u := range objs {
-		w, err := confighash.WorkloadOf(u)
+		w, err := kinds.WorkloadOf(u)
 		if err != nil {
 			if target != "" {
 				return nil, badInput("%s %s: %v", u.GetKind(), u.GetName(), err)
@@ -126,24 +134,24 @@ func userKubeconfig(path, context, namespace string) (*rest.Config, string, erro
 	return config, namespace, nil
 }
 
-// workloadKind reads a workload kind as kubectl takes it: deployment, deployments.
-func workloadKind(name string) (confighash.Kind, bool) {
-	kinds, err := confighash.ParseKinds(name)
-	if err != nil {
-		kinds, err = confighash.ParseKinds(name + "s")
+// workloadKind reads a workload kind of kinds as kubectl takes it: deployment,
+// deployments, Deployment.
+func workloadKind(name string, kinds confighash.Kinds) (confighash.Kind, bool) {
+	name = strings.ToLower(name)
+	for _, k := range kinds {
+		if name == k.Resource || name == strings.ToLower(k.Kind) || name+"s" == k.Resource {
+			return k, true
+		}
 	}
-	if err != nil || len(kinds) != 1 {
-		return confighash.Kind{}, false
-	}
-	return kinds[0], true
+	return confighash.Kind{}, false
 }
 
 // listWorkloads calls fn with each workload of the namespace, of every kind served.
-func listWorkloads(ctx context.Context, dyn dynamic.Interface, ns string, fn func(confighash.Kind, *unstructured.Unstructured) error) error {
-	for _, k := range confighash.Kinds {
+func listWorkloads(ctx context.Context, dyn dynamic.Interface, ns string, kinds confighash.Kinds, fn func(confighash.Kind, *unstructured.Unstructured) error) error {
+	for _, k := range kinds {
 		list, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if apierrors.IsNotFound(err) && k.Kind == confighash.Rollout.Kind {
-			continue // Argo Rollouts not installed
+		if apierrors.IsNotFound(err) && !k.Typed() {
+			continue // a custom resource not installed, as Argo Rollouts
 		}
 		if err != nil {
 			return fmt.Errorf("list %s in %s: %w", k.Resource, ns, err)
@@ -157,8 +165,8 @@ func listWorkloads(ctx context.Context, dyn dynamic.Interface, ns string, fn fun
 	return nil
 }
 
-// liveSources reads the namespace's ConfigMaps and Secrets as digest views.
-func liveSources(ctx context.Context, client kubernetes.Interface, ns string) (map[confighash.SourceRef]confighash.Source, error) {
+// liveSources reads the namespace's ConfigMaps and Secrets, and with csi its SecretProviderClasses, as digest views.
+func liveSources(ctx context.Context, client kubernetes.Interface, csi dynamic.Interface, ns string) (map[confighash.SourceRef]confighash.Source, error) {
 	out := map[confighash.SourceRef]confighash.Source{}
 	cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -175,6 +183,13 @@ func liveSources(ctx context.Context, client kubernetes.Interface, ns string) (m
 	for i := range secrets.Items {
 		s := confighash.SourceOfSecret(&secrets.Items[i])
 		out[s.SourceRef] = s
+	}
+	classes, err := sourcecache.ListProviderClasses(ctx, csi, ns)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range classes {
+		out[d.Source.SourceRef] = d.Source
 	}
 	return out, nil
 }

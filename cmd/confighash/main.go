@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
 	// Rollout windows name time zones; the image has no zoneinfo.
 	_ "time/tzdata"
 )

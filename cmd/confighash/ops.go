@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -23,9 +24,17 @@ func newRegistry() *prometheus.Registry {
 }
 
 // opsHandler serves /healthz (the process runs), /readyz (every check passes) and
-// /metrics, on the plain-HTTP ops port.
-func opsHandler(reg *prometheus.Registry, ready ...func() bool) http.Handler {
+// /metrics, on the plain-HTTP ops port; with profiling, Go's /debug/pprof/ too.
+func opsHandler(reg *prometheus.Registry, profiling bool, ready ...func() bool) http.Handler {
 	mux := http.NewServeMux()
+	if profiling {
+		// heap?gc=1&debug=1 collects first: the live heap, as the benchmarks read it.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		for _, ok := range ready {
@@ -57,9 +66,10 @@ func listen(name, addr string, srv *http.Server, tlsOn bool) (*server, error) {
 	return &server{name: name, srv: srv, ln: ln, tlsOn: tlsOn}, nil
 }
 
-// listenOps binds the ops server: /healthz, /readyz with ready, /metrics from reg.
-func listenOps(addr string, reg *prometheus.Registry, ready ...func() bool) (*server, error) {
-	return listen("ops", addr, &http.Server{Handler: opsHandler(reg, ready...), ReadHeaderTimeout: 5 * time.Second}, false)
+// listenOps binds the ops server: /healthz, /readyz with ready, /metrics from reg,
+// and with profiling /debug/pprof/.
+func listenOps(addr string, reg *prometheus.Registry, profiling bool, ready ...func() bool) (*server, error) {
+	return listen("ops", addr, &http.Server{Handler: opsHandler(reg, profiling, ready...), ReadHeaderTimeout: 5 * time.Second}, false)
 }
 
 // run serves until ctx is done, then shuts down within timeout.

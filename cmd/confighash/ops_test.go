@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ func TestDrainingClosesEachConnectionAfterItsAnswer(t *testing.T) {
 
 func TestReadyzWaitsForEveryCheck(t *testing.T) {
 	ready := false
-	h := opsHandler(newRegistry(), func() bool { return true }, func() bool { return ready })
+	h := opsHandler(newRegistry(), false, func() bool { return true }, func() bool { return ready })
 	status := func(path string) int {
 		rr := httptest.NewRecorder()
 		h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
@@ -111,5 +112,19 @@ func TestReadyzWaitsForEveryCheck(t *testing.T) {
 	ready = true
 	if got := status("/readyz"); got != http.StatusOK {
 		t.Fatalf("/readyz = %d, want 200", got)
+	}
+}
+
+func TestProfilesOnlyWithProfiling(t *testing.T) {
+	get := func(profiling bool) *httptest.ResponseRecorder {
+		rr := httptest.NewRecorder()
+		opsHandler(newRegistry(), profiling).ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/debug/pprof/heap?gc=1&debug=1", nil))
+		return rr
+	}
+	if rr := get(false); rr.Code != http.StatusNotFound {
+		t.Fatalf("without --profiling: %d, want 404", rr.Code)
+	}
+	if rr := get(true); rr.Code != http.StatusOK || !strings.Contains(rr.Body.String(), "# HeapAlloc = ") {
+		t.Fatalf("with --profiling: %d, want 200 and the heap after a collection:\n%.300s", rr.Code, rr.Body.String())
 	}
 }

@@ -24,6 +24,7 @@ It removes the workloads' ` + confighash.AnnotationHeld + ` annotation, as kubec
 
 type resumeConfig struct {
 	kubeconfig, context, namespace string
+	extraKinds                     stringList
 }
 
 func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
@@ -33,6 +34,7 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs.StringVar(&cfg.context, "context", "", "kubeconfig context")
 	fs.StringVar(&cfg.namespace, "n", "", "the namespace; default: the context's")
 	fs.StringVar(&cfg.namespace, "namespace", "", "the namespace (as -n)")
+	fs.Var(&cfg.extraKinds, "extra-kind", extraKindUsage)
 	positional, err := parseInterspersed(fs, args, stdout, resumeSummary)
 	if positional == nil || err != nil {
 		return err
@@ -40,7 +42,11 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if len(positional) != 1 || positional[0] == "" {
 		return badInput("name a source (configmap/app) or a workload (deployment/web)")
 	}
-	held, err := heldMatcher(positional[0])
+	kinds, err := confighash.ParseKinds("", cfg.extraKinds)
+	if err != nil {
+		return badInput("--extra-kind: %v", err)
+	}
+	held, err := heldMatcher(positional[0], kinds)
 	if err != nil {
 		return err
 	}
@@ -54,7 +60,7 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, confighash.AnnotationHeld))
 	resumed := 0
-	err = listWorkloads(ctx, dyn, ns, func(k confighash.Kind, u *unstructured.Unstructured) error {
+	err = listWorkloads(ctx, dyn, ns, kinds, func(k confighash.Kind, u *unstructured.Unstructured) error {
 		marker, ok := u.GetAnnotations()[confighash.AnnotationHeld]
 		if !ok || !held(k.Kind, u.GetName(), marker) {
 			return nil
@@ -79,7 +85,7 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 
 // heldMatcher returns what selects the held workloads to resume: those held for a
 // change of a source, or one workload.
-func heldMatcher(target string) (func(kind, name, marker string) bool, error) {
+func heldMatcher(target string, kinds confighash.Kinds) (func(kind, name, marker string) bool, error) {
 	kindName, name, ok := strings.Cut(target, "/")
 	if !ok || name == "" {
 		return nil, badInput("%q: want kind/name", target)
@@ -90,7 +96,7 @@ func heldMatcher(target string) (func(kind, name, marker string) bool, error) {
 			return func(_, _, marker string) bool { return strings.HasPrefix(marker, prefix) }, nil
 		}
 	}
-	kind, ok := workloadKind(kindName)
+	kind, ok := workloadKind(kindName, kinds)
 	if !ok {
 		return nil, badInput("%q: want configmap/name, secret/name, or a workload such as deployment/name", target)
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -33,7 +34,7 @@ const watcherSummary = "confighash watcher: touches the workloads whose ConfigMa
 
 type watcherConfig struct {
 	common
-	debounce                    time.Duration
+	debounce, quietPeriod       time.Duration
 	touchRate                   float64
 	workers, healAfter          int
 	waveThreshold, maxRolling   int
@@ -52,7 +53,8 @@ type alertConfig struct {
 
 func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	c.common.flags(fs, 10*time.Second)
-	fs.DurationVar(&c.debounce, "debounce", time.Second, "wait after a change before touching, so that changes made together roll once")
+	fs.DurationVar(&c.quietPeriod, "quiet-period", 100*time.Millisecond, "touch once no change reached a workload for this long, so that changes made together (a helm upgrade writes its objects some 10 ms apart) roll it once")
+	fs.DurationVar(&c.debounce, "debounce", time.Second, "touch at most this long after the first change, however long changes go on")
 	fs.Float64Var(&c.touchRate, "touch-rate", 50, "touches per second at most for the workloads one change reaches; other changes are not held behind them")
 	fs.IntVar(&c.workers, "workers", 4, "workloads touched in parallel")
 	fs.BoolVar(&c.alerts.on, "alert-on-reload", false, "send an alert when workloads roll, are healed, or cannot be")
@@ -91,13 +93,14 @@ func (c alertConfig) notifier(reg prometheus.Registerer, log zerolog.Logger) (*a
 	})
 }
 
-// errRolloutsServed stops the process when Argo Rollouts is installed after it
-// started: the restart watches Rollouts too, and its resync converges them.
-var errRolloutsServed = errors.New("the Argo Rollouts API is now served: restarting to watch Rollouts")
+// errServed stops the process when the API server starts serving a resource it would
+// watch after it started, as when Argo Rollouts, a kind's CRD or the Secrets Store CSI
+// driver is installed: the restart watches it too, and its resync converges.
+var errServed = errors.New("restarting to watch a resource now served")
 
-// awaitRollouts returns errRolloutsServed once the API server serves Argo Rollouts,
+// awaitServed returns errServed once the API server serves one of the resources,
 // asking discovery every interval. An error counts as not yet.
-func awaitRollouts(ctx context.Context, client kubernetes.Interface, interval time.Duration) error {
+func awaitServed(ctx context.Context, client kubernetes.Interface, resources []schema.GroupVersionResource, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -105,8 +108,10 @@ func awaitRollouts(ctx context.Context, client kubernetes.Interface, interval ti
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if served, _ := watcher.RolloutsServed(client); served {
-				return errRolloutsServed
+			for _, r := range resources {
+				if served, _ := watcher.Served(client, r); served {
+					return fmt.Errorf("%w: %s", errServed, r.GroupResource())
+				}
 			}
 		}
 	}
@@ -161,7 +166,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	wcfg := watcher.Config{
 		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
-		Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
+		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		Events: events, Metrics: recorder, Log: log,
@@ -173,15 +178,15 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops, err := listenOps(cfg.ops, reg, w.Synced)
+	ops, err := listenOps(cfg.ops, reg, cfg.profiling, w.Synced)
 	if err != nil {
 		return err
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
-	if wcfg.HandlesRollouts() && !w.WatchesRollouts() {
-		g.Go(func() error { return awaitRollouts(ctx, client, 10*time.Second) })
+	if unwatched := w.Unwatched(); len(unwatched) > 0 {
+		g.Go(func() error { return awaitServed(ctx, client, unwatched, 10*time.Second) })
 	}
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	if notifier != nil {

@@ -126,12 +126,16 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	sources := sourcecache.New(client, cfg.watched, filter)
+	csi, cached, err := cfg.csi(e)
+	if err != nil {
+		return err
+	}
+	sources := sourcecache.New(client, cfg.watched, filter, cached)
 	meta, err := metadata.NewForConfig(e.rest)
 	if err != nil {
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
 	})
@@ -158,7 +162,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops, err := listenOps(cfg.ops, reg, serving.Ready, sources.Synced, gate.HasSynced, func() bool { return !draining.Load() })
+	ops, err := listenOps(cfg.ops, reg, cfg.profiling, serving.Ready, sources.Synced, gate.HasSynced, func() bool { return !draining.Load() })
 	if err != nil {
 		return err
 	}

@@ -695,6 +695,28 @@ func (c *Cluster) WaitRolledOut(ctx context.Context, namespace, name string) err
 	return err
 }
 
+// SecretsStoreCSIVersion is the Secrets Store CSI driver whose CRDs the tests install.
+const SecretsStoreCSIVersion = "v1.5.3"
+
+// InstallSecretsStoreCRDs installs the Secrets Store CSI driver's CRDs, from its Go
+// module, which the project does not require: it is downloaded from the module proxy.
+func (c *Cluster) InstallSecretsStoreCRDs(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", "sigs.k8s.io/secrets-store-csi-driver@"+SecretsStoreCSIVersion).Output()
+	if err != nil {
+		return fmt.Errorf("download the Secrets Store CSI driver's module: %w", err)
+	}
+	var module struct{ Dir string }
+	if err := json.Unmarshal(out, &module); err != nil || module.Dir == "" {
+		return fmt.Errorf("download the Secrets Store CSI driver's module: %s", out)
+	}
+	crds := filepath.Join(module.Dir, "config", "crd", "bases")
+	if _, err := c.Kubectl(ctx, nil, "apply", "--server-side", "-f", crds); err != nil {
+		return err
+	}
+	_, err = c.Kubectl(ctx, nil, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
+	return err
+}
+
 // InstallCertManagerCRDs installs every CRD of the cert-manager module the project
 // requires and waits until each is served.
 func (c *Cluster) InstallCertManagerCRDs(ctx context.Context) error {

@@ -159,35 +159,45 @@ func cronJob(name string, tmpl corev1.PodTemplateSpec) *batchv1.CronJob {
 
 var rolloutGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "rollouts"}
 
-// rolloutCRD is enough of Argo Rollouts' CRD to admit Rollouts: their schema is kept
-// open, as confighash reads them without Argo's types.
-const rolloutCRD = `apiVersion: apiextensions.k8s.io/v1
+// customCRD is enough of a CRD to admit objects of any shape, with a status
+// subresource, so that the generation counts changes of the spec alone; confighash
+// reads such kinds, as Argo Rollouts, without their types.
+func customCRD(gvr schema.GroupVersionResource, kind string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: rollouts.argoproj.io
+  name: %[1]s.%[2]s
 spec:
-  group: argoproj.io
-  names: {kind: Rollout, listKind: RolloutList, plural: rollouts, singular: rollout}
+  group: %[2]s
+  names: {kind: %[3]s, listKind: %[3]sList, plural: %[1]s, singular: %[4]s}
   scope: Namespaced
   versions:
-  - name: v1alpha1
+  - name: %[5]s
     served: true
     storage: true
+    subresources: {status: {}}
     schema:
       openAPIV3Schema:
         type: object
         x-kubernetes-preserve-unknown-fields: true
-`
+`, gvr.Resource, gvr.Group, kind, strings.ToLower(kind), gvr.Version)
+}
+
+// installCRD installs the CRD of a custom kind, if it is not yet.
+func installCRD(t testing.TB, c *cluster.Cluster, gvr schema.GroupVersionResource, kind string) {
+	t.Helper()
+	if _, err := c.Kubectl(t.Context(), []byte(customCRD(gvr, kind)), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "crd/"+gvr.GroupResource().String(), "--timeout=30s"); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // installRolloutCRD installs the Rollout CRD, if it is not yet.
 func installRolloutCRD(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
-	if _, err := c.Kubectl(t.Context(), []byte(rolloutCRD), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Kubectl(t.Context(), nil, "wait", "--for=condition=Established", "crd/rollouts.argoproj.io", "--timeout=30s"); err != nil {
-		t.Fatal(err)
-	}
+	installCRD(t, c, rolloutGVR, "Rollout")
 }
 
 // uninstallRolloutCRD deletes the Rollout CRD, with every Rollout, and waits until
@@ -223,15 +233,20 @@ func createRollout(t testing.TB, c *cluster.Cluster, ns, name string, tmpl corev
 			"template": rawTmpl,
 		},
 	}}
+	return createCustom(t, c, rolloutGVR, ns, u)
+}
+
+// createCustom creates an object of a custom kind, waiting for a fresh CRD to be served.
+func createCustom(t testing.TB, c *cluster.Cluster, gvr schema.GroupVersionResource, ns string, u *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A fresh CRD may take a moment to be served.
 	var out *unstructured.Unstructured
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, err = dyn.Resource(rolloutGVR).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{})
+		out, err = dyn.Resource(gvr).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{})
 		if err == nil || time.Now().After(deadline) {
 			break
 		}

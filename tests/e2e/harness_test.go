@@ -293,7 +293,20 @@ const webhookConfigName = "confighash-e2e"
 
 func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
-	cfg := webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr), CABundle: w.ca.CertPEM}, defaultScope())
+	// Its rules list the extra kinds it is given, as the chart's do.
+	scope := defaultScope()
+	var extra []string
+	for _, arg := range w.args {
+		if kind, ok := strings.CutPrefix(arg, "--extra-kind="); ok {
+			extra = append(extra, kind)
+		}
+	}
+	kinds, err := confighash.ParseKinds("", extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope.Kinds = kinds
+	cfg := webhook.Configuration(webhookConfigName, admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + w.addr), CABundle: w.ca.CertPEM}, scope)
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	_ = api.Delete(t.Context(), webhookConfigName, metav1.DeleteOptions{})
 	if _, err := api.Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
@@ -385,6 +398,24 @@ func (p *component) metric(t testing.TB, prefix string) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// liveHeap forces a collection in a component started with --profiling and returns
+// its live heap, in bytes.
+func (p *component) liveHeap(t testing.TB) float64 {
+	t.Helper()
+	resp, err := http.Get(p.ops + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var heap float64
+	found := false
+	forEachSample(resp.Body, "# HeapAlloc = ", func(_ string, v float64) { heap, found = v, true })
+	if !found {
+		t.Fatalf("%s: no HeapAlloc in its heap profile: was it started with --profiling?", p.ops)
+	}
+	return heap
 }
 
 func (p *component) metricValue(prefix string) (float64, error) {

@@ -113,8 +113,15 @@ var installVariants = map[string]struct {
 	},
 }
 
-// chartOptional turns on the chart's objects that the kustomizations do not have.
-var chartOptional = []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true"}
+// chartOptional turns on the chart's objects and values that the kustomizations do not
+// have: among them the CSI integration, and extra kinds, one at a template path of its
+// own.
+var chartOptional = []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "enableCSIIntegration=true",
+	"--set-json", `extraKinds=[{"apiVersion":"serving.knative.dev/v1","kind":"Service","resource":"services","template":"spec.template"},` +
+		`{"apiVersion":"apps.example.com/v1","kind":"Web","resource":"webs","template":"spec.workload.template"}]`}
+
+// chartExtraKinds are chartOptional's extra kinds, as the components read them.
+var chartExtraKinds = []string{"serving.knative.dev/v1:Service:services:spec.template", "apps.example.com/v1:Web:webs:spec.workload.template"}
 
 // helmTemplate lints the chart and renders it for release namespace confighash.
 func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
@@ -154,7 +161,12 @@ func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T)
 			if _, err := c.Kubectl(t.Context(), rendered, "apply", "--dry-run=server", "-f", "-"); err != nil {
 				t.Fatalf("the API server refused the chart: %v", err)
 			}
-			checkWebhookConfiguration(t, rendered, v.namespaces...)
+			checkWebhookConfiguration(t, rendered, confighash.Vocabulary{Reloader: true, CSI: true}, chartExtraKinds, v.namespaces...)
+			for _, extra := range chartExtraKinds {
+				if !bytes.Contains(rendered, []byte(`"--extra-kind=`+extra+`"`)) {
+					t.Errorf("the chart does not give the components --extra-kind=%s", extra)
+				}
+			}
 		})
 	}
 }
@@ -162,7 +174,9 @@ func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T)
 func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	for variant, v := range installVariants {
-		t.Run(variant, func(t *testing.T) { checkWebhookConfiguration(t, kustomize(t, c, variant), v.namespaces...) })
+		t.Run(variant, func(t *testing.T) {
+			checkWebhookConfiguration(t, kustomize(t, c, variant), confighash.Vocabulary{Reloader: true}, nil, v.namespaces...)
+		})
 	}
 }
 
@@ -229,7 +243,7 @@ func dropHelmLabels(v any) {
 	}
 }
 
-func checkWebhookConfiguration(t *testing.T, rendered []byte, namespaces ...string) {
+func checkWebhookConfiguration(t *testing.T, rendered []byte, vocabulary confighash.Vocabulary, extraKinds []string, namespaces ...string) {
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
 	var installed *admissionregistrationv1.MutatingWebhookConfiguration
 	for {
@@ -250,7 +264,11 @@ func checkWebhookConfiguration(t *testing.T, rendered []byte, namespaces ...stri
 	}
 	client := installed.Webhooks[0].ClientConfig.DeepCopy()
 	client.Service.Path = nil
-	want := webhook.Configuration("confighash", *client, webhook.Scope{InstallNamespace: "confighash", Namespaces: namespaces, Vocabulary: confighash.Vocabulary{Reloader: true}})
+	kinds, err := confighash.ParseKinds("", extraKinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := webhook.Configuration("confighash", *client, webhook.Scope{InstallNamespace: "confighash", Namespaces: namespaces, Vocabulary: vocabulary, Kinds: kinds})
 	if !equality.Semantic.DeepEqual(installed.Webhooks, want.Webhooks) {
 		got, _ := json.MarshalIndent(installed.Webhooks, "", "  ")
 		exp, _ := json.MarshalIndent(want.Webhooks, "", "  ")

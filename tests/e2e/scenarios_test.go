@@ -219,19 +219,19 @@ func BenchmarkScenarioMixedKinds(b *testing.B) {
 			create(b, c.Client.AppsV1().DaemonSets(ns).Create, daemonSet(name("daemonset"), tmpl))
 			create(b, c.Client.BatchV1().CronJobs(ns).Create, cronJob(name("cronjob"), tmpl))
 			createRollout(b, c, ns, name("rollout"), tmpl)
-			for _, k := range confighash.Kinds {
+			for _, k := range confighash.Builtin {
 				l.Use(k, ns, name(strings.ToLower(k.Kind)), ledger.ConfigMapIn(ns, "shared"))
 			}
 		}
 		startBenchWatcher(b, c)
-		for _, k := range confighash.Kinds {
+		for _, k := range confighash.Builtin {
 			l.Watch(b, k)
 		}
 		mustDrive(b, c, l, 5*time.Second, updates*5*time.Second, func() ledger.Source { return ledger.ConfigMapIn(ns, "shared") })
 		l.Settle(b, time.Minute, quietPeriod)
 		o := l.Outcome(time.Time{})
 		met := addOutcome(s, o)
-		for _, k := range confighash.Kinds {
+		for _, k := range confighash.Builtin {
 			s.Add("rollouts "+k.Kind, float64(o.ByKind[k.Kind]), "count")
 			met = met && o.ByKind[k.Kind] == each*updates
 		}
@@ -288,23 +288,27 @@ func BenchmarkScenarioMemoryAtRest(b *testing.B) {
 		for i := range nss {
 			nss[i] = labeledNamespace(b, c)
 		}
+		// measure returns each component's live heap in MiB, unrounded: the per-object
+		// costs divide its growth by thousands of objects.
 		measure := func(step string) (watcherMiB, webhookMiB float64) {
-			wh := startWebhook(b, c, benchLogLevel)
-			w := startBenchWatcher(b, c)
+			wh := startWebhook(b, c, benchLogLevel, "--profiling")
+			w := startBenchWatcher(b, c, "--profiling")
 			waitFor(b, 5*time.Minute, "the resync", func() bool {
 				return w.metric(b, "confighash_watcher_drifted_workloads") == 0 && w.metric(b, "confighash_watcher_queue_depth") == 0
 			})
 			time.Sleep(10 * time.Second) // idle, as it would be at rest
+			heap := map[string]float64{}
 			for _, p := range []struct {
 				name string
 				c    *component
 			}{{"watcher", w}, {"webhook", wh.component}} {
+				heap[p.name] = p.c.liveHeap(b) / (1 << 20)
 				s.Add(step+" "+p.name+" RSS", roundMiB(rssMiB(b, p.c.cmd.Process.Pid)), "MiB")
-				s.Add(step+" "+p.name+" heap", roundMiB(p.c.metric(b, "go_memstats_heap_inuse_bytes")/(1<<20)), "MiB")
+				s.Add(step+" "+p.name+" heap", roundMiB(heap[p.name]), "MiB")
 			}
 			w.stop(b)
 			wh.stop(b)
-			return s.Figure(step + " watcher heap"), s.Figure(step + " webhook heap")
+			return heap["watcher"], heap["webhook"]
 		}
 		emptyW, emptyWh := measure("empty")
 		parallel(b, 8, secrets, func(i int) error {
@@ -341,11 +345,12 @@ func BenchmarkScenarioMemoryAtRest(b *testing.B) {
 			empty, sources, all float64
 		}{{"watcher", emptyW, sourcesW, allW}, {"webhook", emptyWh, sourcesWh, allWh}} {
 			src, wl := max(0, perSource(p.empty, p.sources)), max(0, perWorkload(p.sources, p.all))
-			s.Add(p.name+" heap per ledger.Source", math.Round(src), "bytes")
+			s.Add(p.name+" heap per source", math.Round(src), "bytes")
 			s.Add(p.name+" heap per workload", math.Round(wl), "bytes")
 			s.Add(p.name+" heap projected for 100,000 workloads and 1,000,000 sources", roundMiB(p.empty+(src*bigSources+wl*bigWorkloads)/(1<<20)), "MiB")
 		}
-		s.Notes = append(s.Notes, "Per-object costs are the growth of the heap in use between the steps, divided by the objects added (a cost below zero, from measurement noise, counts as zero). "+
+		s.Notes = append(s.Notes, "Heap is the live heap right after a forced collection (HeapAlloc from /debug/pprof/heap?gc=1&debug=1, with --profiling). "+
+			"Per-object costs are its growth between the steps, divided by the objects added (a cost below zero counts as zero). "+
 			"The projection adds them to the empty heap. Go's garbage collector lets the heap grow to about twice what is live before it collects (GOGC=100), so set a memory limit of about twice the projection, plus some 20 MiB for the runtime and the binary.")
 		s.Judge("with 550 MiB of values in the cluster, each component stays under 64 MiB resident: no value is kept",
 			s.Figure("all watcher RSS") < 64 && s.Figure("all webhook RSS") < 64)

@@ -403,7 +403,7 @@ func TestWatcherRestartsToWatchRolloutsInstalledAfterIt(t *testing.T) {
 	if err == nil {
 		t.Fatal("the watcher exited with status 0; a restart is what makes it watch Rollouts")
 	}
-	if log := cluster.LogTail(w.logPath, 5); !strings.Contains(log, "the Argo Rollouts API is now served: restarting to watch Rollouts") {
+	if log := cluster.LogTail(w.logPath, 5); !strings.Contains(log, "restarting to watch a resource now served: rollouts.argoproj.io") {
 		t.Fatalf("the watcher ended (%v) without saying why:\n%s", err, log)
 	}
 	// Restarted, it watches them: a Rollout rolls on a change.

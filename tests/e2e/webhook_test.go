@@ -298,7 +298,7 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 
 	// A cache that stops watching once synced: it keeps what it saw, and never sees
 	// what follows, as an informer that lags would not for a while.
-	sources := sourcecache.New(c.Client, []string{ns}, sourcecache.Filter{})
+	sources := sourcecache.New(c.Client, []string{ns}, sourcecache.Filter{}, nil)
 	watching, stopWatching := context.WithCancel(t.Context())
 	go func() { _ = sources.Run(watching) }()
 	if !sources.WaitSynced(watching) {
@@ -312,7 +312,7 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 	created := createConfigMap(t, c, ns, "created", map[string]string{"k": "v"})
 
 	rec := &readCounter{}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, rec), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, rec), rec)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, rec, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, rec), rec)
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}

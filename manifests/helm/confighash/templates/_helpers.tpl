@@ -67,6 +67,12 @@ affinity:
 {{- if ne (join "," .Values.kinds) "deployments,statefulsets,daemonsets,cronjobs,rollouts" }}
 - {{ printf "--kinds=%s" (join "," .Values.kinds) | quote }}
 {{- end }}
+{{- if .Values.enableCSIIntegration }}
+- --enable-csi-integration
+{{- end }}
+{{- range .Values.extraKinds }}
+- {{ printf "--extra-kind=%s:%s:%s:%s" .apiVersion (required "extraKinds: each needs kind" .kind) .resource .template | quote }}
+{{- end }}
 {{- with .Values.sourceLabelSelector }}
 - {{ printf "--source-label-selector=%s" . | quote }}
 {{- end }}

@@ -1,0 +1,120 @@
+package sourcecache
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"maps"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/confighash/confighash"
+)
+
+// The Secrets Store CSI driver writes one SecretProviderClassPodStatus per pod and
+// mounted SecretProviderClass: the versions of the objects it mounted, updated as it
+// rotates them. What a SecretProviderClass holds is read from them, never from the
+// provider.
+
+// PodStatuses is the resource of the driver's SecretProviderClassPodStatuses.
+var PodStatuses = schema.GroupVersionResource{Group: "secrets-store.csi.x-k8s.io", Version: "v1", Resource: "secretproviderclasspodstatuses"}
+
+// providerClassIndex indexes pod statuses by "namespace/SecretProviderClass name".
+const providerClassIndex = "secretProviderClass"
+
+func indexByProviderClass(obj any) ([]string, error) {
+	if d, ok := obj.(*Digested); ok && d.Source.Kind == confighash.SecretProviderClass {
+		return []string{d.Namespace + "/" + d.Source.Name}, nil
+	}
+	return nil, nil
+}
+
+// PodStatus is one pod's report as a Digested of its SecretProviderClass: each
+// object's version, by object id, digested as a value is.
+func PodStatus(u *unstructured.Unstructured) *Digested {
+	class, _, _ := unstructured.NestedString(u.Object, "status", "secretProviderClassName")
+	objects, _, _ := unstructured.NestedSlice(u.Object, "status", "objects")
+	data := make(map[string]confighash.Sum, len(objects))
+	for _, o := range objects {
+		m, _ := o.(map[string]any)
+		id, _ := m["id"].(string)
+		version, _ := m["version"].(string)
+		if id != "" {
+			data[id] = sha256.Sum256([]byte(version))
+		}
+	}
+	meta := metav1.ObjectMeta{CreationTimestamp: u.GetCreationTimestamp(), ManagedFields: u.GetManagedFields()}
+	return &Digested{
+		ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion()},
+		Created:    meta.CreationTimestamp.Time,
+		Written:    lastWritten(&meta),
+		Source: confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: class},
+			Present: true, Data: data},
+	}
+}
+
+// ProviderClass returns what a SecretProviderClass holds from the pods' reports of
+// it: each object at the version its latest report gives, so that a rotation seen on
+// one pod counts at once and the same rotation seen on the others changes nothing.
+// Its resourceVersion and times are the latest report's. Uniform says every report
+// agrees: then every pod that mounts it holds its current data. nil when no pod
+// reports it.
+func ProviderClass(reports []*Digested) *Digested {
+	if len(reports) == 0 {
+		return nil
+	}
+	rv := func(d *Digested) uint64 { n, _ := strconv.ParseUint(d.ResourceVersion, 10, 64); return n }
+	latest := reports[0]
+	for _, d := range reports[1:] {
+		if rv(d) > rv(latest) {
+			latest = d
+		}
+	}
+	out := &Digested{ObjectMeta: metav1.ObjectMeta{Name: latest.Source.Name, Namespace: latest.Namespace, ResourceVersion: latest.ResourceVersion},
+		Created: latest.Created, Written: latest.Written, Uniform: true}
+	out.Source = latest.Source
+	out.Source.Data = map[string]confighash.Sum{}
+	newest := map[string]uint64{}
+	for _, d := range reports {
+		for id, sum := range d.Source.Data {
+			if n := rv(d); newest[id] <= n {
+				out.Source.Data[id], newest[id] = sum, n
+			}
+		}
+	}
+	for _, d := range reports {
+		out.Uniform = out.Uniform && maps.Equal(d.Source.Data, out.Source.Data)
+	}
+	return out
+}
+
+// ListProviderClasses reads the namespace's SecretProviderClasses live, as
+// ProviderClass reads them from the pods' reports, by name; none without csi, or while
+// the driver is not installed.
+func ListProviderClasses(ctx context.Context, csi dynamic.Interface, namespace string) (map[string]*Digested, error) {
+	if csi == nil {
+		return nil, nil
+	}
+	list, err := csi.Resource(PodStatuses).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the SecretProviderClassPodStatuses of %s: %w", namespace, err)
+	}
+	reports := map[string][]*Digested{}
+	for i := range list.Items {
+		d := PodStatus(&list.Items[i])
+		reports[d.Source.Name] = append(reports[d.Source.Name], d)
+	}
+	classes := make(map[string]*Digested, len(reports))
+	for name, r := range reports {
+		classes[name] = ProviderClass(r)
+	}
+	return classes, nil
+}

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// appChart is a release of a ConfigMap, a Secret and a Deployment that uses both, as
+// charts are written.
+var appChart = map[string]string{
+	"Chart.yaml":  "apiVersion: v2\nname: app\nversion: 0.1.0\n",
+	"values.yaml": "config: a\npassword: p\n",
+	"templates/configmap.yaml": `apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config}
+data: {greeting: {{ .Values.config | quote }}}
+`,
+	"templates/secret.yaml": `apiVersion: v1
+kind: Secret
+metadata: {name: app-secret}
+stringData: {password: {{ .Values.password | quote }}}
+`,
+	"templates/deployment.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+  annotations: {confighash.dev/inject: "true"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers:
+      - name: app
+        image: example.com/app:1
+        envFrom:
+        - configMapRef: {name: app-config}
+        - secretRef: {name: app-secret}
+`,
+}
+
+// defaultDebounce is the watcher's default --debounce: this test checks the default.
+const defaultDebounce = "1s"
+
+// TestAHelmUpgradeOfAConfigMapAndASecretRollsOnce upgrades a release three times, each
+// changing its ConfigMap and its Secret: three rollouts, one each. It logs how far
+// apart helm wrote the two, which the watcher's quiet period must exceed.
+func TestAHelmUpgradeOfAConfigMapAndASecretRollsOnce(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	helm, err := cluster.Helm(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart := t.TempDir()
+	for name, text := range appChart {
+		path := filepath.Join(chart, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startWebhook(t, c)
+	startWatcher(t, c, "--debounce="+defaultDebounce)
+	ns := labeledNamespace(t, c)
+	run := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(helm, append(args, "app", chart, "--namespace", ns, "--kubeconfig", c.Kubeconfig)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("helm %s: %v\n%s", args[0], err, out)
+		}
+	}
+	run("install")
+	expectRollouts(t, c, ns, map[string]int{"app": 1})
+
+	// When each write reached a watch: the gap between a release's two writes.
+	var mu sync.Mutex
+	seen := map[string][]time.Time{}
+	follow := func(w watch.Interface, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		go func() {
+			for e := range w.ResultChan() {
+				if m, ok := e.Object.(metav1.Object); ok && e.Type == watch.Modified {
+					mu.Lock()
+					seen[m.GetName()] = append(seen[m.GetName()], time.Now())
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	follow(c.Client.CoreV1().ConfigMaps(ns).Watch(t.Context(), metav1.ListOptions{}))
+	follow(c.Client.CoreV1().Secrets(ns).Watch(t.Context(), metav1.ListOptions{}))
+	var gaps []time.Duration
+	for i := range 3 {
+		run("upgrade", "--set", fmt.Sprintf("config=c%d,password=p%d", i, i))
+		expectRollouts(t, c, ns, map[string]int{"app": 2 + i})
+		mu.Lock()
+		cm, secret := seen["app-config"], seen["app-secret"]
+		if len(cm) == i+1 && len(secret) == i+1 {
+			gaps = append(gaps, cm[i].Sub(secret[i]).Abs())
+		}
+		mu.Unlock()
+	}
+	slices.Sort(gaps)
+	t.Logf("helm upgrade wrote the Secret and the ConfigMap %v apart (3 upgrades, sorted)", gaps)
+}
