@@ -87,10 +87,10 @@ func SourceDigest(key Key, ref Reference, src Source) Digest {
 		entries = make([]entry, 0, len(ref.Keys))
 		for _, k := range ref.Keys {
 			n := len(entries)
-			if sum, ok := src.Data[k]; ok {
+			if sum, ok := src.Data.Get(k); ok {
 				entries = append(entries, entry{sectionData, k, sum})
 			}
-			if sum, ok := src.BinaryData[k]; ok {
+			if sum, ok := src.BinaryData.Get(k); ok {
 				entries = append(entries, entry{sectionBinaryData, k, sum})
 			}
 			if len(entries) == n {
@@ -125,9 +125,9 @@ func SourceDigest(key Key, ref Reference, src Source) Digest {
 	return d
 }
 
-func appendSection(entries []entry, section byte, m map[string]Sum) []entry {
-	for k, sum := range m {
-		entries = append(entries, entry{section, k, sum})
+func appendSection(entries []entry, section byte, sums Sums) []entry {
+	for _, e := range sums {
+		entries = append(entries, entry{section, e.Key, e.Sum})
 	}
 	return entries
 }

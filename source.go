@@ -1,8 +1,10 @@
 package confighash
 
 import (
+	"cmp"
 	"crypto/sha256"
-	"maps"
+	"slices"
+	"strings"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +12,38 @@ import (
 
 // Sum is the SHA-256 of one value of a ConfigMap or Secret.
 type Sum [sha256.Size]byte
+
+// KeySum is the digest of one key's value.
+type KeySum struct {
+	Key string
+	Sum Sum
+}
+
+// Sums are a source's digests, sorted by key. A slice, not a map: caches keep one per
+// source, and a map of a few keys costs several times its entries.
+type Sums []KeySum
+
+// Get returns the digest of the key's value, if the source has the key.
+func (s Sums) Get(key string) (Sum, bool) {
+	i, ok := slices.BinarySearchFunc(s, key, func(e KeySum, k string) int { return strings.Compare(e.Key, k) })
+	if !ok {
+		return Sum{}, false
+	}
+	return s[i].Sum, true
+}
+
+// SumsOf returns the digests of the values of m, each digested by sum.
+func SumsOf[V any](m map[string]V, sum func(V) Sum) Sums {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(Sums, 0, len(m))
+	for k, v := range m {
+		out = append(out, KeySum{k, sum(v)})
+	}
+	slices.SortFunc(out, func(a, b KeySum) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
 
 // Source is what confighash keeps of a ConfigMap or Secret: whether it exists, the
 // annotations that decide whether it counts, and a digest per key. Never a value.
@@ -25,8 +59,8 @@ type Source struct {
 	// most this many workloads. A value that is not a number is 0.
 	WaveSize int
 	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
-	Data       map[string]Sum
-	BinaryData map[string]Sum
+	Data       Sums
+	BinaryData Sums
 }
 
 // Equal reports whether two views are the same: the same data, existence and
@@ -34,21 +68,16 @@ type Source struct {
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
 		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize &&
-		maps.Equal(s.Data, o.Data) && maps.Equal(s.BinaryData, o.BinaryData)
+		slices.Equal(s.Data, o.Data) && slices.Equal(s.BinaryData, o.BinaryData)
 }
 
 // SourceOfConfigMap returns the digest-only view of a ConfigMap.
 func SourceOfConfigMap(cm *corev1.ConfigMap) Source {
 	s := sourceMeta(ConfigMap, cm.Name, cm.Annotations)
-	s.Data = make(map[string]Sum, len(cm.Data))
-	for k, v := range cm.Data {
-		// Hash the string's bytes in place: a copy would double the allocation of a
-		// live read of a large ConfigMap. sha256 only reads them.
-		s.Data[k] = sha256.Sum256(unsafe.Slice(unsafe.StringData(v), len(v)))
-	}
-	if len(cm.BinaryData) > 0 {
-		s.BinaryData = sumBytes(cm.BinaryData)
-	}
+	// Hash the strings' bytes in place: a copy would double the allocation of a live
+	// read of a large ConfigMap. sha256 only reads them.
+	s.Data = SumsOf(cm.Data, func(v string) Sum { return sha256.Sum256(unsafe.Slice(unsafe.StringData(v), len(v))) })
+	s.BinaryData = SumsOf(cm.BinaryData, sumBytes)
 	return s
 }
 
@@ -56,9 +85,11 @@ func SourceOfConfigMap(cm *corev1.ConfigMap) Source {
 // merged stringData into data.
 func SourceOfSecret(sec *corev1.Secret) Source {
 	s := sourceMeta(Secret, sec.Name, sec.Annotations)
-	s.Data = sumBytes(sec.Data)
+	s.Data = SumsOf(sec.Data, sumBytes)
 	return s
 }
+
+func sumBytes(v []byte) Sum { return sha256.Sum256(v) }
 
 // AbsentSource returns the view of a source that does not exist.
 func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
@@ -76,10 +107,3 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 	}
 }
 
-func sumBytes(m map[string][]byte) map[string]Sum {
-	out := make(map[string]Sum, len(m))
-	for k, v := range m {
-		out[k] = sha256.Sum256(v)
-	}
-	return out
-}

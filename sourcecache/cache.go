@@ -6,10 +6,11 @@ package sourcecache
 
 import (
 	"context"
-	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,61 +56,83 @@ func (f Filter) Admits(sourceLabels map[string]string) bool {
 	return f.Labels == nil || f.Labels.Matches(labels.Set(sourceLabels))
 }
 
-// Digested is what the cache keeps of a ConfigMap or Secret: its name, namespace and
+// Digested is what the cache keeps of a ConfigMap or Secret: its namespace, name and
 // resourceVersion, when it was created and last written, and its digest-only view.
-// Never a value.
+// Never a value, and no more: the cache keeps one per source of the cluster.
 type Digested struct {
-	metav1.ObjectMeta
+	Namespace, Name, ResourceVersion string
 	// Created is its creation time; Written, the time of its last write that the API
 	// server recorded: the latest of its creation and of its managed fields' times. Both
-	// are to the second.
-	Created, Written time.Time
+	// are to the second, as the API server keeps them, in Unix seconds.
+	Created, Written int64
 	Source           confighash.Source
 	// Uniform, for a SecretProviderClass, says every pod that mounts it reports the
 	// same versions (see ProviderClass).
 	Uniform bool
 }
 
-var _ runtime.Object = (*Digested)(nil)
+var (
+	_ runtime.Object            = (*Digested)(nil)
+	_ metav1.ObjectMetaAccessor = (*Digested)(nil)
+)
 
 // GetObjectKind implements runtime.Object.
 func (d *Digested) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject implements runtime.Object. Cached objects are never modified, and
-// Source's maps are built once by the transform, so sharing them is safe.
+// Source's digests are built once by the transform, so sharing them is safe.
 func (d *Digested) DeepCopyObject() runtime.Object {
 	c := *d
-	d.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return &c
 }
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor, which the informers key and
+// index objects by; it is built when asked, not kept.
+func (d *Digested) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name, ResourceVersion: d.ResourceVersion}
+}
+
+// WrittenAt is Written as a time.
+func (d *Digested) WrittenAt() time.Time { return time.Unix(d.Written, 0) }
+
+// CreatedAt is Created as a time.
+func (d *Digested) CreatedAt() time.Time { return time.Unix(d.Created, 0) }
 
 // toDigested is the informers' transform: it replaces a ConfigMap or Secret by its
 // Digested form before it is stored, so values are dropped as they arrive.
 func toDigested(obj any) (any, error) {
 	var src confighash.Source
-	var meta metav1.ObjectMeta
+	var meta *metav1.ObjectMeta
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
-		src, meta = confighash.SourceOfConfigMap(o), o.ObjectMeta
+		src, meta = confighash.SourceOfConfigMap(o), &o.ObjectMeta
 	case *corev1.Secret:
-		src, meta = confighash.SourceOfSecret(o), o.ObjectMeta
+		src, meta = confighash.SourceOfSecret(o), &o.ObjectMeta
 	case *unstructured.Unstructured:
 		return PodStatus(o), nil
 	default:
 		return obj, nil // tombstones and objects already transformed
 	}
+	return digested(meta, src), nil
+}
+
+// digested returns the Digested of an object of this metadata and view. Namespaces
+// are interned: thousands of sources share each.
+func digested(meta metav1.Object, src confighash.Source) *Digested {
 	return &Digested{
-		ObjectMeta: metav1.ObjectMeta{Name: meta.Name, Namespace: meta.Namespace, ResourceVersion: meta.ResourceVersion},
-		Created:    meta.CreationTimestamp.Time,
-		Written:    lastWritten(&meta),
-		Source:     src,
-	}, nil
+		Namespace:       unique.Make(meta.GetNamespace()).Value(),
+		Name:            src.Name,
+		ResourceVersion: meta.GetResourceVersion(),
+		Created:         meta.GetCreationTimestamp().Unix(),
+		Written:         lastWritten(meta).Unix(),
+		Source:          src,
+	}
 }
 
 // lastWritten is when the object was last written, as far as its metadata tells.
-func lastWritten(meta *metav1.ObjectMeta) time.Time {
-	t := meta.CreationTimestamp.Time
-	for _, f := range meta.ManagedFields {
+func lastWritten(meta metav1.Object) time.Time {
+	t := meta.GetCreationTimestamp().Time
+	for _, f := range meta.GetManagedFields() {
 		if f.Time != nil && f.Time.After(t) {
 			t = f.Time.Time
 		}
@@ -177,12 +200,12 @@ func (c *Cache) written(old, obj any) {
 	key := dataKey{d.Namespace, d.Source.SourceRef}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !maps.Equal(prev.Source.Data, d.Source.Data) || !maps.Equal(prev.Source.BinaryData, d.Source.BinaryData) {
+	if !slices.Equal(prev.Source.Data, d.Source.Data) || !slices.Equal(prev.Source.BinaryData, d.Source.BinaryData) {
 		delete(c.dataWritten, key)
 		return
 	}
 	if _, ok := c.dataWritten[key]; !ok {
-		c.dataWritten[key] = confighash.Written{Time: prev.Written, ResourceVersion: prev.ResourceVersion}
+		c.dataWritten[key] = confighash.Written{Time: prev.WrittenAt(), ResourceVersion: prev.ResourceVersion}
 	}
 }
 
@@ -210,7 +233,7 @@ func (c *Cache) DataWritten(namespace string, ref confighash.SourceRef) (configh
 	if kept {
 		return w, true
 	}
-	return confighash.Written{Time: d.Written, ResourceVersion: d.ResourceVersion}, true
+	return confighash.Written{Time: d.WrittenAt(), ResourceVersion: d.ResourceVersion}, true
 }
 
 // Run runs the informers until ctx is done.

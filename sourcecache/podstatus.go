@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"maps"
+	"slices"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,23 +39,19 @@ func indexByProviderClass(obj any) ([]string, error) {
 func PodStatus(u *unstructured.Unstructured) *Digested {
 	class, _, _ := unstructured.NestedString(u.Object, "status", "secretProviderClassName")
 	objects, _, _ := unstructured.NestedSlice(u.Object, "status", "objects")
-	data := make(map[string]confighash.Sum, len(objects))
+	versions := make(map[string]string, len(objects))
 	for _, o := range objects {
 		m, _ := o.(map[string]any)
 		id, _ := m["id"].(string)
 		version, _ := m["version"].(string)
 		if id != "" {
-			data[id] = sha256.Sum256([]byte(version))
+			versions[id] = version
 		}
 	}
-	meta := metav1.ObjectMeta{CreationTimestamp: u.GetCreationTimestamp(), ManagedFields: u.GetManagedFields()}
-	return &Digested{
-		ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion()},
-		Created:    meta.CreationTimestamp.Time,
-		Written:    lastWritten(&meta),
-		Source: confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: class},
-			Present: true, Data: data},
-	}
+	d := digested(u, confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: class},
+		Present: true, Data: confighash.SumsOf(versions, func(v string) confighash.Sum { return sha256.Sum256([]byte(v)) })})
+	d.Name = u.GetName() // the status's own name: its class is d.Source.Name
+	return d
 }
 
 // ProviderClass returns what a SecretProviderClass holds from the pods' reports of
@@ -75,22 +71,22 @@ func ProviderClass(reports []*Digested) *Digested {
 			latest = d
 		}
 	}
-	out := &Digested{ObjectMeta: metav1.ObjectMeta{Name: latest.Source.Name, Namespace: latest.Namespace, ResourceVersion: latest.ResourceVersion},
-		Created: latest.Created, Written: latest.Written, Uniform: true}
-	out.Source = latest.Source
-	out.Source.Data = map[string]confighash.Sum{}
+	out := *latest
+	out.Name, out.Uniform = latest.Source.Name, true
+	sums := map[string]confighash.Sum{}
 	newest := map[string]uint64{}
 	for _, d := range reports {
-		for id, sum := range d.Source.Data {
-			if n := rv(d); newest[id] <= n {
-				out.Source.Data[id], newest[id] = sum, n
+		for _, e := range d.Source.Data {
+			if n := rv(d); newest[e.Key] <= n {
+				sums[e.Key], newest[e.Key] = e.Sum, n
 			}
 		}
 	}
+	out.Source.Data = confighash.SumsOf(sums, func(s confighash.Sum) confighash.Sum { return s })
 	for _, d := range reports {
-		out.Uniform = out.Uniform && maps.Equal(d.Source.Data, out.Source.Data)
+		out.Uniform = out.Uniform && slices.Equal(d.Source.Data, out.Source.Data)
 	}
-	return out
+	return &out
 }
 
 // ListProviderClasses reads the namespace's SecretProviderClasses live, as

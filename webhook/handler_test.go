@@ -77,7 +77,7 @@ func newTestHandler(t testing.TB, reader SourceReader) (http.Handler, *Prometheu
 func oneSourceHandler(t testing.TB) (http.Handler, *PrometheusRecorder, confighash.Key, confighash.Record) {
 	t.Helper()
 	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
-	src := confighash.Source{SourceRef: cfg, Present: true, Data: map[string]confighash.Sum{"k": {1}}}
+	src := confighash.Source{SourceRef: cfg, Present: true, Data: confighash.Sums{{Key: "k", Sum: confighash.Sum{1}}}}
 	sources := map[confighash.SourceRef]confighash.Source{cfg: src}
 	h, rec := newTestHandler(t, stubReader{sources: sources})
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))

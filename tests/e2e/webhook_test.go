@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -324,10 +324,10 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := confighash.SourceOfConfigMap(changed); !maps.Equal(got[ref("changed")].Data, want.Data) {
+	if want := confighash.SourceOfConfigMap(changed); !slices.Equal(got[ref("changed")].Data, want.Data) {
 		t.Error("a ConfigMap changed after the cache stopped was read from the stale cache")
 	}
-	if want := confighash.SourceOfConfigMap(created); !got[ref("created")].Present || !maps.Equal(got[ref("created")].Data, want.Data) {
+	if want := confighash.SourceOfConfigMap(created); !got[ref("created")].Present || !slices.Equal(got[ref("created")].Data, want.Data) {
 		t.Error("a ConfigMap created after the cache stopped was not read")
 	}
 	if got[ref("deleted")].Present {
