@@ -282,7 +282,7 @@ func usedOrNamed(refs, candidates []Reference) []Reference {
 	i, j := 0, 0
 	for i < len(refs) || j < len(candidates) {
 		switch {
-		case j == len(candidates) || i < len(refs) && refs[i].compare(candidates[j].SourceRef) < 0:
+		case j == len(candidates) || i < len(refs) && refs[i].Compare(candidates[j].SourceRef) < 0:
 			out = append(out, refs[i])
 			i++
 		case i < len(refs) && refs[i].SourceRef == candidates[j].SourceRef:
@@ -302,7 +302,7 @@ func usedOrNamed(refs, candidates []Reference) []Reference {
 func (p Policy) observe(key Key, used, candidates []Reference, sources map[SourceRef]Source) []Observation {
 	obs := make([]Observation, len(used))
 	for i, ref := range used {
-		_, candidate := slices.BinarySearchFunc(candidates, ref.SourceRef, func(r Reference, t SourceRef) int { return r.compare(t) })
+		_, candidate := slices.BinarySearchFunc(candidates, ref.SourceRef, func(r Reference, t SourceRef) int { return r.Compare(t) })
 		src, ok := sources[ref.SourceRef]
 		o := Observation{Reference: ref, Present: ok && src.Present, Counts: candidate}
 		if o.Present {

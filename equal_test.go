@@ -23,6 +23,8 @@ func differ(f reflect.Value) bool {
 	switch f.Kind() {
 	case reflect.Int, reflect.Int64:
 		f.SetInt(f.Int() + 1)
+	case reflect.Uint8:
+		f.SetUint(f.Uint() ^ 1)
 	case reflect.Bool:
 		f.SetBool(!f.Bool())
 	case reflect.String:

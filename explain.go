@@ -240,9 +240,9 @@ func explainSources(w *Workload, d Decision, prev Record) []SourceExplanation {
 			s.Uses = append(s.Uses, "named by the workload's annotations")
 		}
 		switch {
-		case d.Policy.Exclude[o.SourceRef]:
+		case d.Policy.excludes(o.SourceRef):
 			s.Why = "excluded by the workload's annotations"
-		case !d.Policy.Discover[o.Kind] && !o.Named:
+		case !d.Policy.Discover.Has(o.Kind) && !o.Named:
 			s.Why = fmt.Sprintf("the workload's opt-in does not count %ss", strings.ToLower(string(o.Kind)))
 		case !o.Present:
 			s.Why = "does not exist"

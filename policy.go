@@ -2,7 +2,6 @@ package confighash
 
 import (
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,13 +19,13 @@ type Policy struct {
 	// Discover holds the source kinds whose uses in the pod template count: both for
 	// AnnotationInject, an include list, ReloaderAuto or ReloaderSearch; one for a
 	// typed Reloader auto; narrowed by AnnotationOnly.
-	Discover map[SourceKind]bool
+	Discover SourceKinds
 	// Include lists sources to hash even if the pod template does not use them.
 	Include []SourceRef
 	// Patterns include the existing sources whose whole name matches one of them.
 	Patterns []NamePattern
-	// Exclude lists sources never to hash.
-	Exclude map[SourceRef]bool
+	// Exclude lists sources never to hash, sorted.
+	Exclude []SourceRef
 	// Search makes only the discovered sources that carry a match annotation count.
 	Search bool
 	// PausePeriod holds further touches of the workload for this long after one, so
@@ -38,9 +37,9 @@ type Policy struct {
 
 	reloader bool // read the sources' Reloader annotations too
 	// kinds are the source kinds that can count: see Vocabulary.kinds.
-	kinds []SourceKind
+	kinds SourceKinds
 	// decided holds the kinds for which an annotation says whether used sources count.
-	decided map[SourceKind]bool
+	decided SourceKinds
 	// only is AnnotationOnly's kind, if set.
 	only SourceKind
 }
@@ -52,13 +51,11 @@ func (p Policy) ForEveryWorkload() Policy {
 	if p.OptOut {
 		return p
 	}
-	discover := maps.Clone(p.Discover)
-	for _, kind := range p.kinds {
-		if !p.decided[kind] && (p.only == "" || p.only == kind) {
-			discover[kind] = true
+	for _, kind := range p.kinds.All() {
+		if !p.decided.Has(kind) && (p.only == "" || p.only == kind) {
+			p.Discover = p.Discover.With(kind, true)
 		}
 	}
-	p.Discover = discover
 	return p
 }
 
@@ -76,15 +73,30 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
 	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
-		p.reloader == q.reloader && p.only == q.only && slices.Equal(p.kinds, q.kinds) &&
-		maps.Equal(p.Discover, q.Discover) && maps.Equal(p.decided, q.decided) && maps.Equal(p.Exclude, q.Exclude) &&
+		p.reloader == q.reloader && p.only == q.only && p.kinds == q.kinds &&
+		p.Discover == q.Discover && p.decided == q.decided && slices.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&
 		slices.EqualFunc(p.Patterns, q.Patterns, func(a, b NamePattern) bool { return a.Kind == b.Kind && a.Expr.String() == b.Expr.String() })
 }
 
+// excludes reports whether the source is never to be hashed.
+func (p Policy) excludes(ref SourceRef) bool {
+	_, found := slices.BinarySearchFunc(p.Exclude, ref, SourceRef.Compare)
+	return found
+}
+
+// sortedRefs sorts the references and drops repeats; nil when there are none.
+func sortedRefs(refs []SourceRef) []SourceRef {
+	if len(refs) == 0 {
+		return nil
+	}
+	slices.SortFunc(refs, SourceRef.Compare)
+	return slices.Clip(slices.Compact(refs))
+}
+
 // Enabled reports whether the workload opted in and did not opt out.
 func (p Policy) Enabled() bool {
-	return !p.OptOut && (len(p.Discover) > 0 || len(p.Include) > 0 || len(p.Patterns) > 0)
+	return !p.OptOut && (p.Discover != 0 || len(p.Include) > 0 || len(p.Patterns) > 0)
 }
 
 // Problem is a bad annotation value. The annotation is ignored; every other setting
@@ -108,7 +120,7 @@ func (p Problem) Error() string {
 // as problems and ignored, one by one: a bad list entry does not drop the valid ones.
 func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, []Problem) {
 	r := policyReader{metadata: metadata, template: template}
-	p := Policy{Discover: map[SourceKind]bool{}, Exclude: map[SourceRef]bool{}, reloader: v.Reloader, kinds: v.kinds()}
+	p := Policy{reloader: v.Reloader, kinds: v.kinds()}
 
 	inject, injectSet := r.boolean(AnnotationInject)
 	includeCM := r.names(AnnotationIncludeConfigMaps, ConfigMap)
@@ -118,13 +130,10 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	p.OptOut = injectSet && !inject
 	search, searchSet := r.boolean(AnnotationSearch)
 	p.Search = search
-	p.decided = map[SourceKind]bool{}
-	for _, kind := range p.kinds {
-		p.decided[kind] = injectSet || searchSet
+	if injectSet || searchSet {
+		p.decided = p.kinds
 	}
-	for _, ref := range append(r.names(AnnotationExcludeConfigMaps, ConfigMap), r.names(AnnotationExcludeSecrets, Secret)...) {
-		p.Exclude[ref] = true
-	}
+	p.Exclude = append(r.names(AnnotationExcludeConfigMaps, ConfigMap), r.names(AnnotationExcludeSecrets, Secret)...)
 	p.PausePeriod = r.duration(AnnotationPausePeriod)
 	p.Pacing = r.pacing()
 
@@ -132,19 +141,14 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 		all = r.reloader(&p) || all
 	}
 	if all {
-		for _, kind := range p.kinds {
-			p.Discover[kind] = true
-		}
+		p.Discover = p.kinds
 	}
 	if only, ok := r.only(); ok {
 		p.only = only
-		for kind := range p.Discover {
-			p.Discover[kind] = p.Discover[kind] && kind == only
-		}
+		p.Discover &= only.bit()
 	}
-	maps.DeleteFunc(p.Discover, func(_ SourceKind, on bool) bool { return !on })
-	slices.SortFunc(p.Include, func(a, b SourceRef) int { return a.compare(b) })
-	p.Include = slices.Compact(p.Include)
+	p.Include = sortedRefs(p.Include)
+	p.Exclude = sortedRefs(p.Exclude)
 	return p, r.problems
 }
 
@@ -288,15 +292,15 @@ func (r *policyReader) patterns(annotation string, kind SourceKind) ([]SourceRef
 func (p Policy) Candidates(refs []Reference, names []SourceRef) []Reference {
 	out := make([]Reference, 0, len(refs)+len(p.Include))
 	for _, r := range refs {
-		if p.Discover[r.Kind] && !p.Exclude[r.SourceRef] {
+		if p.Discover.Has(r.Kind) && !p.excludes(r.SourceRef) {
 			out = append(out, r)
 		}
 	}
 	include := func(inc SourceRef) {
-		if p.Exclude[inc] {
+		if p.excludes(inc) {
 			return
 		}
-		i, found := slices.BinarySearchFunc(out, inc, func(r Reference, t SourceRef) int { return r.compare(t) })
+		i, found := slices.BinarySearchFunc(out, inc, func(r Reference, t SourceRef) int { return r.Compare(t) })
 		switch {
 		case found && out[i].Named:
 		case found:
@@ -304,7 +308,7 @@ func (p Policy) Candidates(refs []Reference, names []SourceRef) []Reference {
 		default:
 			// Optional unless the pod template requires it.
 			optional := true
-			if j, used := slices.BinarySearchFunc(refs, inc, func(r Reference, t SourceRef) int { return r.compare(t) }); used {
+			if j, used := slices.BinarySearchFunc(refs, inc, func(r Reference, t SourceRef) int { return r.Compare(t) }); used {
 				optional = refs[j].Optional
 			}
 			out = slices.Insert(out, i, Reference{SourceRef: inc, AllKeys: true, Optional: optional, Named: true})

@@ -13,7 +13,7 @@ import (
 )
 
 // both is the Discover of an opt-in to every used source.
-var both = map[SourceKind]bool{ConfigMap: true, Secret: true}
+var both = SourceKindsOf(ConfigMap, Secret)
 
 func TestParsePolicy(t *testing.T) {
 	tests := []struct {
@@ -46,12 +46,12 @@ func TestParsePolicy(t *testing.T) {
 		{
 			"only configmaps, any case and spacing",
 			map[string]string{AnnotationInject: "true", AnnotationOnly: " ConfigMaps "}, nil,
-			Policy{Discover: map[SourceKind]bool{ConfigMap: true}}, nil,
+			Policy{Discover: SourceKindsOf(ConfigMap)}, nil,
 		},
 		{
 			"only secrets",
 			map[string]string{AnnotationInject: "true", AnnotationOnly: "secrets"}, nil,
-			Policy{Discover: map[SourceKind]bool{Secret: true}}, nil,
+			Policy{Discover: SourceKindsOf(Secret)}, nil,
 		},
 		{
 			"include lists of both kinds, with spaces and an empty field, opt in",
@@ -61,7 +61,7 @@ func TestParsePolicy(t *testing.T) {
 		{
 			"exclude lists of both kinds, search and a pause period",
 			map[string]string{AnnotationInject: "true", AnnotationExcludeConfigMaps: "a", AnnotationExcludeSecrets: "s,t", AnnotationSearch: "true", AnnotationPausePeriod: "90s"}, nil,
-			Policy{Discover: both, Search: true, PausePeriod: 90 * time.Second, Exclude: map[SourceRef]bool{{ConfigMap, "a"}: true, {Secret, "s"}: true, {Secret, "t"}: true}}, nil,
+			Policy{Discover: both, Search: true, PausePeriod: 90 * time.Second, Exclude: []SourceRef{{ConfigMap, "a"}, {Secret, "s"}, {Secret, "t"}}}, nil,
 		},
 		{
 			"a bad inject value is a problem and does not opt in",
@@ -91,7 +91,7 @@ func TestParsePolicy(t *testing.T) {
 		{
 			"an invalid name is a problem; the valid names stay",
 			map[string]string{AnnotationInject: "true", AnnotationExcludeConfigMaps: "Bad_Name,ok"}, nil,
-			Policy{Discover: both, Exclude: map[SourceRef]bool{{ConfigMap, "ok"}: true}}, []string{`"Bad_Name": not a valid object name`},
+			Policy{Discover: both, Exclude: []SourceRef{{ConfigMap, "ok"}}}, []string{`"Bad_Name": not a valid object name`},
 		},
 		{
 			"a bad search value is a problem and search stays off",
@@ -120,14 +120,8 @@ func TestParsePolicy(t *testing.T) {
 func checkPolicy(t *testing.T, v Vocabulary, metadata, template map[string]string, want Policy, problems []string) {
 	t.Helper()
 	got, gotProblems := v.ParsePolicy(metadata, template)
-	if want.Discover == nil {
-		want.Discover = map[SourceKind]bool{}
-	}
-	if want.Exclude == nil {
-		want.Exclude = map[SourceRef]bool{}
-	}
 	// The unexported fields serve ForEveryWorkload and counts, tested on their own.
-	got.reloader, got.decided, got.only, got.kinds = false, nil, "", nil
+	got.reloader, got.decided, got.only, got.kinds = false, 0, "", 0
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ParsePolicy() = %+v, want %+v", got, want)
 	}
@@ -172,7 +166,7 @@ func TestReloaderAliases(t *testing.T) {
 		{
 			"typed auto opts in for its kind only",
 			map[string]string{ReloaderConfigMapAuto: "true"}, nil,
-			Policy{Discover: map[SourceKind]bool{ConfigMap: true}}, nil,
+			Policy{Discover: SourceKindsOf(ConfigMap)}, nil,
 		},
 		{
 			"both typed autos",
@@ -197,7 +191,7 @@ func TestReloaderAliases(t *testing.T) {
 		{
 			"exclude lists",
 			map[string]string{ReloaderAuto: "true", ReloaderConfigMapExclude: "big", ReloaderSecretExclude: "tls"}, nil,
-			Policy{Discover: both, Exclude: map[SourceRef]bool{{ConfigMap, "big"}: true, {Secret, "tls"}: true}}, nil,
+			Policy{Discover: both, Exclude: []SourceRef{{ConfigMap, "big"}, {Secret, "tls"}}}, nil,
 		},
 		{
 			"search opts in, counting only matching sources",
@@ -233,11 +227,11 @@ func TestReloaderAliases(t *testing.T) {
 }
 
 func TestForEveryWorkload(t *testing.T) {
-	configMaps := map[SourceKind]bool{ConfigMap: true}
+	configMaps := SourceKindsOf(ConfigMap)
 	tests := []struct {
 		name        string
 		annotations map[string]string
-		discover    map[SourceKind]bool
+		discover    SourceKinds
 		enabled     bool
 	}{
 		{"no annotation: every used source counts", nil, both, true},
@@ -245,15 +239,15 @@ func TestForEveryWorkload(t *testing.T) {
 		{"a named list alone: it and every used source", map[string]string{ReloaderSecretReload: "db"}, both, true},
 		{"a typed auto decides its kind only", map[string]string{ReloaderConfigMapAuto: "true"}, both, true},
 		{"inject decides both", map[string]string{AnnotationInject: "true", AnnotationOnly: "configmaps"}, configMaps, true},
-		{"a typed auto of false opts that kind out", map[string]string{ReloaderConfigMapAuto: "false"}, map[SourceKind]bool{Secret: true}, true},
-		{"inject false opts out", map[string]string{AnnotationInject: "false"}, map[SourceKind]bool{}, false},
-		{"Reloader's auto false opts out", map[string]string{ReloaderAuto: "false"}, map[SourceKind]bool{}, false},
+		{"a typed auto of false opts that kind out", map[string]string{ReloaderConfigMapAuto: "false"}, SourceKindsOf(Secret), true},
+		{"inject false opts out", map[string]string{AnnotationInject: "false"}, SourceKinds(0), false},
+		{"Reloader's auto false opts out", map[string]string{ReloaderAuto: "false"}, SourceKinds(0), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, _ := Vocabulary{Reloader: true}.ParsePolicy(tt.annotations, nil)
 			every := p.ForEveryWorkload()
-			if !reflect.DeepEqual(every.Discover, tt.discover) || every.Enabled() != tt.enabled {
+			if every.Discover != tt.discover || every.Enabled() != tt.enabled {
 				t.Fatalf("ForEveryWorkload() discovers %v, enabled %v; want %v, %v", every.Discover, every.Enabled(), tt.discover, tt.enabled)
 			}
 		})
@@ -294,7 +288,7 @@ func TestCandidates(t *testing.T) {
 	named := func(kind SourceKind, name string) Reference {
 		return Reference{SourceRef: SourceRef{kind, name}, AllKeys: true, Optional: true, Named: true}
 	}
-	configMaps := map[SourceKind]bool{ConfigMap: true}
+	configMaps := SourceKindsOf(ConfigMap)
 	tests := []struct {
 		name   string
 		policy Policy
@@ -303,8 +297,8 @@ func TestCandidates(t *testing.T) {
 	}{
 		{"every reference is a candidate when both kinds are discovered", Policy{Discover: both}, nil, refs},
 		{"discovering configmaps drops secrets", Policy{Discover: configMaps}, nil, refs[:2]},
-		{"discovering secrets drops configmaps", Policy{Discover: map[SourceKind]bool{Secret: true}}, nil, refs[2:]},
-		{"exclude drops the named source", Policy{Discover: both, Exclude: map[SourceRef]bool{{ConfigMap, "c"}: true}}, nil, []Reference{refs[0], refs[2]}},
+		{"discovering secrets drops configmaps", Policy{Discover: SourceKindsOf(Secret)}, nil, refs[2:]},
+		{"exclude drops the named source", Policy{Discover: both, Exclude: []SourceRef{{ConfigMap, "c"}}}, nil, []Reference{refs[0], refs[2]}},
 		{
 			"an include adds a whole, optional source in order",
 			Policy{Discover: both, Include: []SourceRef{{ConfigMap, "b"}}}, nil,
@@ -322,12 +316,12 @@ func TestCandidates(t *testing.T) {
 		},
 		{
 			"an include is not subject to the kinds discovered",
-			Policy{Discover: map[SourceKind]bool{Secret: true}, Include: []SourceRef{{ConfigMap, "x"}}}, nil,
+			Policy{Discover: SourceKindsOf(Secret), Include: []SourceRef{{ConfigMap, "x"}}}, nil,
 			[]Reference{named(ConfigMap, "x"), refs[2]},
 		},
 		{
 			"exclude wins over include",
-			Policy{Discover: both, Include: []SourceRef{{Secret, "t"}}, Exclude: map[SourceRef]bool{{Secret, "t"}: true}}, nil,
+			Policy{Discover: both, Include: []SourceRef{{Secret, "t"}}, Exclude: []SourceRef{{Secret, "t"}}}, nil,
 			refs,
 		},
 		{
@@ -453,11 +447,11 @@ func TestSecretProviderClassesCountOnlyWithCSI(t *testing.T) {
 		problem     string
 	}{
 		{"inject discovers it with CSI", Vocabulary{CSI: true}, map[string]string{AnnotationInject: "true"},
-			Policy{Discover: map[SourceKind]bool{ConfigMap: true, Secret: true, SecretProviderClass: true}}, ""},
+			Policy{Discover: SourceKindsOf(ConfigMap, Secret, SecretProviderClass)}, ""},
 		{"inject does not without", Vocabulary{}, map[string]string{AnnotationInject: "true"},
-			Policy{Discover: map[SourceKind]bool{ConfigMap: true, Secret: true}}, ""},
+			Policy{Discover: SourceKindsOf(ConfigMap, Secret)}, ""},
 		{"Reloader's typed auto", Vocabulary{Reloader: true, CSI: true}, map[string]string{ReloaderSecretProviderClassAuto: "true"},
-			Policy{Discover: map[SourceKind]bool{SecretProviderClass: true}}, ""},
+			Policy{Discover: SourceKindsOf(SecretProviderClass)}, ""},
 		{"Reloader's named list", Vocabulary{Reloader: true, CSI: true}, map[string]string{ReloaderSecretProviderClassReload: "vault-db"},
 			Policy{Include: []SourceRef{{SecretProviderClass, "vault-db"}}}, ""},
 		{"Reloader's typed auto without CSI is a problem", Vocabulary{Reloader: true}, map[string]string{ReloaderSecretProviderClassAuto: "true"},

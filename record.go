@@ -104,7 +104,7 @@ func (s step) next(prev Record, observations []Observation) (Record, []SourceRef
 		case j == len(observations):
 			order = -1
 		default:
-			order = prev[i].compare(observations[j].SourceRef)
+			order = prev[i].Compare(observations[j].SourceRef)
 		}
 		if order <= 0 {
 			p, i = &prev[i], i+1
@@ -223,7 +223,7 @@ func ParseRecord(s string) (Record, error) {
 		}
 		r = append(r, e)
 	}
-	slices.SortFunc(r, func(a, b RecordEntry) int { return a.compare(b.SourceRef) })
+	slices.SortFunc(r, func(a, b RecordEntry) int { return a.Compare(b.SourceRef) })
 	for i := 1; i < len(r); i++ {
 		if r[i].SourceRef == r[i-1].SourceRef {
 			return nil, fmt.Errorf("%w: %s appears twice", ErrBadRecord, r[i].SourceRef)

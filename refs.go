@@ -22,6 +22,61 @@ const (
 	SecretProviderClass SourceKind = "SecretProviderClass"
 )
 
+// sourceKinds are the source kinds, in the order of SourceKinds' bits.
+var sourceKinds = [...]SourceKind{ConfigMap, Secret, SecretProviderClass}
+
+// SourceKinds is a set of source kinds. A bit set, not a map: the watcher keeps one
+// in each workload's policy.
+type SourceKinds uint8
+
+// SourceKindsOf returns the set of the kinds.
+func SourceKindsOf(kinds ...SourceKind) SourceKinds {
+	var s SourceKinds
+	for _, k := range kinds {
+		s = s.With(k, true)
+	}
+	return s
+}
+
+func (k SourceKind) bit() SourceKinds {
+	for i, kind := range sourceKinds {
+		if kind == k {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// Has reports whether the set holds the kind.
+func (s SourceKinds) Has(k SourceKind) bool { return k.bit() != 0 && s&k.bit() != 0 }
+
+// With returns the set with the kind added, on, or removed.
+func (s SourceKinds) With(k SourceKind, on bool) SourceKinds {
+	if on {
+		return s | k.bit()
+	}
+	return s &^ k.bit()
+}
+
+// All returns the kinds of the set, in a fixed order.
+func (s SourceKinds) All() []SourceKind {
+	var out []SourceKind
+	for _, k := range sourceKinds {
+		if s.Has(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (s SourceKinds) String() string {
+	names := make([]string, 0, len(sourceKinds))
+	for _, k := range s.All() {
+		names = append(names, string(k))
+	}
+	return "{" + strings.Join(names, ", ") + "}"
+}
+
 // SecretsStoreDriver is the Secrets Store CSI driver's name in a csi volume.
 const SecretsStoreDriver = "secrets-store.csi.k8s.io"
 
@@ -42,7 +97,8 @@ func ListRefs(refs []SourceRef) string {
 	return strings.Join(names, ", ")
 }
 
-func (r SourceRef) compare(o SourceRef) int {
+// Compare orders references by kind, then name.
+func (r SourceRef) Compare(o SourceRef) int {
 	return cmp.Or(cmp.Compare(r.Kind, o.Kind), cmp.Compare(r.Name, o.Name))
 }
 
@@ -225,6 +281,6 @@ func (c *collector) result() []Reference {
 		r.Keys = slices.Compact(r.Keys)
 		refs = append(refs, *r)
 	}
-	slices.SortFunc(refs, func(a, b Reference) int { return a.compare(b.SourceRef) })
+	slices.SortFunc(refs, func(a, b Reference) int { return a.Compare(b.SourceRef) })
 	return refs
 }

@@ -1,7 +1,5 @@
 package confighash
 
-import "slices"
-
 // stakater/Reloader's annotations, read as aliases of confighash's own when
 // Vocabulary.Reloader is set, so that workloads annotated for Reloader keep working
 // unchanged. docs/migrating-from-reloader.md maps each one.
@@ -71,9 +69,9 @@ func (r *policyReader) reloader(p *Policy) (all bool) {
 	for _, a := range reloaderWorkload {
 		kinds := p.kinds
 		if a.kind != "" {
-			kinds = []SourceKind{a.kind}
+			kinds = a.kind.bit()
 		}
-		if a.kind != "" && !slices.Contains(p.kinds, a.kind) {
+		if a.kind != "" && !p.kinds.Has(a.kind) {
 			if value, ok := r.get(a.annotation); ok {
 				r.problem(a.annotation, value, "SecretProviderClasses count only with --enable-csi-integration (the chart's enableCSIIntegration); ignored")
 			}
@@ -82,8 +80,8 @@ func (r *policyReader) reloader(p *Policy) (all bool) {
 		switch a.as {
 		case optIn, searchIn:
 			on, set := r.boolean(a.annotation)
-			for _, kind := range kinds {
-				p.decided[kind] = p.decided[kind] || set
+			if set {
+				p.decided |= kinds
 			}
 			switch {
 			case a.as == searchIn:
@@ -91,16 +89,14 @@ func (r *policyReader) reloader(p *Policy) (all bool) {
 			case a.kind == "":
 				all, p.OptOut = all || on, p.OptOut || set && !on
 			default:
-				p.Discover[a.kind] = on
+				p.Discover = p.Discover.With(a.kind, on)
 			}
 		case named:
 			refs, patterns := r.patterns(a.annotation, a.kind)
 			p.Include = append(p.Include, refs...)
 			p.Patterns = append(p.Patterns, patterns...)
 		case excluded:
-			for _, ref := range r.names(a.annotation, a.kind) {
-				p.Exclude[ref] = true
-			}
+			p.Exclude = append(p.Exclude, r.names(a.annotation, a.kind)...)
 		case pause:
 			if p.PausePeriod == 0 {
 				p.PausePeriod = r.duration(a.annotation)
@@ -132,11 +128,11 @@ type Vocabulary struct {
 }
 
 // kinds are the source kinds that can count.
-func (v Vocabulary) kinds() []SourceKind {
+func (v Vocabulary) kinds() SourceKinds {
 	if v.CSI {
-		return []SourceKind{ConfigMap, Secret, SecretProviderClass}
+		return SourceKindsOf(ConfigMap, Secret, SecretProviderClass)
 	}
-	return []SourceKind{ConfigMap, Secret}
+	return SourceKindsOf(ConfigMap, Secret)
 }
 
 // OptInAnnotations are the workload annotations that can opt a workload in: the

@@ -106,4 +106,3 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 		WaveSize:       waveSize,
 	}
 }
-

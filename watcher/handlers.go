@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"slices"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
@@ -43,26 +42,19 @@ func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
 // users returns the workloads confighash acts on that may use the source: those that
 // reference or name it, and those with a name pattern it matches.
 func (w *Watcher) users(namespace string, ref confighash.SourceRef) []*view {
-	out := w.indexed(namespace, sourceIndex, sourceKey(namespace, ref), nil)
-	named := make(map[*view]bool, len(out))
-	for _, v := range out {
-		named[v] = true
-	}
-	return append(out, w.indexed(namespace, sourceIndex, patternKey(namespace), func(v *view) bool {
-		return !named[v] && slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
-	})...)
+	return w.inNamespace(namespace, func(v *view) bool { return v.mayUse(ref) })
 }
 
-// indexed returns the workloads confighash acts on in the namespace that an index of
-// the workload informers lists under value, and that match when it is given.
-func (w *Watcher) indexed(namespace, index, value string, match func(*view) bool) []*view {
+// inNamespace returns the workloads confighash acts on in the namespace that match,
+// when match is given.
+func (w *Watcher) inNamespace(namespace string, match func(*view) bool) []*view {
 	var out []*view
 	for _, in := range w.workloads {
 		inf := in.For(namespace)
 		if inf == nil {
 			continue
 		}
-		objs, _ := inf.GetIndexer().ByIndex(index, value)
+		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 		for _, obj := range objs {
 			if v, ok := obj.(*view); ok && (match == nil || match(v)) && w.acts(v) {
 				out = append(out, v)
@@ -88,7 +80,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if !ok || initial {
 		return
 	}
-	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.DeletionTimestamp.Equal(v.DeletionTimestamp) {
+	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {
 		if prev.Status != v.Status {
 			w.progressed(v) // a wave may wait for it
 		}

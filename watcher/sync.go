@@ -47,7 +47,7 @@ func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v
 // namespace, and it is not being deleted.
 func (w *Watcher) acts(v *view) bool {
 	_, acts := v.PolicyIn(w.gate.Mode(v.Namespace))
-	return acts && v.DeletionTimestamp == nil
+	return acts && !v.Deleting
 }
 
 // decide decides for the workload from the cache, as the webhook would.

@@ -186,7 +186,7 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date.
-	checkNamespace := func(ns string) { w.enqueueSpread(w.indexed(ns, cache.NamespaceIndex, ns, nil)) }
+	checkNamespace := func(ns string) { w.enqueueSpread(w.inNamespace(ns, nil)) }
 	if w.gate, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log); err != nil {
 		return nil, err
 	}

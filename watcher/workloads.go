@@ -2,12 +2,15 @@ package watcher
 
 import (
 	"fmt"
+	"slices"
+	"unique"
 
 	"github.com/rs/zerolog"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -20,10 +23,15 @@ import (
 )
 
 // view is what the watcher keeps of a workload: enough to find it from a source and to
-// check it has converged, never its pod template.
+// check it has converged, never its pod template, and no more: the watcher keeps one
+// per workload of the cluster.
 type view struct {
-	metav1.ObjectMeta
-	Kind confighash.Kind
+	Namespace, Name, ResourceVersion string
+	UID                              types.UID
+	// Deleting is set once the workload is being deleted.
+	Deleting bool
+	// Kind is one of the watcher's kinds, shared.
+	Kind *confighash.Kind
 	confighash.State
 	// Status is where its controller stands with its latest pod template.
 	Status rollout
@@ -31,9 +39,18 @@ type view struct {
 	Selector string
 }
 
-var _ runtime.Object = (*view)(nil)
+var (
+	_ runtime.Object            = (*view)(nil)
+	_ metav1.ObjectMetaAccessor = (*view)(nil)
+)
 
 func (v *view) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor, which the informers key and
+// index objects by; it is built when asked, not kept.
+func (v *view) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name, ResourceVersion: v.ResourceVersion, UID: v.UID}
+}
 
 // DeepCopyObject implements runtime.Object; views are never modified once built.
 func (v *view) DeepCopyObject() runtime.Object {
@@ -61,12 +78,15 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			return obj, nil
 		}
 		return &view{
-			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, ResourceVersion: meta.GetResourceVersion(),
-				UID: meta.GetUID(), DeletionTimestamp: meta.GetDeletionTimestamp()},
-			Kind:     w.Kind,
-			State:    vocabulary.Read(w),
-			Status:   rolloutOf(o),
-			Selector: selectorOf(o),
+			Namespace:       unique.Make(w.Namespace).Value(),
+			Name:            w.Name,
+			ResourceVersion: meta.GetResourceVersion(),
+			UID:             meta.GetUID(),
+			Deleting:        meta.GetDeletionTimestamp() != nil,
+			Kind:            &kinds[slices.IndexFunc(kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind })],
+			State:           vocabulary.Read(w),
+			Status:          rolloutOf(o),
+			Selector:        selectorOf(o),
 		}, nil
 	}
 }
@@ -79,46 +99,28 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 	return m, nil
 }
 
-// sourceIndex indexes workloads by the sources that may count for them:
-// "namespace/Kind/name". It is the reverse index from a source to its workloads.
-const sourceIndex = "source"
-
-func sourceKey(namespace string, ref confighash.SourceRef) string {
-	return namespace + "/" + string(ref.Kind) + "/" + ref.Name
-}
-
-// patternKey indexes the workloads with name patterns: any source of their namespace
-// may count for them.
-func patternKey(namespace string) string { return namespace + "/*" }
-
-func indexBySource(obj any) ([]string, error) {
-	v, ok := obj.(*view)
-	if !ok {
-		return nil, nil
-	}
-	// What may count in a namespace of either kind: every reference and every named
-	// source. A workload past the cap is refused: not indexed at all.
+// mayUse reports whether the source may count for the workload: it references or
+// names the source, or has a name pattern that matches it. A workload past the cap is
+// refused, so none counts.
+func (v *view) mayUse(ref confighash.SourceRef) bool {
 	if len(v.References)+len(v.Policy.Include) > confighash.MaxSources {
-		return nil, nil
+		return false
 	}
-	keys := make([]string, 0, len(v.References)+len(v.Policy.Include)+1)
-	for _, r := range v.References {
-		keys = append(keys, sourceKey(v.Namespace, r.SourceRef))
-	}
-	for _, ref := range v.Policy.Include {
-		keys = append(keys, sourceKey(v.Namespace, ref))
-	}
-	if len(v.Policy.Patterns) > 0 {
-		keys = append(keys, patternKey(v.Namespace))
-	}
-	return keys, nil
+	_, referenced := slices.BinarySearchFunc(v.References, ref, func(r confighash.Reference, t confighash.SourceRef) int {
+		return r.Compare(t)
+	})
+	return referenced || slices.Contains(v.Policy.Include, ref) ||
+		slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
 }
 
 // newWorkloadInformers returns the informers of each kind, for the given namespaces or
 // the whole cluster: the built-in kinds with their types, the others as unstructured
 // objects, each only if the API server serves it.
 func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, kinds confighash.Kinds, transform cache.TransformFunc, log zerolog.Logger) (map[string]*sourcecache.Informers, error) {
-	indexers := cache.Indexers{sourceIndex: indexBySource, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	// Indexed by namespace alone: a change of a source scans its namespace's workloads
+	// (mayUse). An index by source would keep a map per source used, several times what
+	// a view of a workload costs.
+	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	informers := map[string]*sourcecache.Informers{}
 	for _, k := range kinds {
 		var newInformer func(ns string) cache.SharedIndexInformer

@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,22 +41,41 @@ func TestViewKeepsWhatTheIndexAndTheCheckNeed(t *testing.T) {
 	if len(v.References) != 1 || v.References[0].Name != "cfg" || len(v.Record) != 1 || v.RecordErr != nil {
 		t.Fatalf("references %+v, record %v (%v)", v.References, v.Record, v.RecordErr)
 	}
-	keys, _ := indexBySource(v)
-	if !slices.Equal(keys, []string{"ns/ConfigMap/cfg"}) {
-		t.Fatalf("index keys = %v", keys)
+	if !v.mayUse(confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}) || v.mayUse(confighash.SourceRef{Kind: confighash.Secret, Name: "cfg"}) {
+		t.Fatal("the view may not use ConfigMap/cfg, or may use Secret/cfg")
 	}
 }
 
 // A workload without annotations may count in a namespace that opts every workload
 // in; one that opts out never does.
-func TestWorkloadsThatOptOutAreNotIndexed(t *testing.T) {
+func TestWorkloadsThatOptOutUseNothing(t *testing.T) {
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
 	obj, _ := toView(deploymentUsing(nil, "cfg"))
-	if keys, _ := indexBySource(obj); !slices.Equal(keys, []string{"ns/ConfigMap/cfg"}) {
-		t.Fatalf("index keys of a workload without annotations = %v", keys)
+	if !obj.(*view).mayUse(cfg) {
+		t.Fatal("a workload without annotations may not use the ConfigMap its pod template uses")
 	}
 	obj, _ = toView(deploymentUsing(map[string]string{confighash.ReloaderAuto: "false"}, "cfg"))
-	if keys, _ := indexBySource(obj); len(keys) != 0 {
-		t.Fatalf("index keys of a workload that opts out = %v, want none", keys)
+	if obj.(*view).mayUse(cfg) {
+		t.Fatal("a workload that opts out may use a ConfigMap")
+	}
+}
+
+func TestAWorkloadMayUseWhatItNamesOrMatches(t *testing.T) {
+	obj, _ := toView(deploymentUsing(map[string]string{
+		confighash.ReloaderSecretReload:    "db",
+		confighash.ReloaderConfigMapReload: "app-.*",
+	}, "cfg"))
+	v := obj.(*view)
+	for ref, want := range map[confighash.SourceRef]bool{
+		{Kind: confighash.ConfigMap, Name: "cfg"}:     true,
+		{Kind: confighash.Secret, Name: "db"}:         true,
+		{Kind: confighash.ConfigMap, Name: "app-web"}: true,
+		{Kind: confighash.Secret, Name: "app-web"}:    false,
+		{Kind: confighash.ConfigMap, Name: "other"}:   false,
+	} {
+		if v.mayUse(ref) != want {
+			t.Errorf("mayUse(%s) = %v, want %v", ref, !want, want)
+		}
 	}
 }
 

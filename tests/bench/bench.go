@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"time"
 )
@@ -144,4 +145,13 @@ func ReadRecorded(dir string) ([]Scenario, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// LiveHeap is the heap in use after a forced collection: what a program holds, steady
+// between runs, unlike the heap in use at any other moment.
+func LiveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
