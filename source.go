@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"slices"
 	"strings"
+	"unique"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,14 +33,15 @@ func (s Sums) Get(key string) (Sum, bool) {
 	return s[i].Sum, true
 }
 
-// SumsOf returns the digests of the values of m, each digested by sum.
+// SumsOf returns the digests of the values of m, each digested by sum. Keys are
+// interned: caches keep thousands of "config.yaml" and "tls.crt".
 func SumsOf[V any](m map[string]V, sum func(V) Sum) Sums {
 	if len(m) == 0 {
 		return nil
 	}
 	out := make(Sums, 0, len(m))
 	for k, v := range m {
-		out = append(out, KeySum{k, sum(v)})
+		out = append(out, KeySum{unique.Make(k).Value(), sum(v)})
 	}
 	slices.SortFunc(out, func(a, b KeySum) int { return cmp.Compare(a.Key, b.Key) })
 	return out

@@ -6,9 +6,7 @@ package sourcecache
 
 import (
 	"context"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unique"
 
@@ -143,17 +141,6 @@ func lastWritten(meta metav1.Object) time.Time {
 // Cache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
 type Cache struct {
 	informers map[confighash.SourceKind]*Informers
-
-	mu sync.Mutex
-	// dataWritten holds, for the sources whose latest writes changed only their
-	// metadata (a match annotation added, say), their last write of data: the data
-	// running pods may hold dates from then, not from the metadata's write.
-	dataWritten map[dataKey]confighash.Written
-}
-
-type dataKey struct {
-	namespace string
-	ref       confighash.SourceRef
 }
 
 // New returns a cache fed by informers on client, for the given namespaces, or for the
@@ -166,7 +153,7 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 		return func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = want.LabelSelector, want.FieldSelector }
 	}
 	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	c := &Cache{dataWritten: map[dataKey]confighash.Written{}, informers: map[confighash.SourceKind]*Informers{
+	c := &Cache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, byNamespace, options(confighash.ConfigMap))
 		}),
@@ -183,57 +170,7 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 	for _, in := range c.informers {
 		_ = in.SetTransform(toDigested) // cannot fail before the informers run
 	}
-	_ = c.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: c.written, DeleteFunc: c.deleted}) // cannot fail before the informers run
 	return c
-}
-
-// written keeps a source's last data write across writes of its metadata only.
-func (c *Cache) written(old, obj any) {
-	prev, ok1 := old.(*Digested)
-	d, ok2 := obj.(*Digested)
-	if !ok1 || !ok2 {
-		return
-	}
-	if d.Source.Kind == confighash.SecretProviderClass {
-		return // one pod's report: its class's last write is its latest report's
-	}
-	key := dataKey{d.Namespace, d.Source.SourceRef}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !slices.Equal(prev.Source.Data, d.Source.Data) || !slices.Equal(prev.Source.BinaryData, d.Source.BinaryData) {
-		delete(c.dataWritten, key)
-		return
-	}
-	if _, ok := c.dataWritten[key]; !ok {
-		c.dataWritten[key] = confighash.Written{Time: prev.WrittenAt(), ResourceVersion: prev.ResourceVersion}
-	}
-}
-
-func (c *Cache) deleted(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if d, ok := obj.(*Digested); ok {
-		c.mu.Lock()
-		delete(c.dataWritten, dataKey{d.Namespace, d.Source.SourceRef})
-		c.mu.Unlock()
-	}
-}
-
-// DataWritten returns the source's last write of data as far as the cache has seen:
-// after a restart, its last write of any kind.
-func (c *Cache) DataWritten(namespace string, ref confighash.SourceRef) (confighash.Written, bool) {
-	d, ok := c.Lookup(namespace, ref)
-	if !ok {
-		return confighash.Written{}, false
-	}
-	c.mu.Lock()
-	w, kept := c.dataWritten[dataKey{namespace, ref}]
-	c.mu.Unlock()
-	if kept {
-		return w, true
-	}
-	return confighash.Written{Time: d.WrittenAt(), ResourceVersion: d.ResourceVersion}, true
 }
 
 // Run runs the informers until ctx is done.

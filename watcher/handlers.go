@@ -14,7 +14,7 @@ import (
 
 // sourceChanged enqueues the workloads that may use a source whose data, existence or
 // counting annotations changed.
-func (w *Watcher) sourceChanged(old, obj any, initial bool) {
+func (w *Watcher) sourceChanged(old, obj any, initial, deleted bool) {
 	if initial {
 		return // the leader's resync covers what existed before
 	}
@@ -25,7 +25,9 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	if !ok {
 		return
 	}
-	if prev, ok := old.(*sourcecache.Digested); ok && prev.Source.Equal(d.Source) {
+	prev, _ := old.(*sourcecache.Digested)
+	w.written.observe(prev, d, deleted)
+	if prev != nil && prev.Source.Equal(d.Source) {
 		return // metadata only
 	}
 	w.cfg.Metrics.SourceChanged(d.Source.Kind)

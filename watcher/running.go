@@ -73,7 +73,8 @@ func (w *Watcher) held(ctx context.Context, v *view, observations []confighash.O
 			held[o.SourceRef] = ok && d.Uniform
 			continue
 		}
-		if wr, ok := w.sources.DataWritten(v.Namespace, o.SourceRef); ok {
+		if d, ok := w.sources.Lookup(v.Namespace, o.SourceRef); ok {
+			wr := w.written.of(d)
 			written[o.SourceRef] = wr
 			versions = append(versions, wr.ResourceVersion)
 		}

@@ -147,6 +147,7 @@ type Watcher struct {
 	progress      *progress
 	waves         *waves
 	changes       *changes
+	written       *dataWrites
 	// csi is set when the sources cache keeps SecretProviderClasses.
 	csi bool
 }
@@ -183,6 +184,7 @@ func New(cfg Config) (*Watcher, error) {
 		progress:      newProgress(),
 		changes:       &changes{quiet: cfg.QuietPeriod, max: cfg.Debounce, pending: map[workloadKey]changed{}},
 		waves:         newWaves(),
+		written:       newDataWrites(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date.
@@ -191,9 +193,9 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
-		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false) },
-		DeleteFunc: func(obj any) { w.sourceChanged(nil, obj, false) },
+		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial, false) },
+		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false, false) },
+		DeleteFunc: func(obj any) { w.sourceChanged(nil, obj, false, true) },
 	}); err != nil {
 		return nil, err
 	}
