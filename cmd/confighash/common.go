@@ -158,6 +158,9 @@ func (c *common) connect(ctx context.Context, component string, stderr io.Writer
 		return nil, err
 	}
 	e := &env{ctx: logr.NewContext(ctx, lr), log: log, reg: newRegistry()}
+	if limit := limitMemory(cgroupMemoryMax); limit > 0 {
+		log.Info().Int64("bytes", limit).Msg("Go's memory limit set to 90 % of the container's")
+	}
 	if c.kubeconfig != "" {
 		e.rest, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	} else {
