@@ -3,22 +3,28 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/metadata"
+	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/webhook"
@@ -67,8 +73,9 @@ func reportPercentiles(b *testing.B, samples []time.Duration) {
 	b.ReportMetric(at(0.99), "p99-µs")
 }
 
-// BenchmarkMutatorWarmCache admits a touched Deployment with 5 sources in process,
-// through the HTTP handler, answering from a cache synced with the local control plane.
+// BenchmarkMutatorWarmCache admits a Deployment with 5 sources in process, through the
+// HTTP handler, answering from a cache synced with the local control plane: touched by
+// the watcher (an update naming the source it changed), and created.
 func BenchmarkMutatorWarmCache(b *testing.B) {
 	c := cluster.Require(b, testCluster)
 	ns, err := c.CreateNamespace(b.Context(), "bench", nil)
@@ -99,23 +106,31 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	d := deployment("web", 1, fiveSourceTemplate())
 	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 	d.Namespace = ns
-	old, _ := json.Marshal(d)
+	created, _ := json.Marshal(d)
 	d.Annotations[confighash.AnnotationTrigger] = "ConfigMap/cm-0@" + versions["ConfigMap/cm-0"]
-	obj, _ := json.Marshal(d)
-	body, _ := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID: "1", Operation: admissionv1.Update, Namespace: ns, Name: "web",
-			Kind:      metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
-			Resource:  metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
-			Object:    runtime.RawExtension{Raw: obj},
-			OldObject: runtime.RawExtension{Raw: old},
-		},
-	})
+	touched, _ := json.Marshal(d)
+	review := func(op admissionv1.Operation, obj, old []byte) []byte {
+		body, _ := json.Marshal(admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{
+				UID: "1", Operation: op, Namespace: ns, Name: "web",
+				Kind:      metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+				Resource:  metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+				Object:    runtime.RawExtension{Raw: obj},
+				OldObject: runtime.RawExtension{Raw: old},
+			},
+		})
+		return body
+	}
+	b.Run("touch", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Update, touched, created)) })
+	b.Run("create", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Create, created, nil)) })
+}
 
+// admitEach admits the review at each round and reports the percentiles of the
+// handler's time.
+func admitEach(b *testing.B, handler http.Handler, body []byte) {
 	samples := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
-	b.ResetTimer()
 	for b.Loop() {
 		start := time.Now()
 		req := httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body))
@@ -131,28 +146,30 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	reportPercentiles(b, samples)
 }
 
-// BenchmarkDeploymentCreate measures a Deployment create through the API server, in a
-// namespace the webhook does not serve and in one it does, with 5 sources and with
-// none: the differences are what the webhook adds, and what its live reads add.
+// BenchmarkDeploymentCreate measures a Deployment create through the API server: in a
+// namespace no webhook serves; in one a webhook serves that allows it unchanged (the
+// least any webhook adds here); and in one confighash's serves, with 5 sources and with
+// none. The differences are what a webhook's round trip adds, and what confighash adds
+// to it.
 func BenchmarkDeploymentCreate(b *testing.B) {
 	c := cluster.Require(b, testCluster)
 	w := startWebhook(b, c)
+	noop := startNoopWebhook(b, c)
+	enabled := map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled}
 	cases := []struct {
-		name        string
-		withWebhook bool
-		tmpl        corev1.PodTemplateSpec
+		name   string
+		labels map[string]string
+		hashed bool
+		tmpl   corev1.PodTemplateSpec
 	}{
-		{"without-webhook", false, fiveSourceTemplate()},
-		{"with-webhook-no-sources", true, plainTemplate()},
-		{"with-webhook", true, fiveSourceTemplate()},
+		{"without-webhook", nil, false, fiveSourceTemplate()},
+		{"with-noop-webhook", noop, false, fiveSourceTemplate()},
+		{"with-webhook-no-sources", enabled, true, plainTemplate()},
+		{"with-webhook", enabled, true, fiveSourceTemplate()},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			labels := map[string]string{}
-			if tc.withWebhook {
-				labels[confighash.InjectionLabel] = confighash.InjectionEnabled
-			}
-			ns, err := c.CreateNamespace(b.Context(), "bench", labels)
+			ns, err := c.CreateNamespace(b.Context(), "bench", tc.labels)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -171,13 +188,13 @@ func BenchmarkDeploymentCreate(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, hashed := created.Spec.Template.Annotations[confighash.AnnotationHash]; hashed != tc.withWebhook {
-					b.Fatalf("hash written = %v, want %v", hashed, tc.withWebhook)
+				if _, hashed := created.Spec.Template.Annotations[confighash.AnnotationHash]; hashed != tc.hashed {
+					b.Fatalf("hash written = %v, want %v", hashed, tc.hashed)
 				}
 			}
 			b.StopTimer()
 			reportPercentiles(b, samples)
-			if tc.withWebhook {
+			if tc.hashed {
 				// The webhook's own view: from the request decoded to the response built.
 				sum := w.metric(b, "confighash_webhook_admission_duration_seconds_sum") - sumBefore
 				count := w.metric(b, "confighash_webhook_admission_duration_seconds_count") - countBefore
@@ -185,4 +202,79 @@ func BenchmarkDeploymentCreate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// startNoopWebhook serves, on 127.0.0.1, a mutating webhook that allows every
+// Deployment unchanged, for the namespaces with the labels it returns: the least a
+// webhook in the path of a write adds on this cluster.
+func startNoopWebhook(b *testing.B, c *cluster.Cluster) map[string]string {
+	b.Helper()
+	labels := map[string]string{"bench.confighash.dev/noop-webhook": "true"}
+	ca, err := certs.NewAuthority("noop-webhook-ca", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kp, err := ca.Issue(certs.Leaf{CommonName: "noop-webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var called atomic.Int64
+	srv := &http.Server{
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var review admissionv1.AdmissionReview
+			if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+				http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
+				return
+			}
+			called.Add(1)
+			review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+			review.Request = nil
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(review)
+		}),
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	b.Cleanup(func() { _ = srv.Close() })
+
+	const name = "confighash-e2e-noop"
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         "noop.bench.confighash.dev",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + ln.Addr().String() + "/"), CABundle: ca.CertPEM},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: labels},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](5),
+		}},
+	}
+	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	_ = api.Delete(b.Context(), name, metav1.DeleteOptions{})
+	if _, err := api.Create(b.Context(), cfg, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	probe, err := c.CreateNamespace(b.Context(), "noop-probe", labels)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.DeleteNamespace(context.Background(), probe) })
+	waitFor(b, 30*time.Second, "the API server to call the no-op webhook", func() bool {
+		_, err := c.Client.AppsV1().Deployments(probe).Create(b.Context(), deployment("probe", 0, plainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && called.Load() > 0
+	})
+	return labels
 }
