@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
 )
@@ -126,5 +127,20 @@ func TestProviderClassTakesEachObjectFromItsLatestReport(t *testing.T) {
 	}
 	if ProviderClass(nil) != nil {
 		t.Fatal("no report: want nil, absent")
+	}
+}
+
+func TestDigestKeepsWhenCreatedAndLastWritten(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	written := created.Add(90 * 24 * time.Hour)
+	obj, _ := toDigested(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: "ns",
+		CreationTimestamp: metav1.NewTime(created),
+		ManagedFields: []metav1.ManagedFieldsEntry{
+			{Manager: "kubectl", Time: ptr.To(metav1.NewTime(written))},
+			{Manager: "helm", Time: ptr.To(metav1.NewTime(created.Add(time.Hour)))},
+		}}})
+	d := obj.(*Digested)
+	if !d.Created().Equal(created) || !d.Written().Equal(written) {
+		t.Fatalf("created %v, written %v; want %v, %v", d.Created(), d.Written(), created, written)
 	}
 }

@@ -107,7 +107,7 @@ func (w *Watcher) held(ctx context.Context, v *view, observations []confighash.O
 func (w *Watcher) neverRewritten(ctx context.Context, namespace string, ref confighash.SourceRef, wr confighash.Written) (bool, error) {
 	d, ok := w.sources.Lookup(namespace, ref)
 	before, err := strconv.ParseUint(wr.ResourceVersion, 10, 64)
-	if !ok || !d.CreatedAt().Equal(wr.Time) || err != nil || before < 2 {
+	if !ok || !d.Created().Equal(wr.Time) || err != nil || before < 2 {
 		return false, nil
 	}
 	opts := metav1.ListOptions{

@@ -41,7 +41,7 @@ func (dw *dataWrites) observe(prev, d *sourcecache.Digested, deleted bool) {
 		delete(dw.kept, key)
 	default:
 		if _, ok := dw.kept[key]; !ok {
-			dw.kept[key] = confighash.Written{Time: prev.WrittenAt(), ResourceVersion: prev.ResourceVersion}
+			dw.kept[key] = confighash.Written{Time: prev.Written(), ResourceVersion: prev.ResourceVersion}
 		}
 	}
 }
@@ -55,5 +55,5 @@ func (dw *dataWrites) of(d *sourcecache.Digested) confighash.Written {
 	if kept {
 		return w
 	}
-	return confighash.Written{Time: d.WrittenAt(), ResourceVersion: d.ResourceVersion}
+	return confighash.Written{Time: d.Written(), ResourceVersion: d.ResourceVersion}
 }

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"testing"
+	"time"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -9,9 +10,11 @@ import (
 
 func TestAWriteOfMetadataKeepsTheLastWriteOfData(t *testing.T) {
 	at := func(rv string, written int64, data string) *sourcecache.Digested {
-		return &sourcecache.Digested{Namespace: "ns", Name: "cfg", ResourceVersion: rv, Written: written,
+		d := &sourcecache.Digested{Namespace: "ns", Name: "cfg", ResourceVersion: rv,
 			Source: confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"},
 				Data: confighash.Sums{{Key: "k", Sum: confighash.Sum{data[0]}}}}}
+		d.SetTimes(time.Unix(50, 0), time.Unix(written, 0))
+		return d
 	}
 	dw := newDataWrites()
 	v1 := at("10", 100, "a")

@@ -278,7 +278,6 @@ func BenchmarkScenarioRestart(b *testing.B) {
 
 func BenchmarkScenarioMemoryAtRest(b *testing.B) {
 	c := cluster.Require(b, testCluster)
-	// As many Secrets as ConfigMaps.
 	const secrets, configMaps, workloads, namespaces = 5000, 5000, 2000, 10
 	scenario(b, bench.Scenario{
 		Name: "memory-at-rest", Title: "Memory at rest",
@@ -311,65 +310,48 @@ func BenchmarkScenarioMemoryAtRest(b *testing.B) {
 			wh.stop(b)
 			return heap["watcher"], heap["webhook"]
 		}
-		// createSources creates secret-i and cm-i for i in [from, to), in the
-		// namespace of workload i.
-		createSources := func(from, to int) {
-			parallel(b, 8, to-from, func(i int) error {
-				i += from
-				_, err := c.Client.CoreV1().Secrets(nss[i%namespaces]).Create(b.Context(), &corev1.Secret{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%d", i)},
-					StringData: map[string]string{"value": strings.Repeat("s", 100<<10)},
-				}, metav1.CreateOptions{})
-				if err != nil {
-					return err
-				}
-				_, err = c.Client.CoreV1().ConfigMaps(nss[i%namespaces]).Create(b.Context(), &corev1.ConfigMap{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)},
-					Data:       map[string]string{"value": strings.Repeat("c", 10<<10)},
-				}, metav1.CreateOptions{})
-				return err
-			})
-		}
-		createWorkloads := func(from, to int) {
-			wh := startWebhook(b, c, benchLogLevel) // the workloads are born hashed
-			defer wh.stop(b)
-			parallel(b, 8, to-from, func(i int) error {
-				i += from
-				tmpl := envFromTemplate(fmt.Sprintf("cm-%d", i))
-				tmpl.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: fmt.Sprintf("secret-%d", i)}}}}
-				_, err := c.Client.AppsV1().Deployments(nss[i%namespaces]).Create(b.Context(), deployment(fmt.Sprintf("web-%d", i), 0, tmpl), metav1.CreateOptions{})
-				return err
-			})
-		}
-		// Each cost is the growth between two sizes, divided by the objects between
-		// them: what one more object costs, without the fixed costs that come with the
-		// first (buffers as large as the largest object read, say).
-		const sources = secrets + configMaps
 		emptyW, emptyWh := measure("empty")
-		createSources(0, secrets/2)
-		halfW, halfWh := measure("half the sources")
-		createSources(secrets/2, secrets)
+		parallel(b, 8, secrets, func(i int) error {
+			_, err := c.Client.CoreV1().Secrets(nss[i%namespaces]).Create(b.Context(), &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%d", i)},
+				StringData: map[string]string{"value": strings.Repeat("s", 100<<10)},
+			}, metav1.CreateOptions{})
+			return err
+		})
+		parallel(b, 8, configMaps, func(i int) error {
+			_, err := c.Client.CoreV1().ConfigMaps(nss[i%namespaces]).Create(b.Context(), &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)},
+				Data:       map[string]string{"value": strings.Repeat("c", 10<<10)},
+			}, metav1.CreateOptions{})
+			return err
+		})
 		sourcesW, sourcesWh := measure("sources")
-		createWorkloads(0, workloads/2)
-		halfWlW, halfWlWh := measure("half the workloads")
-		createWorkloads(workloads/2, workloads)
+		wh := startWebhook(b, c, benchLogLevel) // the workloads are born hashed
+		parallel(b, 8, workloads, func(i int) error {
+			tmpl := envFromTemplate(fmt.Sprintf("cm-%d", i))
+			tmpl.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: fmt.Sprintf("secret-%d", i)}}}}
+			_, err := c.Client.AppsV1().Deployments(nss[i%namespaces]).Create(b.Context(), deployment(fmt.Sprintf("web-%d", i), 0, tmpl), metav1.CreateOptions{})
+			return err
+		})
+		wh.stop(b)
 		allW, allWh := measure("all")
-		perObject := func(from, to float64, objects int) float64 { return max(0, (to-from)*(1<<20)/float64(objects)) }
+		perSource := func(empty, full float64) float64 { return (full - empty) * (1 << 20) / (secrets + configMaps) }
+		perWorkload := func(sources, all float64) float64 { return (all - sources) * (1 << 20) / workloads }
 		// Sizing a large cluster from the per-object costs: 100,000 workloads and
 		// 1,000,000 sources.
 		const bigWorkloads, bigSources = 100_000, 1_000_000
 		for _, p := range []struct {
-			name                                            string
-			empty, halfSources, sources, halfWorkloads, all float64
-		}{{"watcher", emptyW, halfW, sourcesW, halfWlW, allW}, {"webhook", emptyWh, halfWh, sourcesWh, halfWlWh, allWh}} {
-			src, wl := perObject(p.halfSources, p.sources, sources/2), perObject(p.halfWorkloads, p.all, workloads/2)
+			name                string
+			empty, sources, all float64
+		}{{"watcher", emptyW, sourcesW, allW}, {"webhook", emptyWh, sourcesWh, allWh}} {
+			src, wl := max(0, perSource(p.empty, p.sources)), max(0, perWorkload(p.sources, p.all))
 			s.Add(p.name+" heap per source", math.Round(src), "bytes")
 			s.Add(p.name+" heap per workload", math.Round(wl), "bytes")
-			s.Add(p.name+" heap projected for 100,000 workloads and 1,000,000 sources", roundMiB(p.sources+(src*(bigSources-sources)+wl*bigWorkloads)/(1<<20)), "MiB")
+			s.Add(p.name+" heap projected for 100,000 workloads and 1,000,000 sources", roundMiB(p.empty+(src*bigSources+wl*bigWorkloads)/(1<<20)), "MiB")
 		}
 		s.Notes = append(s.Notes, "Heap is the live heap right after a forced collection (HeapAlloc from /debug/pprof/heap?gc=1&debug=1, with --profiling). "+
-			"Per-object costs are its growth from half the objects to all of them, divided by the objects added (a cost below zero counts as zero): what one more costs, without the fixed costs of the first. "+
-			"The projection adds them to the heap with the sources. Go's garbage collector lets the heap grow to about twice what is live before it collects (GOGC=100), so set a memory limit of about twice the projection, plus some 20 MiB for the runtime and the binary.")
+			"Per-object costs are its growth between the steps, divided by the objects added (a cost below zero counts as zero). "+
+			"The projection adds them to the empty heap. Go's garbage collector lets the heap grow to about twice what is live before it collects (GOGC=100), so set a memory limit of about twice the projection, plus some 20 MiB for the runtime and the binary.")
 		s.Judge("with 550 MiB of values in the cluster, each component stays under 64 MiB resident: no value is kept",
 			s.Figure("all watcher RSS") < 64 && s.Figure("all webhook RSS") < 64)
 	})
