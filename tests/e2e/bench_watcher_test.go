@@ -68,6 +68,14 @@ func changeToRollout(b *testing.B, c *cluster.Cluster, fanOut int) string {
 		_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")), metav1.CreateOptions{})
 		return err
 	})
+	// The Deployment controller's first sync of each (its ReplicaSet, its status) is
+	// done before the change, so it does not compete with the fan-out.
+	waitFor(b, 15*time.Minute, fmt.Sprintf("the Deployment controller to observe %d Deployments", fanOut), func() bool {
+		list, err := c.Client.AppsV1().Deployments(ns).List(b.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == fanOut && !slices.ContainsFunc(list.Items, func(d appsv1.Deployment) bool {
+			return d.Status.ObservedGeneration < d.Generation
+		})
+	})
 	var latencies []time.Duration
 	var patches, lists float64
 	round := 0
@@ -141,7 +149,8 @@ func generations(b *testing.B, c *cluster.Cluster, ns string, n int) map[string]
 // was seen.
 func watchGenerationBumps(b *testing.B, c *cluster.Cluster, ns string, gen map[string]int64) func(n int) []time.Time {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+	timeout := max(5*time.Minute, time.Duration(len(gen))*60*time.Millisecond)
+	ctx, cancel := context.WithTimeout(b.Context(), timeout)
 	w, err := c.Client.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		b.Fatal(err)
@@ -165,7 +174,7 @@ func watchGenerationBumps(b *testing.B, c *cluster.Cluster, ns string, gen map[s
 	return func(n int) []time.Time {
 		defer cancel()
 		defer w.Stop()
-		waitFor(b, 5*time.Minute, fmt.Sprintf("%d generation bumps", n), func() bool {
+		waitFor(b, timeout, fmt.Sprintf("%d generation bumps", n), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(seen) >= n
