@@ -352,8 +352,11 @@ func BenchmarkScenarioMemoryAtRest(b *testing.B) {
 		s.Notes = append(s.Notes, "Heap is the live heap right after a forced collection (HeapAlloc from /debug/pprof/heap?gc=1&debug=1, with --profiling). "+
 			"Per-object costs are its growth between the steps, divided by the objects added (a cost below zero counts as zero). "+
 			"The projection adds them to the empty heap. Go's garbage collector lets the heap grow to about twice what is live before it collects (GOGC=100), so set a memory limit of about twice the projection, plus some 20 MiB for the runtime and the binary.")
-		s.Judge("with 550 MiB of values in the cluster, each component stays under 64 MiB resident: no value is kept",
-			s.Figure("all watcher RSS") < 64 && s.Figure("all webhook RSS") < 64)
+		s.Judge("with 550 MiB of values in the cluster, each component stays under 64 MiB resident (no value is kept), and keeps at most 400 bytes of heap per source, under 512 MiB for 1,000,000 sources and 100,000 workloads",
+			s.Figure("all watcher RSS") < 64 && s.Figure("all webhook RSS") < 64 &&
+				s.Figure("watcher heap per source") <= 400 && s.Figure("webhook heap per source") <= 400 &&
+				s.Figure("watcher heap projected for 100,000 workloads and 1,000,000 sources") < 512 &&
+				s.Figure("webhook heap projected for 100,000 workloads and 1,000,000 sources") < 512)
 	})
 }
 
