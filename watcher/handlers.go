@@ -14,7 +14,7 @@ import (
 
 // sourceChanged enqueues the workloads that may use a source whose data, existence or
 // counting annotations changed.
-func (w *Watcher) sourceChanged(old, obj any, initial, deleted bool) {
+func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	if initial {
 		return // the leader's resync covers what existed before
 	}
@@ -26,7 +26,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial, deleted bool) {
 		return
 	}
 	prev, _ := old.(*sourcecache.Digested)
-	w.written.observe(prev, d, deleted)
+	w.written.observe(prev, d)
 	if prev != nil && prev.Source.Equal(d.Source) {
 		return // metadata only
 	}

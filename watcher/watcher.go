@@ -193,9 +193,9 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial, false) },
-		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false, false) },
-		DeleteFunc: func(obj any) { w.sourceChanged(nil, obj, false, true) },
+		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
+		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false) },
+		DeleteFunc: func(obj any) { w.sourceChanged(nil, obj, false) },
 	}); err != nil {
 		return nil, err
 	}

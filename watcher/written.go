@@ -25,9 +25,9 @@ type sourceIn struct {
 
 func newDataWrites() *dataWrites { return &dataWrites{kept: map[sourceIn]confighash.Written{}} }
 
-// observe learns of a write of the source, prev being what it was (nil when it was
-// created), or of its deletion.
-func (dw *dataWrites) observe(prev, d *sourcecache.Digested, deleted bool) {
+// observe learns of a write of the source, prev being what it was; nil when it was
+// created or deleted, which forgets what was kept of it.
+func (dw *dataWrites) observe(prev, d *sourcecache.Digested) {
 	if d.Source.Kind == confighash.SecretProviderClass {
 		return // one pod's report: its class's last write is its latest report's
 	}
@@ -35,9 +35,7 @@ func (dw *dataWrites) observe(prev, d *sourcecache.Digested, deleted bool) {
 	dw.mu.Lock()
 	defer dw.mu.Unlock()
 	switch {
-	case deleted || prev == nil:
-		delete(dw.kept, key)
-	case !slices.Equal(prev.Source.Data, d.Source.Data) || !slices.Equal(prev.Source.BinaryData, d.Source.BinaryData):
+	case prev == nil, !slices.Equal(prev.Source.Data, d.Source.Data) || !slices.Equal(prev.Source.BinaryData, d.Source.BinaryData):
 		delete(dw.kept, key)
 	default:
 		if _, ok := dw.kept[key]; !ok {

@@ -22,19 +22,19 @@ func TestAWriteOfMetadataKeepsTheLastWriteOfData(t *testing.T) {
 		t.Fatalf("before any update: %+v, want its own write at 10", got)
 	}
 	labelled := at("11", 200, "a") // a match annotation added: the same data
-	dw.observe(v1, labelled, false)
+	dw.observe(v1, labelled)
 	relabelled := at("12", 300, "a")
-	dw.observe(labelled, relabelled, false)
+	dw.observe(labelled, relabelled)
 	if got := dw.of(relabelled); got.ResourceVersion != "10" || got.Time.Unix() != 100 {
 		t.Fatalf("after two writes of metadata: %+v, want the write of data at 10", got)
 	}
 	changed := at("13", 400, "b")
-	dw.observe(relabelled, changed, false)
+	dw.observe(relabelled, changed)
 	if got := dw.of(changed); got.ResourceVersion != "13" {
 		t.Fatalf("after a write of data: %+v, want it, at 13", got)
 	}
-	dw.observe(changed, at("14", 500, "b"), false)
-	dw.observe(nil, at("14", 500, "b"), true)
+	dw.observe(changed, at("14", 500, "b"))
+	dw.observe(nil, at("14", 500, "b")) // deleted
 	if got := dw.of(at("15", 600, "b")); got.ResourceVersion != "15" {
 		t.Fatalf("recreated after a deletion: %+v, want its own write", got)
 	}
