@@ -38,9 +38,10 @@ func badInput(format string, args ...any) error {
 	return &exitError{2, fmt.Errorf(format, args...)}
 }
 
-// kinds are the workload kinds explain reads: the built-in ones and --extra-kind.
-func (c *explainConfig) kinds() (confighash.Kinds, error) {
-	kinds, err := confighash.ParseKinds("", c.extraKinds)
+// workloadKinds are the workload kinds explain and resume read: the built-in ones and
+// those of --extra-kind.
+func workloadKinds(extra []string) (confighash.Kinds, error) {
+	kinds, err := confighash.ParseKinds("", extra)
 	if err != nil {
 		return nil, badInput("--extra-kind: %v", err)
 	}

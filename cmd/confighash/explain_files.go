@@ -99,7 +99,7 @@ func sourcesOf(objs []*unstructured.Unstructured) (map[string]map[confighash.Sou
 }
 
 func (c *explainConfig) explainFiles(in confighash.ExplainInput, selectors namespaces.Selectors) ([]confighash.Explanation, error) {
-	kinds, err := c.kinds()
+	kinds, err := workloadKinds(c.extraKinds)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ import (
 // explain's live half: workloads, sources and the namespace read from the cluster.
 
 func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainInput, selectors namespaces.Selectors, target string) ([]confighash.Explanation, error) {
-	kinds, err := c.kinds()
+	kinds, err := workloadKinds(c.extraKinds)
 	if err != nil {
 		return nil, err
 	}

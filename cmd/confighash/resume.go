@@ -42,9 +42,9 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if len(positional) != 1 || positional[0] == "" {
 		return badInput("name a source (configmap/app) or a workload (deployment/web)")
 	}
-	kinds, err := confighash.ParseKinds("", cfg.extraKinds)
+	kinds, err := workloadKinds(cfg.extraKinds)
 	if err != nil {
-		return badInput("--extra-kind: %v", err)
+		return err
 	}
 	held, err := heldMatcher(positional[0], kinds)
 	if err != nil {
