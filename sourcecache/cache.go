@@ -6,10 +6,10 @@ package sourcecache
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"time"
-	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,12 +59,15 @@ func (f Filter) Admits(sourceLabels map[string]string) bool {
 // resourceVersion, when it was created and last written, and its digest-only view.
 // Never a value, and no more: the cache keeps one per source of the cluster.
 type Digested struct {
-	Namespace, Name, ResourceVersion string
-	Source                           confighash.Source
+	// key is "namespace/name", the informers' key; Namespace and Name are cut from it,
+	// and so is a ConfigMap's or Secret's Source.Name, so all share one string.
+	key             string
+	ResourceVersion string
+	Source          confighash.Source
 	// created is its creation time, in Unix seconds; rewritten, how long after that
 	// the API server recorded its last write (the latest of its managed fields' times),
 	// in seconds. Both are to the second, as the API server keeps them; an offset, not
-	// a second time, keeps a Digested in 160 bytes.
+	// a second time, keeps a Digested in 144 bytes.
 	created   int64
 	rewritten uint32
 	// Uniform, for a SecretProviderClass, says every pod that mounts it reports the
@@ -87,11 +90,21 @@ func (d *Digested) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// GetObjectMeta implements metav1.ObjectMetaAccessor, which the informers key and
-// index objects by; it is built when asked, not kept.
+// GetObjectMeta implements metav1.ObjectMetaAccessor, which the informers key objects
+// by; it is built when asked, not kept. Its name is the whole key and its namespace
+// empty: the informers then key the object by the string it holds, where a namespace
+// would have them join a new one for each source. The informers' namespace index is
+// byNamespace, which reads Namespace.
 func (d *Digested) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name, ResourceVersion: d.ResourceVersion}
+	return &metav1.ObjectMeta{Name: d.key, ResourceVersion: d.ResourceVersion}
 }
+
+// Namespace is the object's namespace.
+func (d *Digested) Namespace() string { ns, _, _ := strings.Cut(d.key, "/"); return ns }
+
+// Name is the object's name: for a pod's report of a SecretProviderClass, the report's
+// own, where Source.Name is the class's.
+func (d *Digested) Name() string { _, name, _ := strings.Cut(d.key, "/"); return name }
 
 // Created is when it was created.
 func (d *Digested) Created() time.Time { return time.Unix(d.created, 0) }
@@ -120,20 +133,30 @@ func toDigested(obj any) (any, error) {
 	default:
 		return obj, nil // tombstones and objects already transformed
 	}
-	return digested(meta, src), nil
+	return NewDigested(meta, src), nil
 }
 
-// digested returns the Digested of an object of this metadata and view. Namespaces
-// are interned: thousands of sources share each.
-func digested(meta metav1.Object, src confighash.Source) *Digested {
-	d := &Digested{
-		Namespace:       unique.Make(meta.GetNamespace()).Value(),
-		Name:            src.Name,
-		ResourceVersion: meta.GetResourceVersion(),
-		Source:          src,
+// NewDigested returns the Digested of an object of this metadata and view.
+func NewDigested(meta metav1.Object, src confighash.Source) *Digested {
+	d := &Digested{key: meta.GetNamespace() + "/" + meta.GetName(), ResourceVersion: meta.GetResourceVersion(), Source: src}
+	if src.Name == meta.GetName() {
+		d.Source.Name = d.Name()
 	}
 	d.SetTimes(meta.GetCreationTimestamp().Time, lastWritten(meta))
 	return d
+}
+
+// sourceIndexers are the indexes of ConfigMaps and Secrets.
+var sourceIndexers = cache.Indexers{cache.NamespaceIndex: byNamespace}
+
+// byNamespace indexes Digested by namespace, as cache.MetaNamespaceIndexFunc does
+// other objects (see GetObjectMeta).
+func byNamespace(obj any) ([]string, error) {
+	d, ok := obj.(*Digested)
+	if !ok {
+		return nil, fmt.Errorf("not a ConfigMap or Secret digested: %T", obj)
+	}
+	return []string{d.Namespace()}, nil
 }
 
 // lastWritten is when the object was last written, as far as its metadata tells.
@@ -161,17 +184,16 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 		want := filter.ListOptions(kind)
 		return func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = want.LabelSelector, want.FieldSelector }
 	}
-	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	c := &Cache{informers: map[confighash.SourceKind]*Informers{
 		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, byNamespace, options(confighash.ConfigMap))
+			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, sourceIndexers, options(confighash.ConfigMap))
 		}),
 		confighash.Secret: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredSecretInformer(client, ns, 0, byNamespace, options(confighash.Secret))
+			return coreinformers.NewFilteredSecretInformer(client, ns, 0, sourceIndexers, options(confighash.Secret))
 		}),
 	}}
 	if csi != nil {
-		byClass := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, providerClassIndex: indexByProviderClass}
+		byClass := cache.Indexers{cache.NamespaceIndex: byNamespace, providerClassIndex: indexByProviderClass}
 		c.informers[confighash.SecretProviderClass] = NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 			return dynamicinformer.NewFilteredDynamicInformer(csi, PodStatuses, ns, 0, byClass, nil).Informer()
 		})

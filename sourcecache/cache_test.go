@@ -39,8 +39,8 @@ func TestDigestKeepsNoValues(t *testing.T) {
 	if !ok {
 		t.Fatalf("toDigested() returned %T", obj)
 	}
-	if d.Name != "db" || d.Namespace != "ns" || d.ResourceVersion != "7" {
-		t.Fatalf("kept %s/%s at %s, want ns/db at 7", d.Namespace, d.Name, d.ResourceVersion)
+	if d.Name() != "db" || d.Namespace() != "ns" || d.Source.Name != "db" || d.ResourceVersion != "7" {
+		t.Fatalf("kept %s/%s (%s) at %s, want ns/db at 7", d.Namespace(), d.Name(), d.Source.Name, d.ResourceVersion)
 	}
 	if !d.Source.Ignore || !d.Source.Present || len(d.Source.Data) != 1 {
 		t.Fatalf("source = %+v", d.Source)
@@ -115,8 +115,8 @@ func TestProviderClassTakesEachObjectFromItsLatestReport(t *testing.T) {
 	old := report("10", map[string]string{"db-password": "1", "api-key": "7"})
 	rotated := report("12", map[string]string{"db-password": "2", "api-key": "7"})
 	d := ProviderClass([]*Digested{rotated, old})
-	if d.Source.SourceRef != (confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: "vault-db"}) || d.ResourceVersion != "12" {
-		t.Fatalf("ProviderClass() = %s at %s, want SecretProviderClass/vault-db at 12", d.Source.SourceRef, d.ResourceVersion)
+	if d.Source.SourceRef != (confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: "vault-db"}) || d.ResourceVersion != "12" || d.Name() != "vault-db" {
+		t.Fatalf("ProviderClass() = %s (%s) at %s, want SecretProviderClass/vault-db at 12", d.Source.SourceRef, d.Name(), d.ResourceVersion)
 	}
 	if !slices.Equal(d.Source.Data, rotated.Source.Data) || d.Uniform {
 		t.Fatalf("one pod rotated: data %v uniform %v, want the rotated versions, not uniform", d.Source.Data, d.Uniform)

@@ -20,7 +20,7 @@ func BenchmarkSourcesAtRest(b *testing.B) {
 	value := []byte(strings.Repeat("s", 1<<10))
 	created := metav1.Now()
 	for b.Loop() {
-		store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, sourceIndexers)
 		before := bench.LiveHeap()
 		for i := range sources {
 			d, err := toDigested(&corev1.Secret{

@@ -29,7 +29,7 @@ const providerClassIndex = "secretProviderClass"
 
 func indexByProviderClass(obj any) ([]string, error) {
 	if d, ok := obj.(*Digested); ok && d.Source.Kind == confighash.SecretProviderClass {
-		return []string{d.Namespace + "/" + d.Source.Name}, nil
+		return []string{d.Namespace() + "/" + d.Source.Name}, nil
 	}
 	return nil, nil
 }
@@ -48,10 +48,8 @@ func PodStatus(u *unstructured.Unstructured) *Digested {
 			versions[id] = version
 		}
 	}
-	d := digested(u, confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: class},
+	return NewDigested(u, confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.SecretProviderClass, Name: class},
 		Present: true, Data: confighash.SumsOf(versions, func(v string) confighash.Sum { return sha256.Sum256([]byte(v)) })})
-	d.Name = u.GetName() // the status's own name: its class is d.Source.Name
-	return d
 }
 
 // ProviderClass returns what a SecretProviderClass holds from the pods' reports of
@@ -72,7 +70,7 @@ func ProviderClass(reports []*Digested) *Digested {
 		}
 	}
 	out := *latest
-	out.Name, out.Uniform = latest.Source.Name, true
+	out.key, out.Uniform = latest.Namespace()+"/"+latest.Source.Name, true
 	sums := map[string]confighash.Sum{}
 	newest := map[string]uint64{}
 	for _, d := range reports {

@@ -31,7 +31,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 		return // metadata only
 	}
 	w.cfg.Metrics.SourceChanged(d.Source.Kind)
-	w.enqueueUsers(d.Namespace, d.Source.SourceRef)
+	w.enqueueUsers(d.Namespace(), d.Source.SourceRef)
 }
 
 // enqueueUsers enqueues every workload that may use the source, spread at TouchRate.

@@ -31,7 +31,7 @@ func (dw *dataWrites) observe(prev, d *sourcecache.Digested) {
 	if d.Source.Kind == confighash.SecretProviderClass {
 		return // one pod's report: its class's last write is its latest report's
 	}
-	key := sourceIn{d.Namespace, d.Source.SourceRef}
+	key := sourceIn{d.Namespace(), d.Source.SourceRef}
 	dw.mu.Lock()
 	defer dw.mu.Unlock()
 	switch {
@@ -48,7 +48,7 @@ func (dw *dataWrites) observe(prev, d *sourcecache.Digested) {
 // restart, its last write of any kind.
 func (dw *dataWrites) of(d *sourcecache.Digested) confighash.Written {
 	dw.mu.Lock()
-	w, kept := dw.kept[sourceIn{d.Namespace, d.Source.SourceRef}]
+	w, kept := dw.kept[sourceIn{d.Namespace(), d.Source.SourceRef}]
 	dw.mu.Unlock()
 	if kept {
 		return w

@@ -4,15 +4,17 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
 )
 
 func TestAWriteOfMetadataKeepsTheLastWriteOfData(t *testing.T) {
 	at := func(rv string, written int64, data string) *sourcecache.Digested {
-		d := &sourcecache.Digested{Namespace: "ns", Name: "cfg", ResourceVersion: rv,
-			Source: confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"},
-				Data: confighash.Sums{{Key: "k", Sum: confighash.Sum{data[0]}}}}}
+		d := sourcecache.NewDigested(&metav1.ObjectMeta{Namespace: "ns", Name: "cfg", ResourceVersion: rv},
+			confighash.Source{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"},
+				Data: confighash.Sums{{Key: "k", Sum: confighash.Sum{data[0]}}}})
 		d.SetTimes(time.Unix(50, 0), time.Unix(written, 0))
 		return d
 	}
