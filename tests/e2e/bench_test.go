@@ -75,7 +75,8 @@ func reportPercentiles(b *testing.B, samples []time.Duration) {
 
 // BenchmarkMutatorWarmCache admits a Deployment with 5 sources in process, through the
 // HTTP handler, answering from a cache synced with the local control plane: touched by
-// the watcher (an update naming the source it changed), and created.
+// the watcher (an update naming the source it changed), and created. Beside them, one
+// consistent metadata GET of a source alone, of which a create sends five.
 func BenchmarkMutatorWarmCache(b *testing.B) {
 	c := cluster.Require(b, testCluster)
 	ns, err := c.CreateNamespace(b.Context(), "bench", nil)
@@ -124,6 +125,20 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	}
 	b.Run("touch", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Update, touched, created)) })
 	b.Run("create", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Create, created, nil)) })
+	// What one of a create's reads costs alone here: the floor its time is made of.
+	b.Run("one-version-read", func(b *testing.B) {
+		meta := metadata.NewForConfigOrDie(c.Config).Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(ns)
+		samples := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			if _, err := meta.Get(b.Context(), "cm-0", metav1.GetOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		b.StopTimer()
+		reportPercentiles(b, samples)
+	})
 }
 
 // admitEach admits the review at each round and reports the percentiles of the

@@ -60,7 +60,7 @@ var suites = []suite{
 	{names: []string{"BenchmarkViewsAtRest"}, pkg: "./watcher",
 		args:    []string{"-test.bench", "^BenchmarkViewsAtRest$", "-test.benchtime", "3x"},
 		command: "go test -run '^$' -bench '^BenchmarkViewsAtRest$' -benchtime 3x ./watcher"},
-	{names: []string{"BenchmarkMutatorWarmCache/touch", "BenchmarkMutatorWarmCache/create"}, pkg: "./tests/e2e",
+	{names: []string{"BenchmarkMutatorWarmCache/touch", "BenchmarkMutatorWarmCache/create", "BenchmarkMutatorWarmCache/one-version-read"}, pkg: "./tests/e2e",
 		args:    []string{"-test.bench", "^BenchmarkMutatorWarmCache$", "-test.benchmem", "-test.benchtime", "2s", "-test.count", "3"},
 		command: "go test -run '^$' -bench '^BenchmarkMutatorWarmCache$' -benchmem -benchtime 2s -count 3 ./tests/e2e"},
 	{names: []string{"BenchmarkDeploymentCreate/without-webhook", "BenchmarkDeploymentCreate/with-noop-webhook", "BenchmarkDeploymentCreate/with-webhook-no-sources", "BenchmarkDeploymentCreate/with-webhook"}, pkg: "./tests/e2e",
