@@ -128,34 +128,36 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	// What one of a create's reads costs alone here: the floor its time is made of.
 	b.Run("one-version-read", func(b *testing.B) {
 		meta := metadata.NewForConfigOrDie(c.Config).Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(ns)
-		samples := make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			start := time.Now()
+		timeEach(b, func() {
 			if _, err := meta.Get(b.Context(), "cm-0", metav1.GetOptions{}); err != nil {
 				b.Fatal(err)
 			}
-			samples = append(samples, time.Since(start))
-		}
-		b.StopTimer()
-		reportPercentiles(b, samples)
+		})
 	})
 }
 
 // admitEach admits the review at each round and reports the percentiles of the
 // handler's time.
 func admitEach(b *testing.B, handler http.Handler, body []byte) {
-	samples := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
-	for b.Loop() {
-		start := time.Now()
+	timeEach(b, func() {
 		req := httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		rr := httptest.NewRecorder()
 		handler.ServeHTTP(rr, req)
-		samples = append(samples, time.Since(start))
 		if rr.Code != http.StatusOK || !bytes.Contains(rr.Body.Bytes(), []byte(`"patch"`)) {
 			b.Fatalf("status %d, no patch: %s", rr.Code, rr.Body)
 		}
+	})
+}
+
+// timeEach calls f at each round and reports the percentiles of its time.
+func timeEach(b *testing.B, f func()) {
+	samples := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		f()
+		samples = append(samples, time.Since(start))
 	}
 	b.StopTimer()
 	reportPercentiles(b, samples)

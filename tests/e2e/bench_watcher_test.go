@@ -33,9 +33,8 @@ import (
 // Deployment's generation bump (its pod template changed), with no debounce and no
 // touch-rate limit to speak of. It also counts the API server's PATCHes of Deployments
 // and LISTs of what the watcher reads during the fan-out: one PATCH per Deployment and
-// no LIST are expected. At
-// 10,000 it measures the floor in the same run: a client with no rate limit patching
-// the same Deployments' pod templates itself.
+// no LIST are expected. At 10,000 it measures the floor in the same run: a client with
+// no rate limit patching the same Deployments' pod templates itself.
 func BenchmarkChangeToRollout(b *testing.B) {
 	c := cluster.Require(b, testCluster)
 	startWebhook(b, c)
