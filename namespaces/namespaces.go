@@ -76,6 +76,9 @@ func samePacing(a, b *corev1.Namespace) bool {
 // Gate tells how confighash acts in a namespace, once it has synced.
 type Gate interface {
 	Mode(namespace string) confighash.Mode
+	// Known reports whether the namespace has been read: the mode of one that has not
+	// is not known yet, though Mode says off.
+	Known(namespace string) bool
 	// Pacing is how changes roll there, and what is wrong with its annotations.
 	Pacing(namespace string) (confighash.Pacing, error)
 	HasSynced() bool
@@ -111,6 +114,8 @@ func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func
 }
 
 func (c *Cluster) Mode(ns string) confighash.Mode { return c.selectors.ModeOf(c.get(ns)) }
+
+func (c *Cluster) Known(ns string) bool { return c.get(ns) != nil }
 
 func (c *Cluster) Pacing(ns string) (confighash.Pacing, error) { return PacingOf(c.get(ns)) }
 
@@ -176,6 +181,13 @@ func (l *Listed) Mode(ns string) confighash.Mode {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.state[ns].mode
+}
+
+func (l *Listed) Known(ns string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	_, ok := l.state[ns]
+	return ok
 }
 
 func (l *Listed) Pacing(ns string) (confighash.Pacing, error) {

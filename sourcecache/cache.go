@@ -184,22 +184,24 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 		want := filter.ListOptions(kind)
 		return func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = want.LabelSelector, want.FieldSelector }
 	}
-	c := &Cache{informers: map[confighash.SourceKind]*Informers{
-		confighash.ConfigMap: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+	newInformers := map[confighash.SourceKind]func(ns string) cache.SharedIndexInformer{
+		confighash.ConfigMap: func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, sourceIndexers, options(confighash.ConfigMap))
-		}),
-		confighash.Secret: NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+		},
+		confighash.Secret: func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewFilteredSecretInformer(client, ns, 0, sourceIndexers, options(confighash.Secret))
-		}),
-	}}
+		},
+	}
 	if csi != nil {
 		byClass := cache.Indexers{cache.NamespaceIndex: byNamespace, providerClassIndex: indexByProviderClass}
-		c.informers[confighash.SecretProviderClass] = NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+		newInformers[confighash.SecretProviderClass] = func(ns string) cache.SharedIndexInformer {
 			return dynamicinformer.NewFilteredDynamicInformer(csi, PodStatuses, ns, 0, byClass, nil).Informer()
-		})
+		}
 	}
-	for _, in := range c.informers {
-		_ = in.SetTransform(toDigested) // cannot fail before the informers run
+	c := &Cache{informers: map[confighash.SourceKind]*Informers{}}
+	for kind, newInformer := range newInformers {
+		// Cannot fail before the informers run.
+		c.informers[kind], _ = NewInformers(namespaces, newInformer, toDigested)
 	}
 	return c
 }

@@ -2,10 +2,14 @@ package sourcecache
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -13,44 +17,77 @@ import (
 // cluster. Per-namespace informers let a namespaced install work with RoleBindings
 // alone: a list across namespaces needs a cluster-wide grant.
 type Informers struct {
-	byNamespace map[string]cache.SharedIndexInformer // "" for the whole cluster
-	// refused marks the watched namespaces whose list was refused (no RoleBinding
-	// there, or the namespace is gone). Until they can be listed, they count as
-	// synced and are not served, so that one of them does not keep the others from
-	// being served.
-	refused map[string]*atomic.Bool
+	newInformer func(namespace string) cache.SharedIndexInformer
+	transform   cache.TransformFunc
+	handlers    []cache.ResourceEventHandler
+	// runCtx is Run's, which informers started later run under too.
+	runCtx context.Context
+
+	mu          sync.RWMutex
+	byNamespace map[string]*informer // "" for the whole cluster
+}
+
+// informer is one namespace's informer, or the whole cluster's.
+type informer struct {
+	cache.SharedIndexInformer
+	// refused marks a watched namespace whose list was refused (no RoleBinding there,
+	// or the namespace is gone). Until it can be listed, it counts as synced and is
+	// not served, so that one of them does not keep the others from being served.
+	refused *atomic.Bool
+	stop    context.CancelFunc
 }
 
 // NewInformers calls newInformer for each namespace, or once with "" (all namespaces)
-// when there are none.
-func NewInformers(namespaces []string, newInformer func(namespace string) cache.SharedIndexInformer) *Informers {
-	in := &Informers{byNamespace: map[string]cache.SharedIndexInformer{}, refused: map[string]*atomic.Bool{}}
+// when there are none; the informers store what transform makes of each object.
+func NewInformers(namespaces []string, newInformer func(namespace string) cache.SharedIndexInformer, transform cache.TransformFunc) (*Informers, error) {
+	in := &Informers{newInformer: newInformer, transform: transform, byNamespace: map[string]*informer{}}
 	if len(namespaces) == 0 {
-		in.byNamespace[metav1.NamespaceAll] = newInformer(metav1.NamespaceAll)
-		return in
+		namespaces = []string{metav1.NamespaceAll}
 	}
 	for _, ns := range namespaces {
-		inf, refused := newInformer(ns), &atomic.Bool{}
-		// Cannot fail before the informer runs.
-		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		inf, err := in.build(ns)
+		if err != nil {
+			return nil, err
+		}
+		in.byNamespace[ns] = inf
+	}
+	return in, nil
+}
+
+// build returns a new informer of the namespace, with the transform and the handlers.
+func (in *Informers) build(namespace string) (*informer, error) {
+	inf := &informer{SharedIndexInformer: in.newInformer(namespace), refused: &atomic.Bool{}}
+	if err := inf.SetTransform(in.transform); err != nil {
+		return nil, err
+	}
+	if namespace != metav1.NamespaceAll {
+		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 			if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-				refused.Store(true)
+				inf.refused.Store(true)
 			}
 			cache.DefaultWatchErrorHandler(ctx, r, err)
-		})
-		in.byNamespace[ns], in.refused[ns] = inf, refused
+		}); err != nil {
+			return nil, err
+		}
 	}
-	return in
+	for _, h := range in.handlers {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, err
+		}
+	}
+	return inf, nil
 }
 
 // For returns the informer that holds the namespace's objects; nil when none watches
 // it or its list was refused.
 func (in *Informers) For(namespace string) cache.SharedIndexInformer {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
 	if all, ok := in.byNamespace[metav1.NamespaceAll]; ok {
 		return all
 	}
 	inf, ok := in.byNamespace[namespace]
-	if !ok || (in.refused[namespace].Load() && !inf.HasSynced()) {
+	if !ok || (inf.refused.Load() && !inf.HasSynced()) {
 		return nil
 	}
 	return inf
@@ -58,6 +95,8 @@ func (in *Informers) For(namespace string) cache.SharedIndexInformer {
 
 // List returns the objects of every namespace watched.
 func (in *Informers) List() []any {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
 	var objs []any
 	for _, inf := range in.byNamespace {
 		objs = append(objs, inf.GetStore().List()...)
@@ -65,18 +104,10 @@ func (in *Informers) List() []any {
 	return objs
 }
 
-// SetTransform sets the transform of every informer; call it before Run.
-func (in *Informers) SetTransform(t cache.TransformFunc) error {
-	for _, inf := range in.byNamespace {
-		if err := inf.SetTransform(t); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// AddEventHandler adds h to every informer; call it before Run.
+// AddEventHandler adds h to every informer, and to those Relist starts; call it
+// before Run.
 func (in *Informers) AddEventHandler(h cache.ResourceEventHandler) error {
+	in.handlers = append(in.handlers, h)
 	for _, inf := range in.byNamespace {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return err
@@ -87,17 +118,65 @@ func (in *Informers) AddEventHandler(h cache.ResourceEventHandler) error {
 
 // Run starts every informer; they stop when ctx is done.
 func (in *Informers) Run(ctx context.Context) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.runCtx = ctx
 	for _, inf := range in.byNamespace {
-		go inf.RunWithContext(ctx)
+		var runCtx context.Context
+		runCtx, inf.stop = context.WithCancel(ctx)
+		go inf.RunWithContext(runCtx)
 	}
 }
 
 // HasSynced reports whether every informer has listed once, or had its list refused.
 func (in *Informers) HasSynced() bool {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
 	for ns, inf := range in.byNamespace {
-		if !inf.HasSynced() && (ns == metav1.NamespaceAll || !in.refused[ns].Load()) {
+		if !inf.HasSynced() && (ns == metav1.NamespaceAll || !inf.refused.Load()) {
 			return false
 		}
 	}
 	return true
+}
+
+// relistPoll is how often Relist checks whether the new informer has listed.
+const relistPoll = 50 * time.Millisecond
+
+// Relist lists the namespace's objects again, through a new informer that replaces
+// the one holding them once it has listed, so that every object goes through the
+// transform again; with a single informer for the whole cluster, that is every
+// object. Until then the old informer serves, and keeps calling the handlers. Call it
+// after Run. It returns whether the new informer was swapped in: not when ctx ended
+// first, or the namespace is not watched or its list was refused.
+func (in *Informers) Relist(ctx context.Context, namespace string) (bool, error) {
+	in.mu.RLock()
+	key, runCtx := namespace, in.runCtx
+	if _, all := in.byNamespace[metav1.NamespaceAll]; all {
+		key = metav1.NamespaceAll
+	}
+	_, watched := in.byNamespace[key]
+	in.mu.RUnlock()
+	if !watched || runCtx == nil {
+		return false, nil
+	}
+	next, err := in.build(key)
+	if err != nil {
+		return false, fmt.Errorf("relist namespace %q: %w", namespace, err)
+	}
+	runCtx, next.stop = context.WithCancel(runCtx)
+	go next.RunWithContext(runCtx)
+	err = wait.PollUntilContextCancel(ctx, relistPoll, true, func(context.Context) (bool, error) {
+		return next.HasSynced() || next.refused.Load(), nil
+	})
+	if err != nil || !next.HasSynced() {
+		next.stop()
+		return false, nil
+	}
+	in.mu.Lock()
+	old := in.byNamespace[key]
+	in.byNamespace[key] = next
+	in.mu.Unlock()
+	old.stop()
+	return true, nil
 }

@@ -79,7 +79,14 @@ func (w *Watcher) enqueueSpread(views []*view) {
 // a convergence check; status updates and our own touches do not change a view.
 func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	v, ok := obj.(*view)
-	if !ok || initial {
+	if initial {
+		return
+	}
+	if !ok {
+		// Kept as its key now: the check finds it no longer acted on, and forgets it.
+		if prev, wasView := old.(*view); wasView {
+			w.queue.Add(keyOf(prev))
+		}
 		return
 	}
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {

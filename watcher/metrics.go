@@ -24,6 +24,9 @@ type Recorder interface {
 	Held(counts map[string]int)
 	// Halted records a wave halted on a failure.
 	Halted()
+	// Relisted records a workload informer that listed again, because a namespace's
+	// mode came to act on workloads it kept only the key of.
+	Relisted()
 }
 
 // TouchResult is the outcome of one write to a workload.
@@ -50,6 +53,7 @@ func (NoopRecorder) Resynced(int)                        {}
 func (NoopRecorder) QueueDepth(int)                      {}
 func (NoopRecorder) Held(map[string]int)                 {}
 func (NoopRecorder) Halted()                             {}
+func (NoopRecorder) Relisted()                           {}
 
 // PrometheusRecorder records to Prometheus.
 type PrometheusRecorder struct {
@@ -60,6 +64,7 @@ type PrometheusRecorder struct {
 	depth       prometheus.Gauge
 	held        *prometheus.GaugeVec
 	halts       prometheus.Counter
+	relists     prometheus.Counter
 }
 
 var _ Recorder = (*PrometheusRecorder)(nil)
@@ -96,8 +101,12 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "watcher", Name: "wave_halts_total",
 			Help: "Waves halted because a workload they rolled failed.",
 		}),
+		relists: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "workload_relists_total",
+			Help: "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts} {
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.relists} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -126,6 +135,7 @@ func (r *PrometheusRecorder) Converged(d time.Duration) { r.convergence.Observe(
 func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(drifted)) }
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }
 func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
+func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }
 
 func (r *PrometheusRecorder) Held(counts map[string]int) {
 	for _, reason := range heldReasons {

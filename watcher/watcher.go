@@ -148,6 +148,10 @@ type Watcher struct {
 	waves         *waves
 	changes       *changes
 	written       *dataWrites
+	// kept and relists read the workloads of a namespace again when its mode rises
+	// above one some were kept as their key alone under.
+	kept    *keptKeys
+	relists *relists
 	// csi is set when the sources cache keeps SecretProviderClasses.
 	csi bool
 }
@@ -166,17 +170,11 @@ func New(cfg Config) (*Watcher, error) {
 			csi = cfg.Dynamic
 		}
 	}
-	toView := viewTransform(cfg.Vocabulary, cfg.Kinds)
-	workloads, err := newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, cfg.Kinds, toView, cfg.Log)
-	if err != nil {
-		return nil, err
-	}
 	w := &Watcher{
-		cfg:       cfg,
-		toView:    toView,
-		sources:   sourcecache.New(cfg.Client, cfg.Watched, cfg.Sources, csi),
-		csi:       csi != nil,
-		workloads: workloads,
+		cfg:     cfg,
+		toView:  viewTransform(cfg.Vocabulary, cfg.Kinds),
+		sources: sourcecache.New(cfg.Client, cfg.Watched, cfg.Sources, csi),
+		csi:     csi != nil,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
@@ -185,11 +183,24 @@ func New(cfg Config) (*Watcher, error) {
 		changes:       &changes{quiet: cfg.QuietPeriod, max: cfg.Debounce, pending: map[workloadKey]changed{}},
 		waves:         newWaves(),
 		written:       newDataWrites(),
+		relists:       newRelists(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
-	// have no hash yet, or one that may be out of date.
-	checkNamespace := func(ns string) { w.enqueueSpread(w.inNamespace(ns, nil)) }
+	// have no hash yet, or one that may be out of date. Those kept as their key alone
+	// are read again first.
+	checkNamespace := func(ns string) {
+		if w.kept.rose(ns) {
+			w.relists.add(ns)
+			return
+		}
+		w.enqueueSpread(w.inNamespace(ns, nil))
+	}
+	var err error
 	if w.gate, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log); err != nil {
+		return nil, err
+	}
+	w.kept = newKeptKeys(w.gate)
+	if w.workloads, err = newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, cfg.Kinds, w.kept.transform(w.toView), cfg.Log); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -199,7 +210,7 @@ func New(cfg Config) (*Watcher, error) {
 	}); err != nil {
 		return nil, err
 	}
-	for _, in := range workloads {
+	for _, in := range w.workloads {
 		if err := in.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
 			UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
@@ -214,10 +225,15 @@ func New(cfg Config) (*Watcher, error) {
 // finds them warm.
 func (w *Watcher) Run(ctx context.Context) error {
 	w.gate.Run(ctx)
-	for _, in := range w.workloads {
-		in.Run(ctx)
-	}
 	go func() { _ = w.sources.Run(ctx) }()
+	// The workloads are read once the namespaces' modes are known: a workload
+	// confighash does not act on is kept as its key alone.
+	if cache.WaitForCacheSync(ctx.Done(), w.gate.HasSynced) {
+		for _, in := range w.workloads {
+			in.Run(ctx)
+		}
+		go w.relist(ctx)
+	}
 	<-ctx.Done()
 	w.queue.ShutDown()
 	return nil

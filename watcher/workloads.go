@@ -120,7 +120,7 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 	// Indexed by namespace alone: a change of a source scans its namespace's workloads
 	// (mayUse). An index by source would keep a map per source used, several times what
 	// a view of a workload costs.
-	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	indexers := cache.Indexers{cache.NamespaceIndex: byNamespace}
 	informers := map[string]*sourcecache.Informers{}
 	for _, k := range kinds {
 		var newInformer func(ns string) cache.SharedIndexInformer
@@ -154,8 +154,8 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 				return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
 			}
 		}
-		in := sourcecache.NewInformers(namespaces, newInformer)
-		if err := in.SetTransform(transform); err != nil {
+		in, err := sourcecache.NewInformers(namespaces, newInformer, transform)
+		if err != nil {
 			return nil, err
 		}
 		informers[k.Kind] = in

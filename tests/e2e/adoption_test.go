@@ -58,6 +58,10 @@ func TestTurningOnRollsNothingCurrent(t *testing.T) {
 	if got := w.metric(t, `confighash_watcher_touches_total{result="adopted"}`); got != n {
 		t.Fatalf("adopted = %v, want %d", got, n)
 	}
+	// Kept as their keys while the namespace was off, the Deployments were read again.
+	if got := w.metric(t, "confighash_watcher_workload_relists_total"); got < 1 {
+		t.Fatalf("workload relists = %v, want at least 1", got)
+	}
 	for i := range n {
 		if h := templateHash(t, c, ns, fmt.Sprintf("web-%d", i)); h != "" {
 			t.Fatalf("web-%d's pod template was hashed (%s) when adopted", i, h)

@@ -412,11 +412,20 @@ func envFromTemplate(configMap string) corev1.PodTemplateSpec {
 // enableNamespace labels a namespace for injection.
 func enableNamespace(t testing.TB, c *cluster.Cluster, ns string) {
 	t.Helper()
+	labelNamespace(t, c, ns, confighash.InjectionEnabled)
+}
+
+// labelNamespace sets the namespace's injection label to value.
+func labelNamespace(t testing.TB, c *cluster.Cluster, ns, value string) {
+	t.Helper()
 	n, err := c.Client.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Labels[confighash.InjectionLabel] = confighash.InjectionEnabled
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[confighash.InjectionLabel] = value
 	if _, err := c.Client.CoreV1().Namespaces().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -129,3 +129,29 @@ func TestNamespaceLabelledAllOptsEveryWorkloadIn(t *testing.T) {
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
 	expectRollouts(t, c, ns, map[string]int{"plain": 2, "out": 1})
 }
+
+// TestNamespaceLabelledAllLaterActsOnEveryWorkload: in a namespace that opts workloads
+// in one by one, the watcher keeps only the key of the others; labelled all, it reads
+// them again, adopts the running ones without a rollout, and the next change rolls
+// each once.
+func TestNamespaceLabelledAllLaterActsOnEveryWorkload(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	afterTheSecond()
+	createDeployment(t, c, ns, annotatedDeployment("opted", map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, annotatedDeployment("plain", nil, envFromTemplate("cfg")))
+	expectRollouts(t, c, ns, map[string]int{"opted": 1, "plain": 1})
+	relists := w.metric(t, "confighash_watcher_workload_relists_total")
+
+	labelNamespace(t, c, ns, confighash.InjectionEvery)
+	waitFor(t, 30*time.Second, "plain to be adopted", func() bool { return recorded(t, c, ns, "plain") })
+	expectRollouts(t, c, ns, map[string]int{"opted": 1, "plain": 1})
+	if got := w.metric(t, "confighash_watcher_workload_relists_total"); got <= relists {
+		t.Fatalf("workload relists %v, as many as before the label (%v): plain was not kept as its key", got, relists)
+	}
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expectRollouts(t, c, ns, map[string]int{"opted": 2, "plain": 2})
+}

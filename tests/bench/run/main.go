@@ -57,7 +57,7 @@ var suites = []suite{
 	{names: []string{"BenchmarkSourcesAtRest"}, pkg: "./sourcecache",
 		args:    []string{"-test.bench", "^BenchmarkSourcesAtRest$", "-test.benchtime", "3x"},
 		command: "go test -run '^$' -bench '^BenchmarkSourcesAtRest$' -benchtime 3x ./sourcecache"},
-	{names: []string{"BenchmarkViewsAtRest"}, pkg: "./watcher",
+	{names: []string{"BenchmarkViewsAtRest/opted-in", "BenchmarkViewsAtRest/not-opted-in"}, pkg: "./watcher",
 		args:    []string{"-test.bench", "^BenchmarkViewsAtRest$", "-test.benchtime", "3x"},
 		command: "go test -run '^$' -bench '^BenchmarkViewsAtRest$' -benchtime 3x ./watcher"},
 	{names: []string{"BenchmarkMutatorWarmCache/touch", "BenchmarkMutatorWarmCache/create", "BenchmarkMutatorWarmCache/one-version-read"}, pkg: "./tests/e2e",
