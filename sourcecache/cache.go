@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -173,6 +174,9 @@ func lastWritten(meta metav1.Object) time.Time {
 // Cache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
 type Cache struct {
 	informers map[confighash.SourceKind]*Informers
+	// generation counts the objects the informers took in, counted before they are
+	// stored: what was read while it did not move is still what the cache holds.
+	generation atomic.Uint64
 }
 
 // New returns a cache fed by informers on client, for the given namespaces, or for the
@@ -199,12 +203,19 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 		}
 	}
 	c := &Cache{informers: map[confighash.SourceKind]*Informers{}}
+	counted := func(obj any) (any, error) {
+		c.generation.Add(1)
+		return toDigested(obj)
+	}
 	for kind, newInformer := range newInformers {
 		// Cannot fail before the informers run.
-		c.informers[kind], _ = NewInformers(namespaces, newInformer, toDigested)
+		c.informers[kind], _ = NewInformers(namespaces, newInformer, counted)
 	}
 	return c
 }
+
+// Generation moves whenever the cache takes in an object, before it holds it.
+func (c *Cache) Generation() uint64 { return c.generation.Load() }
 
 // Run runs the informers until ctx is done.
 func (c *Cache) Run(ctx context.Context) error {

@@ -154,6 +154,7 @@ func (w *Watcher) relist(ctx context.Context) {
 					w.cfg.Log.Error().Err(err).Str("namespace", ns).Str("kind", kind).Msg("cannot read the workloads again")
 				}
 				if swapped {
+					w.workloadsGeneration.Add(1)
 					w.cfg.Metrics.Relisted()
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -152,6 +153,10 @@ type Watcher struct {
 	// above one some were kept as their key alone under.
 	kept    *keptKeys
 	relists *relists
+	// workloadsGeneration moves whenever a workload informer takes in an object, before
+	// it holds it, and when a relist swaps a store in; namespacesGeneration when a
+	// namespace's mode or pacing changes. Waves' memos hold while neither moves.
+	workloadsGeneration, namespacesGeneration atomic.Uint64
 	// csi is set when the sources cache keeps SecretProviderClasses.
 	csi bool
 }
@@ -189,6 +194,7 @@ func New(cfg Config) (*Watcher, error) {
 	// have no hash yet, or one that may be out of date. Those kept as their key alone
 	// are read again first.
 	checkNamespace := func(ns string) {
+		w.namespacesGeneration.Add(1)
 		if w.kept.rose(ns) {
 			w.relists.add(ns)
 			return
@@ -200,7 +206,12 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w.kept = newKeptKeys(w.gate)
-	if w.workloads, err = newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, cfg.Kinds, w.kept.transform(w.toView), cfg.Log); err != nil {
+	kept := w.kept.transform(w.toView)
+	counted := func(obj any) (any, error) {
+		w.workloadsGeneration.Add(1)
+		return kept(obj)
+	}
+	if w.workloads, err = newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, cfg.Kinds, counted, cfg.Log); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{

@@ -1,0 +1,81 @@
+package watcher
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// BenchmarkWaveWake times one wake of a wave while the 10 users it released roll
+// out: each of the others, waiting, is checked once and finds its wave not come.
+func BenchmarkWaveWake(b *testing.B) {
+	for _, users := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("users-%d", users), func(b *testing.B) {
+			key, err := confighash.NewKey(bytes.Repeat([]byte("k"), confighash.MinKeySize))
+			if err != nil {
+				b.Fatal(err)
+			}
+			objects := []runtime.Object{&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg", ResourceVersion: "2"}, Data: map[string]string{"k": "new"}}}
+			for i := range users {
+				// Recorded at other data: each is due the ConfigMap's.
+				d := deploymentUsing(map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationSources: "v1 configmap/cfg=0100000000000000"}, "cfg")
+				d.Name = fmt.Sprintf("web-%04d", i)
+				objects = append(objects, d)
+			}
+			client := fake.NewClientset(objects...)
+			w := &Watcher{
+				cfg:     Config{Key: key, Pacing: confighash.Pacing{WaveSize: 10}, WaveTimeout: time.Minute},
+				gate:    modes{"ns": confighash.ModeOptedIn},
+				sources: sourcecache.New(client, nil, sourcecache.Filter{}, nil),
+				waves:   newWaves(),
+			}
+			if w.workloads, err = newWorkloadInformers(client, nil, nil, confighash.Kinds{confighash.Deployment}, toView, w.cfg.Log); err != nil {
+				b.Fatal(err)
+			}
+			go func() { _ = w.sources.Run(b.Context()) }()
+			w.workloads[confighash.Deployment.Kind].Run(b.Context())
+			if !cache.WaitForCacheSync(b.Context().Done(), w.sources.Synced, w.workloads[confighash.Deployment.Kind].HasSynced) {
+				b.Fatal("caches not synced")
+			}
+			type due struct {
+				v *view
+				d confighash.Decision
+			}
+			var waiting []due
+			for i, obj := range w.workloads[confighash.Deployment.Kind].List() {
+				v := obj.(*view)
+				d, err := w.decide(v, confighash.Pods{})
+				if err != nil || len(d.Held) == 0 {
+					b.Fatalf("%s: held %v, %v; want it due the ConfigMap", v.Name, d.Held, err)
+				}
+				if i < 10 {
+					w.waves.admitted[keyOf(v)] = admission{source: d.Held[0], release: d.Release, at: time.Now()}
+					continue
+				}
+				waiting = append(waiting, due{v, d})
+			}
+			for b.Loop() {
+				w.workloadsGeneration.Add(1) // the status that woke them
+				for _, u := range waiting {
+					wv := w.waveOf(u.v, u.d)
+					w.waves.mu.Lock()
+					st := w.standing(wv, waveID{u.v.Namespace, wv.source}, time.Now())
+					w.waves.mu.Unlock()
+					if st.rolling == 0 {
+						b.Fatal("the wave's released users do not roll")
+					}
+				}
+			}
+		})
+	}
+}
