@@ -191,7 +191,8 @@ func selectSuites(only string) ([]suite, error) {
 	return out, nil
 }
 
-// readRun reads the last run, to keep the scenarios this one does not measure.
+// readRun reads the last run, to keep the scenarios this one does not measure, but
+// for those no suite measures any more.
 func readRun(path string) (*document, error) {
 	r := &document{}
 	data, err := os.ReadFile(path)
@@ -204,6 +205,9 @@ func readRun(path string) (*document, error) {
 	if err := json.Unmarshal(data, &r.Run); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	r.Scenarios = slices.DeleteFunc(r.Scenarios, func(s bench.Scenario) bool {
+		return !slices.ContainsFunc(suites, func(su suite) bool { return slices.Contains(su.names, s.Name) })
+	})
 	return r, nil
 }
 
