@@ -31,6 +31,8 @@ type State struct {
 	// at while its pod template carries none.
 	Hash    string
 	Adopted string
+	// Pins are the snapshots its pod template names (AnnotationPinned).
+	Pins Pins
 	// Release is the hash the watcher last released a gated workload to roll to;
 	// Held and Failed, the source change of a halted wave it holds the workload for, or
 	// that failed in it (AnnotationRelease, AnnotationHeld, AnnotationFailed).
@@ -42,6 +44,7 @@ func (v Vocabulary) Read(w *Workload) State {
 	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted],
 		Release: w.Annotations[AnnotationRelease], Held: w.Annotations[AnnotationHeld], Failed: w.Annotations[AnnotationFailed]}
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
+	s.Pins = templatePins(w.Template)
 	if !s.Policy.OptOut {
 		s.References = References(w.Template)
 	}
@@ -89,7 +92,7 @@ func (s State) Equal(o State) bool {
 	return s.Policy.Equal(o.Policy) && slices.Equal(s.Problems, o.Problems) &&
 		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
 		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) &&
-		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted &&
+		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
 		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed
 }
 
@@ -160,6 +163,11 @@ type Decision struct {
 	Pacing  Pacing
 	Held    []SourceRef
 	Release string
+	// Pins are the snapshots the pod template of a pinned workload must name, once it
+	// has rolled out pinned; Snapshots, the sources whose snapshot of their current
+	// data must exist first.
+	Pins      Pins
+	Snapshots []Observation
 }
 
 // ErrTooManySources is returned by Decide for a workload that uses or names more than
@@ -203,16 +211,22 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	d.Observations = d.Policy.observe(in.Key, used, candidates, current)
 
 	d.Pacing = d.Policy.Pacing.Over(in.Pacing)
+	// A pinned template says which data its pods run: a return to an earlier revision
+	// declines the data it returned from.
+	prev := s.Record.returnedTo(s.Pins)
+	if !d.Policy.Pin {
+		prev = s.Record.withoutDeclines()
+	}
 	first := !s.met() && !in.Pods.Fresh
 	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, held: in.Pods.Held}
-	next, unproven := st.next(s.Record, d.Observations)
-	if !st.rolling && next.Hash(in.Key) != s.Record.Hash(in.Key) {
+	next, unproven := st.next(prev, d.Observations)
+	if !st.rolling && next.Hash(in.Key) != prev.Hash(in.Key) {
 		// A rollout is due: the new pods will hold every source's current data.
 		rolling := step{rolling: true, held: in.Pods.Held}
-		rolled, rolledUnproven := rolling.next(s.Record, d.Observations)
-		if release := rolled.Hash(in.Key); s.Record != nil && in.State.Release != release && d.gated(current) {
+		rolled, rolledUnproven := rolling.next(prev, d.Observations)
+		if release := rolled.Hash(in.Key); prev != nil && in.State.Release != release && d.gated(current) {
 			// Not released yet: the watcher rolls it when its wave or window comes.
-			if kept, held, ok := heldBack(in.Key, s.Record, next); ok {
+			if kept, held, ok := heldBack(in.Key, prev, next); ok {
 				next, d.Held, d.Release = kept, held, release
 			}
 		}
@@ -230,9 +244,14 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	} else {
 		d.Record, d.Hash = next, hash
 	}
+	if d.Policy.Pin && d.Hash != "" && (st.rolling || len(s.Pins) > 0) {
+		// Pinned from its first rollout pinned on, never by adoption: pinning changes
+		// the pod template.
+		d.Pins, d.Snapshots = pinsOf(next, s.Pins, d.Observations)
+	}
 	d.Unproven = unproven
 	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) &&
-		Settled(s.Hash, s.Adopted, hash) && len(unproven) == 0
+		Settled(s.Hash, s.Adopted, hash) && len(unproven) == 0 && slices.Equal(d.Pins, s.Pins)
 	return d, nil
 }
 

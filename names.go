@@ -69,4 +69,13 @@ const (
 	// AnnotationFailed is written by the watcher on a workload whose rollout of a
 	// source change failed and halted its wave: that change, as in AnnotationHeld.
 	AnnotationFailed = Domain + "/failed"
+	// AnnotationPin on a workload, "true", pins it: each version of a counted source
+	// it rolls out with is kept as an immutable snapshot its pod template names (see
+	// Pins).
+	AnnotationPin = Domain + "/pin"
+	// AnnotationPinned is written on a pinned workload's pod template: the snapshot it
+	// names for each source, as the source's digest.
+	AnnotationPinned = Domain + "/pinned"
+	// LabelSnapshotOf is on every snapshot: the name of the source it is a copy of.
+	LabelSnapshotOf = Domain + "/snapshot-of"
 )

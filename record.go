@@ -29,6 +29,11 @@ type RecordEntry struct {
 	// a change of what counts rolls nothing. Should it count again with the same data,
 	// nothing rolls either.
 	Uncounted bool
+	// Declining marks a source whose data Declined a pinned workload returned from,
+	// to an earlier revision (Digest, its snapshot): the source holding that data is
+	// no change to roll to; its next change is.
+	Declining bool
+	Declined  Digest
 }
 
 // hashed reports whether the entry's digest is part of the workload hash.
@@ -139,9 +144,13 @@ func (s step) next(prev Record, observations []Observation) (Record, []SourceRef
 		case !o.Present:
 			e = *p
 			e.Absent = true
-		case p != nil && p.Seen && p.Digest == o.Digest:
+		case p != nil && p.Declining && p.Declined == o.Digest:
+			// The data a pinned workload returned from: its pods keep their snapshot.
 			e = *p
 			e.Absent, e.Uncounted = false, false
+		case p != nil && p.Seen && p.Digest == o.Digest:
+			e = *p
+			e.Absent, e.Uncounted, e.Declining, e.Declined = false, false, false, Digest{}
 		case s.rolling || known && !held || p != nil && p.Seen && !(p.Uncounted && p.Baseline):
 			e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true}
 		case known:
@@ -173,8 +182,12 @@ func (r Record) Sources() []SourceRef {
 //
 // An entry is kind/name= followed by comma-separated tokens: the last digest seen (16 hex
 // digits), "absent" while the source does not exist, "baseline" for a baseline,
-// "uncounted" for a source that does not count now.
+// "uncounted" for a source that does not count now, "declined-" and a digest for data
+// a pinned workload returned from.
 const recordVersion = "v1"
+
+// declinedPrefix marks RecordEntry.Declined in the text format.
+const declinedPrefix = "declined-"
 
 var recordKinds = map[SourceKind]string{ConfigMap: "configmap", Secret: "secret", SecretProviderClass: "secretproviderclass"}
 
@@ -200,6 +213,9 @@ func (r Record) String() string {
 		}
 		if e.Uncounted {
 			tokens = append(tokens, "uncounted")
+		}
+		if e.Declining {
+			tokens = append(tokens, declinedPrefix+e.Declined.String())
 		}
 		b.WriteString(strings.Join(tokens, ","))
 	}
@@ -262,6 +278,11 @@ func parseEntry(f string) (RecordEntry, error) {
 			e.Baseline = true
 		case tok == "uncounted" && !e.Uncounted:
 			e.Uncounted = true
+		case strings.HasPrefix(tok, declinedPrefix) && !e.Declining:
+			if _, err := hex.Decode(e.Declined[:], []byte(tok[len(declinedPrefix):])); err != nil || len(tok) != len(declinedPrefix)+2*len(e.Declined) {
+				return RecordEntry{}, fmt.Errorf("bad declined digest %q", tok)
+			}
+			e.Declining = true
 		case len(tok) == 2*len(e.Digest) && !e.Seen:
 			if _, err := hex.Decode(e.Digest[:], []byte(tok)); err != nil {
 				return RecordEntry{}, fmt.Errorf("bad digest %q", tok)
@@ -276,6 +297,9 @@ func parseEntry(f string) (RecordEntry, error) {
 	}
 	if e.Baseline && !e.Seen {
 		return RecordEntry{}, errors.New("a baseline needs a digest")
+	}
+	if e.Declining && (!e.Seen || e.Declined == e.Digest) {
+		return RecordEntry{}, errors.New("declined data needs a digest other than it")
 	}
 	return e, nil
 }

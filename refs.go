@@ -3,6 +3,7 @@ package confighash
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -148,26 +149,31 @@ func collect(tmpl *corev1.PodTemplateSpec, describe bool) *collector {
 	if describe {
 		c.uses = map[SourceRef][]string{}
 	}
-	if tmpl == nil {
-		return c
-	}
-	spec := &tmpl.Spec
-	for i := range spec.InitContainers {
-		c.container(&spec.InitContainers[i], "init container")
-	}
-	for i := range spec.Containers {
-		c.container(&spec.Containers[i], "container")
-	}
-	for i := range spec.Volumes {
-		c.volume(spec.Volumes[i].Name, &spec.Volumes[i].VolumeSource)
+	if tmpl != nil {
+		c.pins = templatePins(tmpl)
+		eachUse(&tmpl.Spec, c.use)
 	}
 	return c
 }
 
-// collector merges uses per source, and describes them when uses is set.
+// collector merges uses per source, and describes them when uses is set. A name a
+// pinned template gives a snapshot counts as the source's.
 type collector struct {
 	refs map[SourceRef]*Reference
 	uses map[SourceRef][]string
+	pins Pins
+}
+
+// use is one place a pod spec names a source.
+type use struct {
+	kind SourceKind
+	// name points at the name in the pod spec.
+	name *string
+	// keys are the keys it takes, nil for the whole object.
+	keys     []string
+	optional *bool
+	how      usage
+	at       path
 }
 
 // usage says how a source is used, in parts: the admission path never joins them.
@@ -187,46 +193,86 @@ func (u usage) String() string {
 	return s
 }
 
-// container records a container's uses; kind says which kind of container it is.
-func (c *collector) container(ctr *corev1.Container, kind string) {
-	for _, from := range ctr.EnvFrom {
+// path is where a use's name is in the pod spec, in parts: joined only when a patch
+// needs it. j is -1 when the path has no second index.
+type path struct {
+	list  string // "containers", "initContainers", "volumes"
+	i     int
+	inner string // "envFrom", "env", "projected/sources"; "" for a volume's own source
+	j     int
+	field string // "configMapRef/name", "valueFrom/secretKeyRef/name", "secret/secretName"
+}
+
+// String returns the JSON pointer of the name within the pod spec.
+func (p path) String() string {
+	s := "/" + p.list + "/" + strconv.Itoa(p.i)
+	if p.inner != "" {
+		s += "/" + p.inner + "/" + strconv.Itoa(p.j)
+	}
+	return s + "/" + p.field
+}
+
+// eachUse calls f with every place the pod spec names a ConfigMap, a Secret or a
+// SecretProviderClass: containers, init containers, volumes and projected volumes.
+func eachUse(spec *corev1.PodSpec, f func(use)) {
+	for i := range spec.InitContainers {
+		containerUses(&spec.InitContainers[i], "init container", "initContainers", i, f)
+	}
+	for i := range spec.Containers {
+		containerUses(&spec.Containers[i], "container", "containers", i, f)
+	}
+	for i := range spec.Volumes {
+		volumeUses(&spec.Volumes[i], i, f)
+	}
+}
+
+// containerUses calls f with a container's uses; kind says which kind of container it
+// is, list and i where it is.
+func containerUses(ctr *corev1.Container, kind, list string, i int, f func(use)) {
+	for j := range ctr.EnvFrom {
+		from := &ctr.EnvFrom[j]
 		if r := from.ConfigMapRef; r != nil {
-			c.use(ConfigMap, r.Name, nil, r.Optional, usage{"envFrom", "", kind, ctr.Name})
+			f(use{ConfigMap, &r.Name, nil, r.Optional, usage{"envFrom", "", kind, ctr.Name}, path{list, i, "envFrom", j, "configMapRef/name"}})
 		}
 		if r := from.SecretRef; r != nil {
-			c.use(Secret, r.Name, nil, r.Optional, usage{"envFrom", "", kind, ctr.Name})
+			f(use{Secret, &r.Name, nil, r.Optional, usage{"envFrom", "", kind, ctr.Name}, path{list, i, "envFrom", j, "secretRef/name"}})
 		}
 	}
-	for _, env := range ctr.Env {
+	for j := range ctr.Env {
+		env := &ctr.Env[j]
 		if env.ValueFrom == nil {
 			continue
 		}
 		if r := env.ValueFrom.ConfigMapKeyRef; r != nil {
-			c.use(ConfigMap, r.Name, []string{r.Key}, r.Optional, usage{"env", env.Name, kind, ctr.Name})
+			f(use{ConfigMap, &r.Name, []string{r.Key}, r.Optional, usage{"env", env.Name, kind, ctr.Name}, path{list, i, "env", j, "valueFrom/configMapKeyRef/name"}})
 		}
 		if r := env.ValueFrom.SecretKeyRef; r != nil {
-			c.use(Secret, r.Name, []string{r.Key}, r.Optional, usage{"env", env.Name, kind, ctr.Name})
+			f(use{Secret, &r.Name, []string{r.Key}, r.Optional, usage{"env", env.Name, kind, ctr.Name}, path{list, i, "env", j, "valueFrom/secretKeyRef/name"}})
 		}
 	}
 }
 
-func (c *collector) volume(name string, v *corev1.VolumeSource) {
+// volumeUses calls f with the uses of the volume at index i.
+func volumeUses(vol *corev1.Volume, i int, f func(use)) {
+	v := &vol.VolumeSource
 	if s := v.ConfigMap; s != nil {
-		c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, usage{what: "volume", name: name})
+		f(use{ConfigMap, &s.Name, itemKeys(s.Items), s.Optional, usage{what: "volume", name: vol.Name}, path{"volumes", i, "", -1, "configMap/name"}})
 	}
 	if s := v.Secret; s != nil {
-		c.use(Secret, s.SecretName, itemKeys(s.Items), s.Optional, usage{what: "volume", name: name})
+		f(use{Secret, &s.SecretName, itemKeys(s.Items), s.Optional, usage{what: "volume", name: vol.Name}, path{"volumes", i, "", -1, "secret/secretName"}})
 	}
 	if s := v.CSI; s != nil && s.Driver == SecretsStoreDriver {
-		c.use(SecretProviderClass, s.VolumeAttributes["secretProviderClass"], nil, nil, usage{what: "CSI volume", name: name})
+		name := s.VolumeAttributes["secretProviderClass"]
+		f(use{SecretProviderClass, &name, nil, nil, usage{what: "CSI volume", name: vol.Name}, path{"volumes", i, "", -1, "csi/volumeAttributes/secretProviderClass"}})
 	}
 	if p := v.Projected; p != nil {
-		for _, src := range p.Sources {
+		for j := range p.Sources {
+			src := &p.Sources[j]
 			if s := src.ConfigMap; s != nil {
-				c.use(ConfigMap, s.Name, itemKeys(s.Items), s.Optional, usage{what: "projected volume", name: name})
+				f(use{ConfigMap, &s.Name, itemKeys(s.Items), s.Optional, usage{what: "projected volume", name: vol.Name}, path{"volumes", i, "projected/sources", j, "configMap/name"}})
 			}
 			if s := src.Secret; s != nil {
-				c.use(Secret, s.Name, itemKeys(s.Items), s.Optional, usage{what: "projected volume", name: name})
+				f(use{Secret, &s.Name, itemKeys(s.Items), s.Optional, usage{what: "projected volume", name: vol.Name}, path{"volumes", i, "projected/sources", j, "secret/name"}})
 			}
 		}
 	}
@@ -244,17 +290,20 @@ func itemKeys(items []corev1.KeyToPath) []string {
 	return keys
 }
 
-// use records one use; keys nil means the whole object.
-func (c *collector) use(kind SourceKind, name string, keys []string, optional *bool, u usage) {
-	if name == "" {
+// use records one use.
+func (c *collector) use(u use) {
+	if *u.name == "" {
 		return // invalid, and the API server rejects it; nothing to hash
 	}
-	ref := SourceRef{kind, name}
-	opt := optional != nil && *optional
+	ref := SourceRef{u.kind, *u.name}
+	if src, ok := c.pins.source(u.kind, *u.name); ok {
+		ref = src
+	}
+	opt := u.optional != nil && *u.optional
 	if c.uses != nil {
-		how := u.String()
-		if keys != nil {
-			how += " (keys " + strings.Join(keys, ", ") + ")"
+		how := u.how.String()
+		if u.keys != nil {
+			how += " (keys " + strings.Join(u.keys, ", ") + ")"
 		}
 		if opt {
 			how += ", optional"
@@ -267,10 +316,10 @@ func (c *collector) use(kind SourceKind, name string, keys []string, optional *b
 		c.refs[ref] = r
 	}
 	r.Optional = r.Optional && opt
-	if keys == nil {
+	if u.keys == nil {
 		r.AllKeys, r.Keys = true, nil
 	} else if !r.AllKeys {
-		r.Keys = append(r.Keys, keys...)
+		r.Keys = append(r.Keys, u.keys...)
 	}
 }
 

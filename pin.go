@@ -1,0 +1,202 @@
+package confighash
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Pinned mode: each version of a counted source that a pinned workload rolls out with
+// is kept as an immutable snapshot, a ConfigMap or Secret of the same kind and type in
+// the same namespace, and the pod template names the snapshots instead of the sources.
+// A revision then carries its data with it, and a return to an earlier revision runs
+// the data it rolled out with.
+
+// Pin is the snapshot a pod template names for one source: the source's data with
+// this digest.
+type Pin struct {
+	SourceRef
+	Digest Digest
+}
+
+// Snapshot is the name of the pinned snapshot.
+func (p Pin) Snapshot() string { return SnapshotName(p.Name, p.Digest) }
+
+// snapshotNameMax is the longest name of a ConfigMap or Secret.
+const snapshotNameMax = validation.DNS1123SubdomainMaxLength
+
+// SnapshotName is the name of the snapshot of a source's data with this digest: the
+// source's name, cut to leave room if need be, a dash and the digest. The digest is
+// keyed, so the name says nothing of the data.
+func SnapshotName(source string, d Digest) string {
+	suffix := "-" + d.String()
+	if room := snapshotNameMax - len(suffix); len(source) > room {
+		source = strings.TrimRight(source[:room], ".-")
+	}
+	return source + suffix
+}
+
+// Pins are the snapshots a pinned pod template names, sorted by source; written in
+// AnnotationPinned, so that each revision says which sources its names stand for.
+type Pins []Pin
+
+// String renders the pins: "configmap/app=0123456789abcdef secret/db=...".
+func (p Pins) String() string {
+	fields := make([]string, len(p))
+	for i, pin := range p {
+		fields[i] = recordKinds[pin.Kind] + "/" + pin.Name + "=" + pin.Digest.String()
+	}
+	return strings.Join(fields, " ")
+}
+
+// ErrBadPins is returned by ParsePins for text that is not a list of pins.
+var ErrBadPins = errors.New("bad pins")
+
+// ParsePins parses the text of AnnotationPinned.
+func ParsePins(text string) (Pins, error) {
+	var pins Pins
+	for _, f := range strings.Fields(text) {
+		e, err := parseEntry(f)
+		if err != nil || !e.Seen || e.Absent || e.Baseline || e.Uncounted || e.Kind == SecretProviderClass {
+			return nil, fmt.Errorf("%w: %q: want configmap/name=digest or secret/name=digest", ErrBadPins, f)
+		}
+		pins = append(pins, Pin{e.SourceRef, e.Digest})
+	}
+	slices.SortFunc(pins, func(a, b Pin) int { return a.Compare(b.SourceRef) })
+	for i := 1; i < len(pins); i++ {
+		if pins[i].SourceRef == pins[i-1].SourceRef {
+			return nil, fmt.Errorf("%w: %s pinned twice", ErrBadPins, pins[i].SourceRef)
+		}
+	}
+	return pins, nil
+}
+
+// Get returns the pin of the source.
+func (p Pins) Get(ref SourceRef) (Pin, bool) {
+	i, ok := slices.BinarySearchFunc(p, ref, func(pin Pin, r SourceRef) int { return pin.Compare(r) })
+	if !ok {
+		return Pin{}, false
+	}
+	return p[i], true
+}
+
+// source returns the source a snapshot name stands for.
+func (p Pins) source(kind SourceKind, name string) (SourceRef, bool) {
+	for _, pin := range p {
+		if pin.Kind == kind && pin.Snapshot() == name {
+			return pin.SourceRef, true
+		}
+	}
+	return SourceRef{}, false
+}
+
+// templatePins returns the pins a pod template carries; none when it carries none or
+// they cannot be read, and then its names are taken as they are.
+func templatePins(tmpl *corev1.PodTemplateSpec) Pins {
+	text, ok := tmpl.Annotations[AnnotationPinned]
+	if !ok {
+		return nil
+	}
+	pins, err := ParsePins(text)
+	if err != nil {
+		return nil
+	}
+	return pins
+}
+
+// Rename is one name of a pod spec to change: the JSON pointer of the name within
+// the pod spec, and the name it gets.
+type Rename struct {
+	Path, Name string
+}
+
+// Repin returns the renames that make the pod template name each source of want by
+// its snapshot, and by its own name each source it names by a snapshot of its pins
+// that want does not pin.
+func Repin(tmpl *corev1.PodTemplateSpec, want Pins) []Rename {
+	have := templatePins(tmpl)
+	var out []Rename
+	eachUse(&tmpl.Spec, func(u use) {
+		if u.kind == SecretProviderClass {
+			return
+		}
+		ref := SourceRef{u.kind, *u.name}
+		if src, ok := have.source(u.kind, *u.name); ok {
+			ref = src
+		}
+		name := ref.Name
+		if pin, ok := want.Get(ref); ok {
+			name = pin.Snapshot()
+		}
+		if name != *u.name {
+			out = append(out, Rename{u.at.String(), name})
+		}
+	})
+	return out
+}
+
+// returnedTo returns the record as a pinned pod template says its pods run: a source
+// it pins to data other than the record's was returned to, by a rollback, and the
+// record's data is declined (RecordEntry.Declining).
+func (r Record) returnedTo(pins Pins) Record {
+	out := r
+	for _, pin := range pins {
+		i, found := slices.BinarySearchFunc(out, pin.SourceRef, func(e RecordEntry, ref SourceRef) int { return e.Compare(ref) })
+		if found && out[i].Seen && out[i].Digest == pin.Digest {
+			continue
+		}
+		out = slices.Clone(out)
+		e := RecordEntry{SourceRef: pin.SourceRef, Digest: pin.Digest, Seen: true}
+		if !found {
+			out = slices.Insert(out, i, e)
+			continue
+		}
+		if out[i].Seen {
+			e.Declining, e.Declined = true, out[i].Digest
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// withoutDeclines returns the record without declined data: a workload that is not
+// pinned runs its sources' current data.
+func (r Record) withoutDeclines() Record {
+	if !slices.ContainsFunc(r, func(e RecordEntry) bool { return e.Declining }) {
+		return r
+	}
+	out := slices.Clone(r)
+	for i := range out {
+		out[i].Declining, out[i].Declined = false, Digest{}
+	}
+	return out
+}
+
+// pinsOf returns the pins of a pinned workload with this record: each source that
+// counts, at its recorded data, by the snapshot the template names already, or else by
+// a new snapshot of its current data, returned as well. A source whose recorded data
+// is neither is named by its own name.
+func pinsOf(record Record, have Pins, observations []Observation) (Pins, []Observation) {
+	var pins Pins
+	var snapshots []Observation
+	for _, e := range record {
+		if e.Uncounted || !e.Seen || e.Kind == SecretProviderClass {
+			continue
+		}
+		pin := Pin{e.SourceRef, e.Digest}
+		if old, ok := have.Get(e.SourceRef); ok && old == pin {
+			pins = append(pins, pin)
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(observations, e.SourceRef, func(o Observation, ref SourceRef) int { return o.Compare(ref) })
+		if ok && observations[i].Present && observations[i].Digest == e.Digest {
+			pins = append(pins, pin)
+			snapshots = append(snapshots, observations[i])
+		}
+	}
+	return pins, snapshots
+}
