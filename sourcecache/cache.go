@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -41,10 +42,7 @@ type Filter struct {
 
 // ListOptions returns the options of a list or watch of sources of the kind.
 func (f Filter) ListOptions(kind confighash.SourceKind) metav1.ListOptions {
-	var o metav1.ListOptions
-	if f.Labels != nil && !f.Labels.Empty() {
-		o.LabelSelector = f.Labels.String()
-	}
+	o := metav1.ListOptions{LabelSelector: f.selector().String()}
 	if kind == confighash.Secret {
 		o.FieldSelector = secretFieldSelector
 	}
@@ -53,7 +51,18 @@ func (f Filter) ListOptions(kind confighash.SourceKind) metav1.ListOptions {
 
 // Admits reports whether a source with these labels may count.
 func (f Filter) Admits(sourceLabels map[string]string) bool {
-	return f.Labels == nil || f.Labels.Matches(labels.Set(sourceLabels))
+	return f.selector().Matches(labels.Set(sourceLabels))
+}
+
+// notSnapshot selects what is not a pinned workload's snapshot: a copy, never a source.
+var notSnapshot, _ = labels.NewRequirement(confighash.LabelSnapshotOf, selection.DoesNotExist, nil)
+
+// selector is Labels, and not a snapshot.
+func (f Filter) selector() labels.Selector {
+	if f.Labels == nil {
+		return labels.NewSelector().Add(*notSnapshot)
+	}
+	return f.Labels.Add(*notSnapshot)
 }
 
 // Digested is what the cache keeps of a ConfigMap or Secret: its namespace, name and

@@ -82,7 +82,8 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	case err != nil:
 		return err
 	}
-	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.String()).Str("want", d.Record.String()).Msg("checked")
+	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.String()).Str("want", d.Record.String()).
+		Str("hash", v.Hash).Str("want_hash", d.Hash).Stringer("pins", v.Pins).Stringer("want_pins", d.Pins).Msg("checked")
 	switch {
 	case len(d.Held) > 0 && len(d.Unproven) == 0:
 		return w.paced(ctx, key, v, d)

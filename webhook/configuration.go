@@ -122,7 +122,7 @@ func Configuration(name string, client admissionregistrationv1.WebhookClientConf
 			NamespaceSelector:       selector,
 			MatchConditions:         conditions,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			TimeoutSeconds:          ptr.To(int32(Timeout / time.Second)),
 			AdmissionReviewVersions: []string{"v1"},

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -78,8 +79,10 @@ type Config struct {
 	Gate Gate
 	// Pacing is how changes roll where neither the workload nor its namespace says:
 	// the same flags as the watcher's, so that both hold the same workloads.
-	Pacing  confighash.Pacing
-	Metrics Recorder
+	Pacing confighash.Pacing
+	// Snapshots makes the snapshots of pinned workloads; nil: they are not pinned.
+	Snapshots *Snapshots
+	Metrics   Recorder
 }
 
 func (c *Config) defaults() error {
@@ -190,6 +193,20 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if !created {
 		state.Inherit(old)
 	}
+	if !created && state.Policy.Pin {
+		was := oldPins(ar.OldObjectRaw, w.Kind)
+		switch {
+		case state.Pins == nil:
+			// An apply of a manifest that names the sources: the pins stay as they were.
+			state.Pins = was
+		case !slices.Equal(state.Pins, was):
+			// A return to an earlier revision (kubectl rollout undo), which may bring its
+			// metadata back too: what the workload ran until now is what it returns from.
+			if record, err := confighash.ParseRecord(old()[confighash.AnnotationSources]); err == nil {
+				state.Record, state.RecordErr = record, nil
+			}
+		}
+	}
 	if state.RecordErr != nil {
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, state.RecordErr))
 	}
@@ -219,8 +236,20 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	case !d.Acts:
 		return nil, warnings
 	}
+	if len(d.Snapshots) > 0 && m.cfg.Snapshots == nil {
+		return fail("pinned, but this webhook makes no snapshots; the hash was not updated")
+	}
+	for _, o := range d.Snapshots {
+		if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, o, ar.DryRun); err != nil {
+			return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
+		}
+	}
 	if d.Record != nil {
-		if ops, err = annotationPatch(u, w.Kind, written{record: d.Record.String(), hash: d.Hash, adopted: d.Adopted}); err != nil {
+		out := written{record: d.Record.String(), hash: d.Hash, adopted: d.Adopted, renames: confighash.Repin(w.Template, d.Pins)}
+		if len(d.Pins) > 0 {
+			out.pins = d.Pins.String()
+		}
+		if ops, err = annotationPatch(u, w.Kind, out); err != nil {
 			return fail(err.Error())
 		}
 	}
@@ -282,13 +311,31 @@ func oldAnnotations(raw []byte) map[string]string {
 	return old.Metadata.Annotations
 }
 
+// oldPins returns the pins of the old object's pod template, none if it cannot be read.
+func oldPins(oldRaw []byte, kind confighash.Kind) confighash.Pins {
+	old := oldWorkload(oldRaw, kind)
+	if old == nil {
+		return nil
+	}
+	return confighash.Vocabulary{}.Read(old).Pins
+}
+
 // templateChanged reports whether an update changes the pod template, apart from the
 // hash: the workload rolls by itself. The old object is decoded whole only then.
 func templateChanged(oldRaw []byte, w *confighash.Workload) bool {
+	old := oldWorkload(oldRaw, w.Kind)
+	return old != nil && confighash.TemplateChanged(old.Template, w.Template)
+}
+
+// oldWorkload decodes the old object of an update, nil if it cannot be read.
+func oldWorkload(oldRaw []byte, kind confighash.Kind) *confighash.Workload {
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(oldRaw); err != nil {
-		return false
+		return nil
 	}
-	old, err := confighash.Kinds{w.Kind}.WorkloadOf(u)
-	return err == nil && confighash.TemplateChanged(old.Template, w.Template)
+	old, err := confighash.Kinds{kind}.WorkloadOf(u)
+	if err != nil {
+		return nil
+	}
+	return old
 }

@@ -23,6 +23,10 @@ type written struct {
 	hash   string // on the pod template; empty leaves it without one
 	// adopted stays on the metadata when set; otherwise it is removed.
 	adopted string
+	// pins, on a pinned pod template, says the snapshots its names stand for;
+	// otherwise it is removed. renames are the names the template changes.
+	pins    string
+	renames []confighash.Rename
 }
 
 // annotationPatch returns the operations that write w: the record and the adoption on
@@ -40,10 +44,14 @@ func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w writt
 				ops = append(ops, patchOp{"add", pointer(append(path, key)), value})
 			}
 		case nil: // absent, or null
+			// The next annotation of the same map goes into the one added here.
+			added, at := any(map[string]any{key: value}), path
 			if meta, _, _ := unstructured.NestedFieldNoCopy(u.Object, parent...); meta == nil {
-				ops = append(ops, patchOp{"add", pointer(parent), map[string]any{"annotations": map[string]string{key: value}}})
-			} else {
-				ops = append(ops, patchOp{"add", pointer(path), map[string]string{key: value}})
+				added, at = map[string]any{"annotations": added}, parent
+			}
+			ops = append(ops, patchOp{"add", pointer(at), added})
+			if err := unstructured.SetNestedField(u.Object, added, at...); err != nil {
+				return err
 			}
 		default:
 			return fmt.Errorf("%s is not a map of annotations", pointer(path))
@@ -63,8 +71,20 @@ func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w writt
 	if w.hash == "" {
 		return ops, nil
 	}
-	if err := set(append(slices.Clone(kind.TemplatePath), "metadata"), confighash.AnnotationHash, w.hash); err != nil {
+	templateMeta := append(slices.Clone(kind.TemplatePath), "metadata")
+	if err := set(templateMeta, confighash.AnnotationHash, w.hash); err != nil {
 		return nil, err
+	}
+	if w.pins != "" {
+		if err := set(templateMeta, confighash.AnnotationPinned, w.pins); err != nil {
+			return nil, err
+		}
+	} else if pinned, _, _ := unstructured.NestedString(u.Object, append(templateMeta, "annotations", confighash.AnnotationPinned)...); pinned != "" {
+		ops = append(ops, patchOp{Op: "remove", Path: pointer(append(templateMeta, "annotations", confighash.AnnotationPinned))})
+	}
+	spec := pointer(append(slices.Clone(kind.TemplatePath), "spec"))
+	for _, r := range w.renames {
+		ops = append(ops, patchOp{"replace", spec + r.Path, r.Name})
 	}
 	return ops, nil
 }

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// TestAPinnedDeploymentRollsBackToItsOldData: a pinned Deployment's pod template
+// names snapshots of its ConfigMap (envFrom) and Secret (volume). A change of the
+// ConfigMap rolls it once, to a new snapshot; kubectl rollout undo brings the
+// revision back with the snapshot of the old data, and it stays there through an
+// unrelated write; the next change of the ConfigMap rolls it forward once.
+func TestAPinnedDeploymentRollsBackToItsOldData(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
+	createConfigMap(t, c, ns, cfg.Name, map[string]string{"greeting": "hello"})
+	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
+	tmpl := envFromTemplate(cfg.Name)
+	tmpl.Spec.Volumes = secretVolumeTemplate("db").Spec.Volumes
+	createDeployment(t, c, ns, annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl))
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+
+	// pinned returns the names the Deployment's pod template gives its ConfigMap and
+	// Secret, after checking that they are the snapshots its pins say.
+	pinned := func() (configMap, secret string) {
+		t.Helper()
+		d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := d.Spec.Template.Spec
+		configMap, secret = spec.Containers[0].EnvFrom[0].ConfigMapRef.Name, spec.Volumes[0].Secret.SecretName
+		pins, err := confighash.ParsePins(d.Spec.Template.Annotations[confighash.AnnotationPinned])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmPin, ok1 := pins.Get(cfg)
+		secretPin, ok2 := pins.Get(confighash.SourceRef{Kind: confighash.Secret, Name: "db"})
+		if !ok1 || !ok2 || cmPin.Snapshot() != configMap || secretPin.Snapshot() != secret {
+			t.Fatalf("the template names %s and %s, and pins %s", configMap, secret, pins)
+		}
+		return configMap, secret
+	}
+	snapshotSays := func(name string) string {
+		t.Helper()
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the snapshot %s: %v", name, err)
+		}
+		if cm.Immutable == nil || !*cm.Immutable || cm.Labels[confighash.LabelSnapshotOf] != cfg.Name {
+			t.Fatalf("the snapshot %s: immutable %v, labels %v", name, cm.Immutable, cm.Labels)
+		}
+		return cm.Data["greeting"]
+	}
+	first, secretSnapshot := pinned()
+	if got := snapshotSays(first); got != "hello" {
+		t.Fatalf("the first snapshot says %q, want hello", got)
+	}
+	sec, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), secretSnapshot, metav1.GetOptions{})
+	if err != nil || string(sec.Data["password"]) != "one" || sec.Type != corev1.SecretTypeOpaque {
+		t.Fatalf("the Secret's snapshot %s: %v, %v", secretSnapshot, sec, err)
+	}
+
+	setKey(t, c, ns, cfg, "greeting", "bye")
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
+	second, secretAgain := pinned()
+	if second == first || secretAgain != secretSnapshot || snapshotSays(second) != "bye" {
+		t.Fatalf("after the change: the template names %s (was %s) and %s (was %s)", second, first, secretAgain, secretSnapshot)
+	}
+
+	if out, err := c.Kubectl(t.Context(), nil, "rollout", "undo", "deployment/web", "-n", ns); err != nil {
+		t.Fatalf("kubectl rollout undo: %v: %s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the undo to reach the template", func() bool { got, _ := pinned(); return got == first })
+	expectRollouts(t, c, ns, map[string]int{"web": 2}) // the first ReplicaSet again, no third
+	if current := currentReplicaSetNames(t, c, ns, "web"); current != first {
+		t.Fatalf("after the undo the scaled ReplicaSet names %q, want the first snapshot %s", current, first)
+	}
+
+	patch := []byte(`{"metadata":{"labels":{"team":"a"}}}`)
+	if _, err := c.Client.AppsV1().Deployments(ns).Patch(t.Context(), "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(quietPeriod)
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
+	if got, _ := pinned(); got != first {
+		t.Fatalf("an unrelated write moved the template to %s, from the first snapshot %s", got, first)
+	}
+
+	setKey(t, c, ns, cfg, "greeting", "again")
+	expectRollouts(t, c, ns, map[string]int{"web": 3})
+	if third, _ := pinned(); third == first || third == second || snapshotSays(third) != "again" {
+		t.Fatalf("the next change: the template names %s", third)
+	}
+}
+
+// currentReplicaSetNames returns the ConfigMap the pod template of the Deployment's
+// newest ReplicaSet by revision names.
+func currentReplicaSetNames(t *testing.T, c *cluster.Cluster, ns, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	list, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest *appsv1.ReplicaSet
+	for i := range list.Items {
+		rs := &list.Items[i]
+		if newest == nil || rs.Annotations["deployment.kubernetes.io/revision"] > newest.Annotations["deployment.kubernetes.io/revision"] {
+			newest = rs
+		}
+	}
+	return newest.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name
+}

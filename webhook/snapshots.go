@@ -1,0 +1,85 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+)
+
+// Snapshots makes the snapshots pinned workloads name: an immutable copy of the keys a
+// workload uses of a source, a ConfigMap or a Secret of the source's type, in its
+// namespace, labelled with the source's name. It is the one write made inside
+// admission, before the pod template names the snapshot, so that no pod ever starts
+// without it; a dry run makes none (sideEffects: NoneOnDryRun).
+type Snapshots struct {
+	Client kubernetes.Interface
+	Key    confighash.Key
+}
+
+// Ensure makes the snapshot of the source's current data o observed, unless it exists.
+// The data is read again, whole, and must still be the data o observed.
+func (s *Snapshots) Ensure(ctx context.Context, namespace string, o confighash.Observation, dryRun bool) error {
+	name := confighash.SnapshotName(o.Name, o.Digest)
+	meta := metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{confighash.LabelSnapshotOf: o.Name}}
+	var err error
+	switch o.Kind {
+	case confighash.ConfigMap:
+		var cm *corev1.ConfigMap
+		if cm, err = s.Client.CoreV1().ConfigMaps(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
+		}
+		if err = s.same(o, confighash.SourceOfConfigMap(cm)); err != nil || dryRun {
+			return err
+		}
+		snapshot := &corev1.ConfigMap{ObjectMeta: meta, Immutable: ptr.To(true), Data: used(o.Reference, cm.Data), BinaryData: used(o.Reference, cm.BinaryData)}
+		_, err = s.Client.CoreV1().ConfigMaps(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
+	case confighash.Secret:
+		var sec *corev1.Secret
+		if sec, err = s.Client.CoreV1().Secrets(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
+		}
+		if err = s.same(o, confighash.SourceOfSecret(sec)); err != nil || dryRun {
+			return err
+		}
+		snapshot := &corev1.Secret{ObjectMeta: meta, Immutable: ptr.To(true), Type: sec.Type, Data: used(o.Reference, sec.Data)}
+		_, err = s.Client.CoreV1().Secrets(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
+	default:
+		return fmt.Errorf("%s cannot be pinned", o.SourceRef)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("make the snapshot %s of %s: %w", name, o.SourceRef, err)
+	}
+	return nil
+}
+
+// same checks that the source read holds the data the decision observed.
+func (s *Snapshots) same(o confighash.Observation, src confighash.Source) error {
+	if confighash.SourceDigest(s.Key, o.Reference, src) != o.Digest {
+		return fmt.Errorf("%s changed while it was admitted; its snapshot waits for the next admission", o.SourceRef)
+	}
+	return nil
+}
+
+// used returns the entries of data the reference uses: all, or the keys it names.
+func used[V any](ref confighash.Reference, data map[string]V) map[string]V {
+	if ref.AllKeys || data == nil {
+		return data
+	}
+	out := make(map[string]V, len(ref.Keys))
+	for _, k := range ref.Keys {
+		if v, ok := data[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// FieldManager owns the webhook's own writes: snapshots.
+const FieldManager = "confighash-webhook"
