@@ -44,7 +44,7 @@ func (v Vocabulary) Read(w *Workload) State {
 	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted],
 		Release: w.Annotations[AnnotationRelease], Held: w.Annotations[AnnotationHeld], Failed: w.Annotations[AnnotationFailed]}
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
-	s.Pins = templatePins(w.Template)
+	s.Pins = TemplatePins(w.Template)
 	if !s.Policy.OptOut {
 		s.References = References(w.Template)
 	}

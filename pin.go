@@ -94,9 +94,9 @@ func (p Pins) source(kind SourceKind, name string) (SourceRef, bool) {
 	return SourceRef{}, false
 }
 
-// templatePins returns the pins a pod template carries; none when it carries none or
+// TemplatePins returns the pins a pod template carries; none when it carries none or
 // they cannot be read, and then its names are taken as they are.
-func templatePins(tmpl *corev1.PodTemplateSpec) Pins {
+func TemplatePins(tmpl *corev1.PodTemplateSpec) Pins {
 	text, ok := tmpl.Annotations[AnnotationPinned]
 	if !ok {
 		return nil
@@ -118,7 +118,7 @@ type Rename struct {
 // its snapshot, and by its own name each source it names by a snapshot of its pins
 // that want does not pin.
 func Repin(tmpl *corev1.PodTemplateSpec, want Pins) []Rename {
-	have := templatePins(tmpl)
+	have := TemplatePins(tmpl)
 	var out []Rename
 	eachUse(&tmpl.Spec, func(u use) {
 		if u.kind == SecretProviderClass {

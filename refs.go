@@ -150,7 +150,7 @@ func collect(tmpl *corev1.PodTemplateSpec, describe bool) *collector {
 		c.uses = map[SourceRef][]string{}
 	}
 	if tmpl != nil {
-		c.pins = templatePins(tmpl)
+		c.pins = TemplatePins(tmpl)
 		eachUse(&tmpl.Spec, c.use)
 	}
 	return c

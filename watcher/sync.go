@@ -90,10 +90,16 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	case d.Converged:
 		w.unhold(key)
 		w.converged(key)
+		if len(v.Pins) > 0 {
+			if err := w.ownSnapshots(ctx, key, v); err != nil {
+				return err
+			}
+		}
 		return w.settle(ctx, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
-	case w.queue.NumRequeues(key) >= w.cfg.HealAfter:
+	case w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0:
+		// A pinned workload is left to the webhook, which makes its snapshots.
 		return w.heal(ctx, key, v, d)
 	}
 	// The pause starts before the touch: the touch's own update event, and changes
@@ -144,6 +150,10 @@ func (w *Watcher) admitted(key workloadKey, v *view, d confighash.Decision, trig
 		w.cfg.Metrics.Touch(TouchConverged)
 	}
 	w.converged(key)
+	if len(admitted.Pins) > 0 {
+		// Its new revision owns the snapshots it names, once its controller made it.
+		w.queue.AddAfter(key, snapshotOwnerRetry)
+	}
 	return nil
 }
 

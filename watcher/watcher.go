@@ -153,6 +153,8 @@ type Watcher struct {
 	// above one some were kept as their key alone under.
 	kept    *keptKeys
 	relists *relists
+	// owners are the owners given the snapshots of pinned workloads.
+	owners *owners
 	// workloadsGeneration moves whenever a workload informer takes in an object, before
 	// it holds it, and when a relist swaps a store in; namespacesGeneration when a
 	// namespace's mode or pacing changes. Waves' memos hold while neither moves.
@@ -189,6 +191,7 @@ func New(cfg Config) (*Watcher, error) {
 		waves:         newWaves(),
 		written:       newDataWrites(),
 		relists:       newRelists(),
+		owners:        newOwners(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. Those kept as their key alone

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
@@ -239,8 +240,13 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if len(d.Snapshots) > 0 && m.cfg.Snapshots == nil {
 		return fail("pinned, but this webhook makes no snapshots; the hash was not updated")
 	}
+	var owner *metav1.OwnerReference
+	if uid := u.GetUID(); uid != "" {
+		// Until its revisions own them: the watcher sees to it, and to those that none does.
+		owner = &metav1.OwnerReference{APIVersion: w.Kind.GroupVersion().String(), Kind: w.Kind.Kind, Name: w.Name, UID: uid}
+	}
 	for _, o := range d.Snapshots {
-		if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, o, ar.DryRun); err != nil {
+		if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, o, owner, ar.DryRun); err != nil {
 			return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
 		}
 	}

@@ -23,11 +23,15 @@ type Snapshots struct {
 	Key    confighash.Key
 }
 
-// Ensure makes the snapshot of the source's current data o observed, unless it exists.
+// Ensure makes the snapshot of the source's current data o observed, unless it exists,
+// owned by owner when it is known (an update; a create's workload has no UID yet).
 // The data is read again, whole, and must still be the data o observed.
-func (s *Snapshots) Ensure(ctx context.Context, namespace string, o confighash.Observation, dryRun bool) error {
+func (s *Snapshots) Ensure(ctx context.Context, namespace string, o confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
 	name := confighash.SnapshotName(o.Name, o.Digest)
 	meta := metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{confighash.LabelSnapshotOf: o.Name}}
+	if owner != nil {
+		meta.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
 	var err error
 	switch o.Kind {
 	case confighash.ConfigMap:

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -20,17 +22,7 @@ import (
 // revision back with the snapshot of the old data, and it stays there through an
 // unrelated write; the next change of the ConfigMap rolls it forward once.
 func TestAPinnedDeploymentRollsBackToItsOldData(t *testing.T) {
-	c := cluster.Require(t, testCluster)
-	startWebhook(t, c)
-	startWatcher(t, c)
-	ns := labeledNamespace(t, c)
-	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
-	createConfigMap(t, c, ns, cfg.Name, map[string]string{"greeting": "hello"})
-	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
-	tmpl := envFromTemplate(cfg.Name)
-	tmpl.Spec.Volumes = secretVolumeTemplate("db").Spec.Volumes
-	createDeployment(t, c, ns, annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl))
-	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	c, ns, cfg := pinnedWeb(t, "greeting", "hello", nil)
 
 	// pinned returns the names the Deployment's pod template gives its ConfigMap and
 	// Secret, after checking that they are the snapshots its pins say.
@@ -106,6 +98,28 @@ func TestAPinnedDeploymentRollsBackToItsOldData(t *testing.T) {
 	}
 }
 
+// pinnedWeb starts confighash and creates a pinned Deployment web, its ConfigMap
+// app-config (envFrom) holding key=value and its Secret db (volume), changed by
+// change when set; it returns once web has rolled out.
+func pinnedWeb(t *testing.T, key, value string, change func(*appsv1.Deployment)) (*cluster.Cluster, string, confighash.SourceRef) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
+	createConfigMap(t, c, ns, cfg.Name, map[string]string{key: value})
+	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
+	tmpl := envFromTemplate(cfg.Name)
+	tmpl.Spec.Volumes = secretVolumeTemplate("db").Spec.Volumes
+	d := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl)
+	if change != nil {
+		change(d)
+	}
+	createDeployment(t, c, ns, d)
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	return c, ns, cfg
+}
+
 // currentReplicaSetNames returns the ConfigMap the pod template of the Deployment's
 // newest ReplicaSet by revision names.
 func currentReplicaSetNames(t *testing.T, c *cluster.Cluster, ns, name string) string {
@@ -124,4 +138,61 @@ func currentReplicaSetNames(t *testing.T, c *cluster.Cluster, ns, name string) s
 		}
 	}
 	return newest.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name
+}
+
+// TestPinnedSnapshotsGoWithTheirRevisions: each ReplicaSet owns the snapshots its
+// template names, so with revisionHistoryLimit 2 and five changes at most three
+// snapshots of the ConfigMap are left, and deleting the Deployment leaves none.
+func TestPinnedSnapshotsGoWithTheirRevisions(t *testing.T) {
+	c, ns, cfg := pinnedWeb(t, "k", "0", func(d *appsv1.Deployment) { d.Spec.RevisionHistoryLimit = ptr.To(int32(2)) })
+
+	snapshots := func(kind confighash.SourceKind) []string {
+		t.Helper()
+		selector := metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf}
+		var names []string
+		if kind == confighash.ConfigMap {
+			list, err := c.Client.CoreV1().ConfigMaps(ns).List(t.Context(), selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range list.Items {
+				names = append(names, o.Name)
+			}
+			return names
+		}
+		list, err := c.Client.CoreV1().Secrets(ns).List(t.Context(), selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range list.Items {
+			names = append(names, o.Name)
+		}
+		return names
+	}
+	for i := 1; i <= 5; i++ {
+		setKey(t, c, ns, cfg, "k", fmt.Sprint(i))
+		waitFor(t, 30*time.Second, fmt.Sprintf("change %d to roll out", i), func() bool {
+			got, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := got.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name
+			cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+			return err == nil && cm.Data["k"] == fmt.Sprint(i) && got.Status.ObservedGeneration == got.Generation
+		})
+	}
+	waitFor(t, 60*time.Second, "the snapshots of revisions gone to be collected", func() bool { return len(snapshots(confighash.ConfigMap)) <= 3 })
+	if got := snapshots(confighash.ConfigMap); len(got) != 3 {
+		t.Errorf("ConfigMap snapshots %v, want 3: one per ReplicaSet kept", got)
+	}
+	if got := snapshots(confighash.Secret); len(got) != 1 {
+		t.Errorf("Secret snapshots %v, want the one its unchanged data has", got)
+	}
+
+	if err := c.Client.AppsV1().Deployments(ns).Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "every snapshot to be collected with the Deployment", func() bool {
+		return len(snapshots(confighash.ConfigMap)) == 0 && len(snapshots(confighash.Secret)) == 0
+	})
 }

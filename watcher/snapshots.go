@@ -1,0 +1,269 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+)
+
+// Snapshots of a pinned workload are owned by the workload while its pod template
+// names them, and by each revision whose template names them (ReplicaSets,
+// ControllerRevisions), so that the garbage collector deletes one with the last
+// revision that names it: the revision history limit bounds them, and deleting the
+// workload deletes them. The workload leaves those no revision names any more; one it
+// was the last owner of, and that no pinned workload of the namespace names, the
+// watcher deletes: its revisions were gone before they could own it.
+
+// owners remembers, per pinned workload, the snapshots each of its revisions was
+// found to own, so that a check of a converged workload writes nothing more.
+type owners struct {
+	mu   sync.Mutex
+	done map[workloadKey]map[string]bool // "owner UID/snapshot"
+}
+
+func newOwners() *owners { return &owners{done: map[workloadKey]map[string]bool{}} }
+
+func (o *owners) get(key workloadKey) map[string]bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.done[key]
+}
+
+// keep replaces what is remembered of the workload; nil forgets it.
+func (o *owners) keep(key workloadKey, items map[string]bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if items == nil {
+		delete(o.done, key)
+		return
+	}
+	o.done[key] = items
+}
+
+// revisionPins is an owner of snapshots, a revision of a workload or the workload, and
+// the pins its pod template carries.
+type revisionPins struct {
+	owner metav1.OwnerReference
+	pins  confighash.Pins
+}
+
+// snapshotOwnerRetry is how soon a pinned workload is checked again when the
+// revision of its pod template does not exist yet.
+const snapshotOwnerRetry = time.Second
+
+// ownSnapshots gives the snapshots of the pinned workload their owners, and lets go
+// of those none of its revisions names. When no revision carries the workload's own
+// pins yet, it checks again soon: its controller is making it.
+func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) error {
+	revs, err := w.pinnedRevisions(ctx, v)
+	if err != nil {
+		return err
+	}
+	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
+	revs = append(revs, revisionPins{self, v.Pins})
+	current := false
+	done := map[string]bool{}
+	was := w.owners.get(key)
+	for _, r := range revs {
+		current = current || r.owner.UID != v.UID && slices.Equal(r.pins, v.Pins)
+		for _, pin := range r.pins {
+			item := string(r.owner.UID) + "/" + pin.Snapshot()
+			if !was[item] {
+				if err := w.addOwner(ctx, v.Namespace, pin, r.owner); err != nil {
+					return err
+				}
+			}
+			done[item] = true
+		}
+	}
+	if !maps.Equal(was, done) {
+		if err := w.letGo(ctx, v, revs); err != nil {
+			return err
+		}
+	}
+	w.owners.keep(key, done)
+	if !current {
+		w.queue.AddAfter(key, snapshotOwnerRetry)
+	}
+	return nil
+}
+
+// pinnedRevisions returns the workload's revisions with their pins: ReplicaSets for
+// Deployments and Rollouts, ControllerRevisions for StatefulSets and DaemonSets; none
+// for the other kinds, which keep no revisions.
+func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins, error) {
+	revs, err := w.revisions(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	all, err := revs.list(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []revisionPins
+	for _, obj := range all {
+		switch r := obj.(type) {
+		case *appsv1.ReplicaSet:
+			out = append(out, revisionPins{metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: r.Name, UID: r.UID}, confighash.TemplatePins(&r.Spec.Template)})
+		case *appsv1.ControllerRevision:
+			var data struct {
+				Spec struct {
+					Template corev1.PodTemplateSpec `json:"template"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal(r.Data.Raw, &data); err == nil {
+				out = append(out, revisionPins{metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ControllerRevision", Name: r.Name, UID: r.UID}, confighash.TemplatePins(&data.Spec.Template)})
+			}
+		}
+	}
+	return out, nil
+}
+
+// letGo removes the workload from the owners of its snapshots that none of revs
+// names, and deletes those it was the last owner of, unless a pinned workload of the
+// namespace names them.
+func (w *Watcher) letGo(ctx context.Context, v *view, revs []revisionPins) error {
+	named := map[string]bool{}
+	for _, r := range revs {
+		for _, pin := range r.pins {
+			named[pin.Snapshot()] = true
+		}
+	}
+	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
+		snapshots, err := w.snapshotsOf(ctx, v, kind)
+		if err != nil {
+			return err
+		}
+		for _, s := range snapshots {
+			refs := s.GetOwnerReferences()
+			i := slices.IndexFunc(refs, func(o metav1.OwnerReference) bool { return o.UID == v.UID })
+			if i < 0 || named[s.GetName()] {
+				continue
+			}
+			rest := slices.Delete(slices.Clone(refs), i, i+1)
+			if len(rest) == 0 && !w.pinnedInNamespace(v.Namespace, kind, s.GetName()) {
+				err = w.deleteSnapshot(ctx, kind, s)
+			} else {
+				err = w.setOwners(ctx, kind, s, rest)
+			}
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("let go of the snapshot %s: %w", s.GetName(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// snapshotsOf lists the snapshots of the workload's pinned sources of the kind.
+func (w *Watcher) snapshotsOf(ctx context.Context, v *view, kind confighash.SourceKind) ([]metav1.Object, error) {
+	var names []string
+	for _, e := range v.Record {
+		if e.Kind == kind {
+			names = append(names, e.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	of, err := labels.NewRequirement(confighash.LabelSnapshotOf, selection.In, names)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*of).String()}
+	if kind == confighash.ConfigMap {
+		l, err := w.cfg.Client.CoreV1().ConfigMaps(v.Namespace).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return objects(pointers(l.Items)), nil
+	}
+	l, err := w.cfg.Client.CoreV1().Secrets(v.Namespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return objects(pointers(l.Items)), nil
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+// pinnedInNamespace reports whether a pinned workload of the namespace names the
+// snapshot: another workload may share it, and not own it yet.
+func (w *Watcher) pinnedInNamespace(namespace string, kind confighash.SourceKind, snapshot string) bool {
+	for _, u := range w.inNamespace(namespace, func(u *view) bool { return len(u.Pins) > 0 }) {
+		for _, pin := range u.Pins {
+			if pin.Kind == kind && pin.Snapshot() == snapshot {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// addOwner adds the owner to the snapshot's, unless it is there; a snapshot that is
+// gone is left gone.
+func (w *Watcher) addOwner(ctx context.Context, namespace string, pin confighash.Pin, owner metav1.OwnerReference) error {
+	var s metav1.Object
+	var err error
+	if pin.Kind == confighash.ConfigMap {
+		s, err = w.cfg.Client.CoreV1().ConfigMaps(namespace).Get(ctx, pin.Snapshot(), metav1.GetOptions{})
+	} else {
+		s, err = w.cfg.Client.CoreV1().Secrets(namespace).Get(ctx, pin.Snapshot(), metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the snapshot %s: %w", pin.Snapshot(), err)
+	}
+	if slices.ContainsFunc(s.GetOwnerReferences(), func(o metav1.OwnerReference) bool { return o.UID == owner.UID }) {
+		return nil
+	}
+	if err := w.setOwners(ctx, pin.Kind, s, append(s.GetOwnerReferences(), owner)); err != nil {
+		return fmt.Errorf("make %s %s an owner of the snapshot %s: %w", owner.Kind, owner.Name, pin.Snapshot(), err)
+	}
+	return nil
+}
+
+// setOwners writes the snapshot's owners. The resourceVersion makes it fail, rather
+// than drop another's owner, when the snapshot changed since it was read.
+func (w *Watcher) setOwners(ctx context.Context, kind confighash.SourceKind, s metav1.Object, refs []metav1.OwnerReference) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": s.GetResourceVersion(), "ownerReferences": refs}})
+	opts := metav1.PatchOptions{FieldManager: FieldManager}
+	var err error
+	if kind == confighash.ConfigMap {
+		_, err = w.cfg.Client.CoreV1().ConfigMaps(s.GetNamespace()).Patch(ctx, s.GetName(), types.MergePatchType, patch, opts)
+	} else {
+		_, err = w.cfg.Client.CoreV1().Secrets(s.GetNamespace()).Patch(ctx, s.GetName(), types.MergePatchType, patch, opts)
+	}
+	return err
+}
+
+// deleteSnapshot deletes the snapshot if it is still as read.
+func (w *Watcher) deleteSnapshot(ctx context.Context, kind confighash.SourceKind, s metav1.Object) error {
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(s.GetUID()), ResourceVersion: ptr.To(s.GetResourceVersion())}}
+	if kind == confighash.ConfigMap {
+		return w.cfg.Client.CoreV1().ConfigMaps(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
+	}
+	return w.cfg.Client.CoreV1().Secrets(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
+}
