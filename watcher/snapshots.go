@@ -27,7 +27,8 @@ import (
 // revision that names it: the revision history limit bounds them, and deleting the
 // workload deletes them. The workload leaves those no revision names any more; one it
 // was the last owner of, and that no pinned workload of the namespace names, the
-// watcher deletes: its revisions were gone before they could own it.
+// watcher deletes: its revisions were gone before they could own it. A kind without
+// revisions keeps its snapshots until it is deleted.
 
 // owners remembers, per pinned workload, the snapshots each of its revisions was
 // found to own, so that a check of a converged workload writes nothing more.
@@ -76,7 +77,8 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 	}
 	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
 	revs = append(revs, revisionPins{self, v.Pins})
-	current := false
+	versioned := slices.Contains([]string{confighash.Deployment.Kind, confighash.StatefulSet.Kind, confighash.DaemonSet.Kind, confighash.Rollout.Kind}, v.Kind.Kind)
+	current := !versioned // no revision to wait for
 	done := map[string]bool{}
 	was := w.owners.get(key)
 	for _, r := range revs {
@@ -91,7 +93,9 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 			done[item] = true
 		}
 	}
-	if !maps.Equal(was, done) {
+	// A kind without revisions (a CronJob) keeps every snapshot until it is deleted:
+	// a Job it started may still name one.
+	if versioned && !maps.Equal(was, done) {
 		if err := w.letGo(ctx, v, revs); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -195,4 +196,47 @@ func TestPinnedSnapshotsGoWithTheirRevisions(t *testing.T) {
 	waitFor(t, 60*time.Second, "every snapshot to be collected with the Deployment", func() bool {
 		return len(snapshots(confighash.ConfigMap)) == 0 && len(snapshots(confighash.Secret)) == 0
 	})
+}
+
+// TestAPinnedDeploymentShowsNoDriftToGitOps: a pinned Deployment applied server-side
+// from a manifest that names its ConfigMap shows no drift to kubectl diff
+// --server-side, before and after a change of the ConfigMap, and applying the
+// manifest again rolls nothing: the webhook names the same snapshots again.
+func TestAPinnedDeploymentShowsNoDriftToGitOps(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
+	createConfigMap(t, c, ns, cfg.Name, map[string]string{"k": "0"})
+	d := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, envFromTemplate(cfg.Name))
+	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+	d.Namespace = ns
+	manifest, err := yaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func() {
+		t.Helper()
+		if out, err := c.Kubectl(t.Context(), manifest, "apply", "--server-side", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply --server-side: %v: %s", err, out)
+		}
+	}
+	noDrift := func(when string) {
+		t.Helper()
+		if out, err := c.Kubectl(t.Context(), manifest, "diff", "--server-side", "-f", "-"); err != nil {
+			t.Fatalf("%s: kubectl diff --server-side shows drift: %v\n%s", when, err, out)
+		}
+	}
+	apply()
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	noDrift("after the apply")
+	apply()
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+
+	setKey(t, c, ns, cfg, "k", "1")
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
+	noDrift("after a change of the ConfigMap")
+	apply()
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
 }
