@@ -214,7 +214,7 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	// A pinned template says which data its pods run: a return to an earlier revision
 	// declines the data it returned from.
 	prev := s.Record.returnedTo(s.Pins)
-	if !d.Policy.Pin {
+	if !d.Pacing.Pinned() {
 		prev = s.Record.withoutDeclines()
 	}
 	first := !s.met() && !in.Pods.Fresh
@@ -244,10 +244,14 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	} else {
 		d.Record, d.Hash = next, hash
 	}
-	if d.Policy.Pin && d.Hash != "" && (st.rolling || len(s.Pins) > 0) {
-		// Pinned from its first rollout pinned on, never by adoption: pinning changes
-		// the pod template.
+	// Pinned, and no longer, from a rollout on, never by adoption: pinning changes the
+	// pod template.
+	switch pinned := d.Pacing.Pinned(); {
+	case d.Hash == "":
+	case pinned && (st.rolling || len(s.Pins) > 0):
 		d.Pins, d.Snapshots = pinsOf(next, s.Pins, d.Observations)
+	case !pinned && !st.rolling:
+		d.Pins = s.Pins
 	}
 	d.Unproven = unproven
 	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) &&

@@ -18,6 +18,37 @@ type Pacing struct {
 	WaveSize int
 	// Windows are when changes may roll; nil: at any time.
 	Windows Windows
+	// Pinning says whether the workload is pinned (see Pins).
+	Pinning Pinning
+}
+
+// Pinning says whether a workload is pinned: each version of a counted source it rolls
+// out with kept as a snapshot its pod template names. Unset takes the wider setting.
+type Pinning uint8
+
+// The pinnings.
+const (
+	PinUnset Pinning = iota
+	PinOn
+	PinOff
+)
+
+// Pinned reports whether the workload is pinned.
+func (p Pacing) Pinned() bool { return p.Pinning == PinOn }
+
+// parsePinning reads "true" or "false"; empty text sets nothing.
+func parsePinning(text string) (Pinning, error) {
+	if text = strings.TrimSpace(text); text == "" {
+		return PinUnset, nil
+	}
+	on, err := strconv.ParseBool(text)
+	switch {
+	case err != nil:
+		return PinUnset, fmt.Errorf("pin %q: want true or false", text)
+	case on:
+		return PinOn, nil
+	}
+	return PinOff, nil
 }
 
 // Gated reports whether the watcher releases the workload's changes.
@@ -42,6 +73,9 @@ func (p Pacing) Over(wider Pacing) Pacing {
 	if p.Windows == nil {
 		p.Windows = wider.Windows
 	}
+	if p.Pinning == PinUnset {
+		p.Pinning = wider.Pinning
+	}
 	return p
 }
 
@@ -54,19 +88,25 @@ func (p Pacing) String() string {
 	if p.Windows != nil {
 		parts = append(parts, "within "+p.Windows.String())
 	}
+	if p.Pinned() {
+		parts = append(parts, "pinned")
+	}
 	return strings.Join(parts, ", ")
 }
 
 // Equal reports whether two pacings are the same.
 func (p Pacing) Equal(o Pacing) bool {
-	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal)
+	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal) && p.Pinning == o.Pinning
 }
 
-// ParsePacing reads a rollout window and a wave size as written in annotations or
-// flags; empty text sets nothing. Errors name what is wrong.
-func ParsePacing(window, waveSize string) (Pacing, error) {
+// ParsePacing reads a rollout window, a wave size and a pinning as written in
+// annotations, labels or flags; empty text sets nothing. Errors name what is wrong.
+func ParsePacing(window, waveSize, pin string) (Pacing, error) {
 	var r Pacing
 	var err error
+	if r.Pinning, err = parsePinning(pin); err != nil {
+		return Pacing{}, err
+	}
 	if window = strings.TrimSpace(window); window != "" {
 		if r.Windows, err = ParseWindows(window); err != nil {
 			return Pacing{}, err
@@ -105,6 +145,13 @@ func (r *policyReader) pacing() Pacing {
 			r.problem(AnnotationWaveSize, v, "want a number of workloads, such as 5")
 		}
 		out.WaveSize = n
+	}
+	if v, ok := r.get(AnnotationPin); ok {
+		pin, err := parsePinning(v)
+		if err != nil {
+			r.problem(AnnotationPin, v, "want true or false")
+		}
+		out.Pinning = pin
 	}
 	return out
 }

@@ -252,3 +252,41 @@ func TestAWorkloadNoLongerPinnedRunsItsSourcesData(t *testing.T) {
 		t.Fatalf("unpinned: record %s, converged %v, pins %v; want cfg's current data, a rollout", d.Record, d.Converged, d.Pins)
 	}
 }
+
+// TestPinningComesFromTheWorkloadThenItsNamespaceThenTheFlags: a namespace's label or
+// the flag pins a workload that does not say; one that says false is not pinned.
+func TestPinningComesFromTheWorkloadThenItsNamespaceThenTheFlags(t *testing.T) {
+	cfg := SourceRef{ConfigMap, "cfg"}
+	sources := listedSources(map[SourceRef]Source{cfg: cmSource("cfg", "1")})
+	for _, tc := range []struct {
+		annotation string
+		wider      Pacing
+		pinned     bool
+	}{
+		{"", Pacing{}, false},
+		{"", Pacing{Pinning: PinOn}, true},
+		{"true", Pacing{}, true},
+		{"false", Pacing{Pinning: PinOn}, false},
+		{"", Pacing{Pinning: PinOff}.Over(Pacing{Pinning: PinOn}), false},
+	} {
+		annotations := map[string]string{AnnotationInject: "true"}
+		if tc.annotation != "" {
+			annotations[AnnotationPin] = tc.annotation
+		}
+		state := Vocabulary{}.Read(&Workload{Annotations: annotations, Template: envFrom("cfg")})
+		d, err := Decide(Input{Key: testKey, State: state, Mode: ModeOptedIn, Pods: Pods{Fresh: true}, Pacing: tc.wider}, sources)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pinned := len(d.Pins) > 0; pinned != tc.pinned {
+			t.Errorf("annotation %q over %+v: pinned %v, want %v", tc.annotation, tc.wider, pinned, tc.pinned)
+		}
+	}
+	if _, err := ParsePacing("", "", "yes please"); err == nil {
+		t.Error(`ParsePacing(pin "yes please") = nil error`)
+	}
+	state := Vocabulary{}.Read(&Workload{Annotations: map[string]string{AnnotationInject: "true", AnnotationPin: "sometimes"}, Template: envFrom("cfg")})
+	if len(state.Problems) != 1 || !strings.Contains(state.Problems[0].Error(), AnnotationPin) {
+		t.Errorf("a bad %s: problems %v", AnnotationPin, state.Problems)
+	}
+}

@@ -34,8 +34,6 @@ type Policy struct {
 	// Rollout is how the workload's changes roll, as its own annotations say; see
 	// Pacing.Over for the rest.
 	Pacing Pacing
-	// Pin pins the sources it rolls out with (AnnotationPin): see Pins.
-	Pin bool
 
 	reloader bool // read the sources' Reloader annotations too
 	// kinds are the source kinds that can count: see Vocabulary.kinds.
@@ -74,7 +72,7 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
-	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) && p.Pin == q.Pin &&
+	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
 		p.reloader == q.reloader && p.only == q.only && p.kinds == q.kinds &&
 		p.Discover == q.Discover && p.decided == q.decided && slices.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&
@@ -138,7 +136,6 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	p.Exclude = append(r.names(AnnotationExcludeConfigMaps, ConfigMap), r.names(AnnotationExcludeSecrets, Secret)...)
 	p.PausePeriod = r.duration(AnnotationPausePeriod)
 	p.Pacing = r.pacing()
-	p.Pin, _ = r.boolean(AnnotationPin)
 
 	if v.Reloader {
 		all = r.reloader(&p) || all

@@ -60,7 +60,7 @@ func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
 	if n == nil {
 		return confighash.Pacing{}, nil
 	}
-	return confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize])
+	return confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize], n.Labels[confighash.AnnotationPin])
 }
 
 // samePacing reports whether two namespaces have the same pacing annotations.

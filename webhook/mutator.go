@@ -194,20 +194,6 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if !created {
 		state.Inherit(old)
 	}
-	if !created && state.Policy.Pin {
-		was := oldPins(ar.OldObjectRaw, w.Kind)
-		switch {
-		case state.Pins == nil:
-			// An apply of a manifest that names the sources: the pins stay as they were.
-			state.Pins = was
-		case !slices.Equal(state.Pins, was):
-			// A return to an earlier revision (kubectl rollout undo), which may bring its
-			// metadata back too: what the workload ran until now is what it returns from.
-			if record, err := confighash.ParseRecord(old()[confighash.AnnotationSources]); err == nil {
-				state.Record, state.RecordErr = record, nil
-			}
-		}
-	}
 	if state.RecordErr != nil {
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, state.RecordErr))
 	}
@@ -219,6 +205,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 			warnings = append(warnings, warningPrefix+fmt.Sprintf("the namespace's pacing annotations are ignored: %v", err))
 		}
 		in.Pacing = ns.Over(m.cfg.Pacing)
+	}
+	if !created && (state.Policy.Pacing.Over(in.Pacing).Pinned() || state.Pins != nil) {
+		in.State = pinnedState(state, ar.OldObjectRaw, w.Kind, old)
 	}
 	d, err := confighash.Decide(in, sources)
 	if err == nil && len(d.Unproven) > 0 && templateChanged(ar.OldObjectRaw, w) {
@@ -315,6 +304,24 @@ func oldAnnotations(raw []byte) map[string]string {
 		return nil
 	}
 	return old.Metadata.Annotations
+}
+
+// pinnedState returns the state of a pinned workload at an update, from what the old
+// object was pinned to.
+func pinnedState(state confighash.State, oldRaw []byte, kind confighash.Kind, old func() map[string]string) confighash.State {
+	was := oldPins(oldRaw, kind)
+	switch {
+	case state.Pins == nil:
+		// An apply of a manifest that names the sources: the pins stay as they were.
+		state.Pins = was
+	case !slices.Equal(state.Pins, was):
+		// A return to an earlier revision (kubectl rollout undo), which may bring its
+		// metadata back too: what the workload ran until now is what it returns from.
+		if record, err := confighash.ParseRecord(old()[confighash.AnnotationSources]); err == nil {
+			state.Record, state.RecordErr = record, nil
+		}
+	}
+	return state
 }
 
 // oldPins returns the pins of the old object's pod template, none if it cannot be read.

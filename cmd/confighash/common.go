@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,7 @@ type common struct {
 	everySelector        string
 	rolloutWindow        string
 	waveSize             int
+	pinByDefault         bool
 }
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
@@ -69,6 +71,7 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.Var(&c.extraKinds, "extra-kind", extraKindUsage+"; the webhook configuration's rules and the watcher's RBAC must list it too (the chart's extraKinds)")
 	fs.StringVar(&c.sourceLabelSelector, "source-label-selector", "", "label selector: only the ConfigMaps and Secrets that match count; the others are never listed or cached, and count as absent; empty: all")
 	fs.StringVar(&c.rolloutWindow, "rollout-window", "", `when configuration changes may roll workloads whose namespace and annotations do not say, e.g. "Mon-Fri 09:00-17:00 Europe/Berlin; Sat 10:00-12:00 UTC"; empty: any time; the webhook and the watcher must be given the same`)
+	fs.BoolVar(&c.pinByDefault, "pin-by-default", false, "pin the workloads whose namespace label and annotations do not say (confighash.dev/pin): each version of a source they roll out with is kept as an immutable snapshot, so a rollback brings the old data back; the webhook and the watcher must be given the same")
 	fs.IntVar(&c.waveSize, "wave-size", 0, "roll a change that reaches many workloads in waves of at most this many per namespace, each waiting for the one before to roll out and halting on a failure; 0: all at once unless annotations say; the webhook and the watcher must be given the same")
 	fs.BoolVar(&c.csiIntegration, "enable-csi-integration", false, "count the Secrets Store CSI SecretProviderClasses that pods mount, from the versions the driver reports (Reloader's flag of the same name); both components must be given the same, and may read secretproviderclasspodstatuses (the chart's enableCSIIntegration)")
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
@@ -112,7 +115,7 @@ func (c *common) scope() (confighash.Kinds, sourcecache.Filter, error) {
 
 // pacing parses --rollout-window and --wave-size.
 func (c *common) pacing() (confighash.Pacing, error) {
-	p, err := confighash.ParsePacing(c.rolloutWindow, "")
+	p, err := confighash.ParsePacing(c.rolloutWindow, "", strconv.FormatBool(c.pinByDefault))
 	if err != nil {
 		return confighash.Pacing{}, fmt.Errorf("--rollout-window: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/confighash/confighash"
@@ -68,6 +69,7 @@ type explainConfig struct {
 	everySelector                  string
 	rolloutWindow                  string
 	waveSize                       int
+	pinByDefault                   bool
 }
 
 func (c *explainConfig) flags(fs *flag.FlagSet) {
@@ -88,6 +90,7 @@ func (c *explainConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on, as given to the components")
 	fs.StringVar(&c.rolloutWindow, "rollout-window", "", "the components' --rollout-window, to tell which changes are held")
 	fs.IntVar(&c.waveSize, "wave-size", 0, "the components' --wave-size, to tell which changes are held")
+	fs.BoolVar(&c.pinByDefault, "pin-by-default", false, "the components' --pin-by-default, to tell which workloads are pinned")
 	fs.Var(&c.extraKinds, "extra-kind", extraKindUsage)
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out, as given to the components; empty: none")
 }
@@ -111,7 +114,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return badInput("%v", err)
 	}
-	pacing, err := confighash.ParsePacing(cfg.rolloutWindow, fmt.Sprint(cfg.waveSize))
+	pacing, err := confighash.ParsePacing(cfg.rolloutWindow, fmt.Sprint(cfg.waveSize), strconv.FormatBool(cfg.pinByDefault))
 	if err != nil {
 		return badInput("%v", err)
 	}

@@ -82,6 +82,9 @@ affinity:
 {{- with .Values.pacing.rolloutWindow }}
 - {{ printf "--rollout-window=%s" . | quote }}
 {{- end }}
+{{- if .Values.pinByDefault }}
+- --pin-by-default
+{{- end }}
 {{- with include "confighash.selectorFlag" .Values.namespaceSelector }}
 {{- if ne . "confighash.dev/injection=enabled" }}
 - {{ printf "--namespace-selector=%s" . | quote }}
