@@ -53,6 +53,10 @@ type SourceExplanation struct {
 	// it does not exist); both empty without the key.
 	Recorded string `json:"recorded,omitempty"`
 	Now      string `json:"now,omitempty"`
+	// Snapshot is the snapshot a pinned pod template names for it: what its revision
+	// runs; RollsTo, the one the next rollout names, when that differs.
+	Snapshot string `json:"snapshot,omitempty"`
+	RollsTo  string `json:"rollsTo,omitempty"`
 }
 
 // The verdicts.
@@ -121,7 +125,7 @@ func Explain(in ExplainInput) (e Explanation) {
 		defer hideDigests(&e)
 	}
 	e.OptedIn, e.OptIn = d.Acts, optInOf(in, w, d.Policy)
-	e.Sources = explainSources(in.Workload, d, state.Record)
+	e.Sources = explainSources(in.Workload, d, state)
 	switch {
 	case !e.OptedIn:
 		e.Verdict, e.Why = VerdictNoRollout, "not opted in: "+e.OptIn
@@ -147,6 +151,9 @@ func Explain(in ExplainInput) (e Explanation) {
 		}
 		if ignored := notCounted(e.Sources); ignored != "" {
 			e.Why += "; changes to " + ignored + " roll nothing"
+		}
+		if declined := declinedSources(d.Record); declined != "" {
+			e.Why += "; it returned to an earlier revision, which runs the snapshots it rolled out with: the current data of " + declined + " rolls nothing until it changes again"
 		}
 	case !state.met() && in.New:
 		e.Verdict, e.Why = VerdictCreated, "the webhook writes this hash when the workload is created, so it starts with the current data"
@@ -227,10 +234,10 @@ func optInOf(in ExplainInput, w *Workload, p Policy) string {
 	return "no opt-in annotation"
 }
 
-func explainSources(w *Workload, d Decision, prev Record) []SourceExplanation {
+func explainSources(w *Workload, d Decision, state State) []SourceExplanation {
 	uses := Uses(w.Template)
 	recorded := map[SourceRef]RecordEntry{}
-	for _, e := range prev {
+	for _, e := range state.Record {
 		recorded[e.SourceRef] = e
 	}
 	out := make([]SourceExplanation, 0, len(d.Observations))
@@ -261,9 +268,26 @@ func explainSources(w *Workload, d Decision, prev Record) []SourceExplanation {
 		if o.Present {
 			s.Now = o.Digest.String()
 		}
+		if pin, ok := state.Pins.Get(o.SourceRef); ok {
+			s.Snapshot = pin.Snapshot()
+		}
+		if pin, ok := d.Pins.Get(o.SourceRef); ok && pin.Snapshot() != s.Snapshot {
+			s.RollsTo = pin.Snapshot()
+		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// declinedSources names the sources whose current data a pinned workload returned from.
+func declinedSources(r Record) string {
+	var refs []SourceRef
+	for _, e := range r {
+		if e.Declining {
+			refs = append(refs, e.SourceRef)
+		}
+	}
+	return ListRefs(refs)
 }
 
 // notCounted names the sources that are used but do not count.

@@ -59,6 +59,15 @@ func printExplanations(out io.Writer, format string, explanations []confighash.E
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		for _, s := range e.Sources {
+			if s.Snapshot != "" || s.RollsTo != "" {
+				fmt.Fprintf(out, "  %s/%s pinned: runs %s", s.Kind, s.Name, orNone(s.Snapshot))
+				if s.RollsTo != "" {
+					fmt.Fprintf(out, ", rolls to %s", s.RollsTo)
+				}
+				fmt.Fprintln(out)
+			}
+		}
 	}
 	return nil
 }

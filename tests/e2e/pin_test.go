@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +81,10 @@ func TestAPinnedDeploymentRollsBackToItsOldData(t *testing.T) {
 	expectRollouts(t, c, ns, map[string]int{"web": 2}) // the first ReplicaSet again, no third
 	if current := currentReplicaSetNames(t, c, ns, "web"); current != first {
 		t.Fatalf("after the undo the scaled ReplicaSet names %q, want the first snapshot %s", current, first)
+	}
+	e := explainOne(t, c, ns, "deployment/web")
+	if e.Verdict != confighash.VerdictUpToDate || !strings.Contains(e.Why, "returned to an earlier revision") || e.Sources[0].Snapshot != first || e.Sources[0].RollsTo != "" {
+		t.Fatalf("explain after the undo: %s (%s), %s runs %q and rolls to %q; want up to date on the first snapshot", e.Verdict, e.Why, e.Sources[0].Name, e.Sources[0].Snapshot, e.Sources[0].RollsTo)
 	}
 
 	patch := []byte(`{"metadata":{"labels":{"team":"a"}}}`)
