@@ -52,7 +52,12 @@ func (s *Snapshots) Ensure(ctx context.Context, namespace string, o confighash.O
 		if err = s.same(o, confighash.SourceOfSecret(sec)); err != nil || dryRun {
 			return err
 		}
-		snapshot := &corev1.Secret{ObjectMeta: meta, Immutable: ptr.To(true), Type: sec.Type, Data: used(o.Reference, sec.Data)}
+		data := used(o.Reference, sec.Data)
+		if sec.Type != "" && sec.Type != corev1.SecretTypeOpaque {
+			// A type may require keys the workload does not use (kubernetes.io/tls: tls.key).
+			data = sec.Data
+		}
+		snapshot := &corev1.Secret{ObjectMeta: meta, Immutable: ptr.To(true), Type: sec.Type, Data: data}
 		_, err = s.Client.CoreV1().Secrets(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
 	default:
 		return fmt.Errorf("%s cannot be pinned", o.SourceRef)
