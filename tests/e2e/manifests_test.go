@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -222,9 +224,16 @@ func installedObjects(t *testing.T, rendered []byte) map[string]map[string]any {
 		}
 		dropHelmLabels(obj)
 		u := unstructured.Unstructured{Object: obj}
+		if slices.Contains(clusterScopedUnknownToKustomize, u.GetKind()) {
+			u.SetNamespace("") // the API server ignores it on a cluster-scoped object
+		}
 		objs[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = obj
 	}
 }
+
+// clusterScopedUnknownToKustomize are cluster-scoped kinds the kustomize built into
+// kubectl does not know as such: it gives them the kustomization's namespace.
+var clusterScopedUnknownToKustomize = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 func dropHelmLabels(v any) {
 	switch v := v.(type) {
@@ -281,7 +290,7 @@ func rbacOnly(t *testing.T, rendered []byte) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	for _, doc := range strings.Split(string(rendered), "\n---\n") {
-		for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 			if strings.Contains(doc, "\nkind: "+kind+"\n") {
 				out.WriteString(doc + "\n---\n")
 				break
@@ -346,7 +355,9 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
 	tmpl := secretVolumeTemplate("db")
 	tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
-	createDeployment(t, c, ns, deployment("web", 1, tmpl))
+	pinned := deployment("web", 1, tmpl)
+	pinned.Annotations[confighash.AnnotationPin] = "true"
+	createDeployment(t, c, ns, pinned)
 	if templateHash(t, c, ns, "web") == "" {
 		t.Fatal("no hash: the webhook could not do its job with its own RBAC")
 	}
@@ -355,6 +366,16 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	expectReplicaSets(t, c, ns, "web", 2)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
 	expectReplicaSets(t, c, ns, "web", 3)
+	// Pinned: the webhook made the snapshots, the watcher gave them their owners.
+	d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := d.Spec.Template.Spec.Volumes[0].Secret.SecretName
+	waitFor(t, 30*time.Second, "the watcher to make the ReplicaSet an owner of "+snapshot, func() bool {
+		s, err := c.Client.CoreV1().Secrets(ns).Get(ctx, snapshot, metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(s.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "ReplicaSet" })
+	})
 
 	// The self-signed variant's webhook may also set its own configuration's caBundle,
 	// and no other's.
@@ -404,6 +425,10 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 		}(),
 		"the webhook creates a Secret outside its namespace": func() error {
 			_, err := webhookClient.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		}(),
+		"the webhook creates a mutable Secret labelled as a snapshot": func() error {
+			_, err := webhookClient.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "y", Labels: map[string]string{confighash.LabelSnapshotOf: "db"}}}, metav1.CreateOptions{})
 			return err
 		}(),
 	}
