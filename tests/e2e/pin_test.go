@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,4 +245,48 @@ func TestAPinnedDeploymentShowsNoDriftToGitOps(t *testing.T) {
 	noDrift("after a change of the ConfigMap")
 	apply()
 	expectRollouts(t, c, ns, map[string]int{"web": 2})
+}
+
+// TestAPinnedStatefulSetRollsBackToItsOldData: the same with a StatefulSet, whose
+// revisions are ControllerRevisions: each owns the snapshot its template names, and
+// kubectl rollout undo brings the old snapshot back.
+func TestAPinnedStatefulSetRollsBackToItsOldData(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
+	createConfigMap(t, c, ns, cfg.Name, map[string]string{"k": "0"})
+	s := statefulSet("db", envFromTemplate(cfg.Name))
+	s.Annotations[confighash.AnnotationPin] = "true"
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	names := func() string {
+		t.Helper()
+		got, err := c.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "db", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name
+	}
+	ownedByARevision := func(snapshot string) bool {
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), snapshot, metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(cm.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "ControllerRevision" })
+	}
+	first := names()
+	waitFor(t, 30*time.Second, "a ControllerRevision to own "+first, func() bool { return ownedByARevision(first) })
+	setKey(t, c, ns, cfg, "k", "1")
+	waitFor(t, 30*time.Second, "the change to name a new snapshot", func() bool { return names() != first })
+	second := names()
+	waitFor(t, 30*time.Second, "a ControllerRevision to own "+second, func() bool { return ownedByARevision(second) })
+
+	if out, err := c.Kubectl(t.Context(), nil, "rollout", "undo", "statefulset/db", "-n", ns); err != nil {
+		t.Fatalf("kubectl rollout undo: %v: %s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the undo to name the first snapshot", func() bool { return names() == first })
+	time.Sleep(quietPeriod)
+	if got := names(); got != first {
+		t.Fatalf("after the undo the StatefulSet moved to %s, from the first snapshot %s", got, first)
+	}
 }
