@@ -109,12 +109,7 @@ func TestAPinnedDeploymentRollsBackToItsOldData(t *testing.T) {
 // app-config (envFrom) holding key=value and its Secret db (volume), changed by
 // change when set; it returns once web has rolled out.
 func pinnedWeb(t *testing.T, key, value string, change func(*appsv1.Deployment)) (*cluster.Cluster, string, confighash.SourceRef) {
-	c := cluster.Require(t, testCluster)
-	startWebhook(t, c)
-	startWatcher(t, c)
-	ns := labeledNamespace(t, c)
-	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
-	createConfigMap(t, c, ns, cfg.Name, map[string]string{key: value})
+	c, ns, cfg := withAppConfig(t, key, value)
 	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
 	tmpl := envFromTemplate(cfg.Name)
 	tmpl.Spec.Volumes = secretVolumeTemplate("db").Spec.Volumes
@@ -124,6 +119,18 @@ func pinnedWeb(t *testing.T, key, value string, change func(*appsv1.Deployment))
 	}
 	createDeployment(t, c, ns, d)
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	return c, ns, cfg
+}
+
+// withAppConfig starts confighash and makes a labelled namespace with the ConfigMap
+// app-config holding key=value.
+func withAppConfig(t *testing.T, key, value string) (*cluster.Cluster, string, confighash.SourceRef) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
+	createConfigMap(t, c, ns, cfg.Name, map[string]string{key: value})
 	return c, ns, cfg
 }
 
@@ -209,12 +216,7 @@ func TestPinnedSnapshotsGoWithTheirRevisions(t *testing.T) {
 // --server-side, before and after a change of the ConfigMap, and applying the
 // manifest again rolls nothing: the webhook names the same snapshots again.
 func TestAPinnedDeploymentShowsNoDriftToGitOps(t *testing.T) {
-	c := cluster.Require(t, testCluster)
-	startWebhook(t, c)
-	startWatcher(t, c)
-	ns := labeledNamespace(t, c)
-	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
-	createConfigMap(t, c, ns, cfg.Name, map[string]string{"k": "0"})
+	c, ns, cfg := withAppConfig(t, "k", "0")
 	d := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, envFromTemplate(cfg.Name))
 	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 	d.Namespace = ns
@@ -251,12 +253,7 @@ func TestAPinnedDeploymentShowsNoDriftToGitOps(t *testing.T) {
 // revisions are ControllerRevisions: each owns the snapshot its template names, and
 // kubectl rollout undo brings the old snapshot back.
 func TestAPinnedStatefulSetRollsBackToItsOldData(t *testing.T) {
-	c := cluster.Require(t, testCluster)
-	startWebhook(t, c)
-	startWatcher(t, c)
-	ns := labeledNamespace(t, c)
-	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
-	createConfigMap(t, c, ns, cfg.Name, map[string]string{"k": "0"})
+	c, ns, cfg := withAppConfig(t, "k", "0")
 	s := statefulSet("db", envFromTemplate(cfg.Name))
 	s.Annotations[confighash.AnnotationPin] = "true"
 	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
