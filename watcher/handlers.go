@@ -92,8 +92,8 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {
 		if prev.Status != v.Status {
 			w.progressed(v) // a wave may wait for it
-			if len(v.Pins) > 0 && w.acts(v) {
-				w.queue.Add(keyOf(v)) // a new revision may own snapshots
+			if len(v.Pins) > 0 && w.acts(v) && !w.owners.settledFor(keyOf(v), v.Pins) {
+				w.queue.Add(keyOf(v)) // its new revision may own its snapshots now
 			}
 		}
 		return

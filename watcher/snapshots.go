@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -21,43 +20,45 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// Snapshots of a pinned workload are owned by the workload while its pod template
-// names them, and by each revision whose template names them (ReplicaSets,
-// ControllerRevisions), so that the garbage collector deletes one with the last
-// revision that names it: the revision history limit bounds them, and deleting the
-// workload deletes them. The workload leaves those no revision names any more; one it
-// was the last owner of, and that no pinned workload of the namespace names, the
-// watcher deletes: its revisions were gone before they could own it. A kind without
-// revisions keeps its snapshots until it is deleted.
+// Snapshots of a pinned workload are owned by each revision whose pod template names
+// them (ReplicaSets, ControllerRevisions), so that the garbage collector deletes one
+// with the last revision that names it: the revision history limit bounds them, and
+// deleting the workload deletes them. The workload itself owns those its template
+// names (the webhook makes an update's snapshots owned by it already), so that none
+// goes while its revision is being made, and lets go of the others once its existing
+// revisions own theirs; one left with no owner (its revisions were gone before they
+// could own it) is deleted, unless a pinned workload of the namespace names it. A
+// kind without revisions owns all its snapshots itself until it is deleted.
 
-// owners remembers, per pinned workload, the snapshots each of its revisions was
-// found to own, so that a check of a converged workload writes nothing more.
+// owners remembers, per pinned workload, the pins whose snapshots its revision was
+// found to own: until its pins change, there is nothing more to do.
 type owners struct {
-	mu   sync.Mutex
-	done map[workloadKey]map[string]bool // "owner UID/snapshot"
+	mu      sync.Mutex
+	settled map[workloadKey]string
 }
 
-func newOwners() *owners { return &owners{done: map[workloadKey]map[string]bool{}} }
+func newOwners() *owners { return &owners{settled: map[workloadKey]string{}} }
 
-func (o *owners) get(key workloadKey) map[string]bool {
+// settledFor reports whether the workload's snapshots were settled for these pins.
+func (o *owners) settledFor(key workloadKey, pins confighash.Pins) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.done[key]
+	text, ok := o.settled[key]
+	return ok && text == pins.String()
 }
 
-// keep replaces what is remembered of the workload; nil forgets it.
-func (o *owners) keep(key workloadKey, items map[string]bool) {
+// settle remembers the pins as settled; nil forgets the workload.
+func (o *owners) settle(key workloadKey, pins confighash.Pins) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if items == nil {
-		delete(o.done, key)
+	if pins == nil {
+		delete(o.settled, key)
 		return
 	}
-	o.done[key] = items
+	o.settled[key] = pins.String()
 }
 
-// revisionPins is an owner of snapshots, a revision of a workload or the workload, and
-// the pins its pod template carries.
+// revisionPins is a revision of a workload and the pins its pod template carries.
 type revisionPins struct {
 	owner metav1.OwnerReference
 	pins  confighash.Pins
@@ -67,42 +68,50 @@ type revisionPins struct {
 // revision of its pod template does not exist yet.
 const snapshotOwnerRetry = time.Second
 
-// ownSnapshots gives the snapshots of the pinned workload their owners, and lets go
-// of those none of its revisions names. When no revision carries the workload's own
-// pins yet, it checks again soon: its controller is making it.
+// ownSnapshots gives the snapshots of the pinned workload their owners, and lets go of
+// those its template no longer names. Until the revision of its template exists, it
+// checks again soon: its controller is making it.
 func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) error {
+	if w.owners.settledFor(key, v.Pins) {
+		return nil
+	}
+	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
+	if err := w.addOwners(ctx, v.Namespace, v.Pins, self); err != nil {
+		return err
+	}
+	if !slices.Contains([]string{confighash.Deployment.Kind, confighash.StatefulSet.Kind, confighash.DaemonSet.Kind, confighash.Rollout.Kind}, v.Kind.Kind) {
+		// No revisions: a Job a CronJob started may still name any of its snapshots.
+		w.owners.settle(key, v.Pins)
+		return nil
+	}
 	revs, err := w.pinnedRevisions(ctx, v)
 	if err != nil {
 		return err
 	}
-	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
-	revs = append(revs, revisionPins{self, v.Pins})
-	versioned := slices.Contains([]string{confighash.Deployment.Kind, confighash.StatefulSet.Kind, confighash.DaemonSet.Kind, confighash.Rollout.Kind}, v.Kind.Kind)
-	current := !versioned // no revision to wait for
-	done := map[string]bool{}
-	was := w.owners.get(key)
+	current := false
 	for _, r := range revs {
-		current = current || r.owner.UID != v.UID && slices.Equal(r.pins, v.Pins)
-		for _, pin := range r.pins {
-			item := string(r.owner.UID) + "/" + pin.Snapshot()
-			if !was[item] {
-				if err := w.addOwner(ctx, v.Namespace, pin, r.owner); err != nil {
-					return err
-				}
-			}
-			done[item] = true
-		}
-	}
-	// A kind without revisions (a CronJob) keeps every snapshot until it is deleted:
-	// a Job it started may still name one.
-	if versioned && !maps.Equal(was, done) {
-		if err := w.letGo(ctx, v, revs); err != nil {
+		current = current || slices.Equal(r.pins, v.Pins)
+		if err := w.addOwners(ctx, v.Namespace, r.pins, r.owner); err != nil {
 			return err
 		}
 	}
-	w.owners.keep(key, done)
+	if err := w.letGo(ctx, v); err != nil {
+		return err
+	}
 	if !current {
 		w.queue.AddAfter(key, snapshotOwnerRetry)
+		return nil
+	}
+	w.owners.settle(key, v.Pins)
+	return nil
+}
+
+// addOwners makes owner an owner of the pins' snapshots.
+func (w *Watcher) addOwners(ctx context.Context, namespace string, pins confighash.Pins, owner metav1.OwnerReference) error {
+	for _, pin := range pins {
+		if err := w.addOwner(ctx, namespace, pin, owner); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -138,15 +147,13 @@ func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins,
 	return out, nil
 }
 
-// letGo removes the workload from the owners of its snapshots that none of revs
+// letGo removes the workload from the owners of the snapshots its template no longer
 // names, and deletes those it was the last owner of, unless a pinned workload of the
 // namespace names them.
-func (w *Watcher) letGo(ctx context.Context, v *view, revs []revisionPins) error {
+func (w *Watcher) letGo(ctx context.Context, v *view) error {
 	named := map[string]bool{}
-	for _, r := range revs {
-		for _, pin := range r.pins {
-			named[pin.Snapshot()] = true
-		}
+	for _, pin := range v.Pins {
+		named[pin.Snapshot()] = true
 	}
 	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		snapshots, err := w.snapshotsOf(ctx, v, kind)
