@@ -76,26 +76,21 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 		return nil
 	}
 	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
-	if err := w.addOwners(ctx, v.Namespace, v.Pins, self); err != nil {
-		return err
-	}
-	if !slices.Contains([]string{confighash.Deployment.Kind, confighash.StatefulSet.Kind, confighash.DaemonSet.Kind, confighash.Rollout.Kind}, v.Kind.Kind) {
-		// No revisions: a Job a CronJob started may still name any of its snapshots.
-		w.owners.settle(key, v.Pins)
-		return nil
-	}
-	revs, err := w.pinnedRevisions(ctx, v)
-	if err != nil {
-		return err
-	}
-	current := false
-	for _, r := range revs {
-		current = current || slices.Equal(r.pins, v.Pins)
-		if err := w.addOwners(ctx, v.Namespace, r.pins, r.owner); err != nil {
+	owners := []revisionPins{{self, v.Pins}}
+	// Without revisions, a Job a CronJob started may still name any of its snapshots.
+	versioned := slices.Contains([]string{confighash.Deployment.Kind, confighash.StatefulSet.Kind, confighash.DaemonSet.Kind, confighash.Rollout.Kind}, v.Kind.Kind)
+	current := !versioned
+	if versioned {
+		revs, err := w.pinnedRevisions(ctx, v)
+		if err != nil {
 			return err
 		}
+		for _, r := range revs {
+			current = current || slices.Equal(r.pins, v.Pins)
+		}
+		owners = append(owners, revs...)
 	}
-	if err := w.letGo(ctx, v); err != nil {
+	if err := w.reconcileOwners(ctx, v, owners, versioned); err != nil {
 		return err
 	}
 	if !current {
@@ -103,16 +98,6 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 		return nil
 	}
 	w.owners.settle(key, v.Pins)
-	return nil
-}
-
-// addOwners makes owner an owner of the pins' snapshots.
-func (w *Watcher) addOwners(ctx context.Context, namespace string, pins confighash.Pins, owner metav1.OwnerReference) error {
-	for _, pin := range pins {
-		if err := w.addOwner(ctx, namespace, pin, owner); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -147,45 +132,61 @@ func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins,
 	return out, nil
 }
 
-// letGo removes the workload from the owners of the snapshots its template no longer
-// names, and deletes those it was the last owner of, unless a pinned workload of the
-// namespace names them.
-func (w *Watcher) letGo(ctx context.Context, v *view) error {
-	named := map[string]bool{}
-	for _, pin := range v.Pins {
-		named[pin.Snapshot()] = true
+// reconcileOwners makes each of owners (the workload first) an owner of the snapshots
+// its pins name. With letGo, the workload leaves those its template no longer names,
+// and one it was the last owner of is deleted, unless a pinned workload of the
+// namespace names it.
+func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisionPins, letGo bool) error {
+	wanted := map[string][]metav1.OwnerReference{}
+	sources := map[confighash.SourceRef]bool{}
+	for _, o := range owners {
+		for _, pin := range o.pins {
+			wanted[pin.Snapshot()] = append(wanted[pin.Snapshot()], o.owner)
+			sources[pin.SourceRef] = true
+		}
+	}
+	for _, e := range v.Record {
+		sources[e.SourceRef] = true
 	}
 	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
-		snapshots, err := w.snapshotsOf(ctx, v, kind)
+		snapshots, err := w.snapshotsOf(ctx, v.Namespace, kind, sources)
 		if err != nil {
 			return err
 		}
 		for _, s := range snapshots {
-			refs := s.GetOwnerReferences()
-			i := slices.IndexFunc(refs, func(o metav1.OwnerReference) bool { return o.UID == v.UID })
-			if i < 0 || named[s.GetName()] {
-				continue
+			refs := slices.Clone(s.GetOwnerReferences())
+			changed := false
+			for _, o := range wanted[s.GetName()] {
+				if !slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == o.UID }) {
+					refs, changed = append(refs, o), true
+				}
 			}
-			rest := slices.Delete(slices.Clone(refs), i, i+1)
-			if len(rest) == 0 && !w.pinnedInNamespace(v.Namespace, kind, s.GetName()) {
+			named := slices.ContainsFunc(v.Pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == s.GetName() })
+			if i := slices.IndexFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == v.UID }); letGo && !named && i >= 0 {
+				refs, changed = slices.Delete(refs, i, i+1), true
+			}
+			switch {
+			case !changed:
+				continue
+			case len(refs) == 0 && !w.pinnedInNamespace(v.Namespace, kind, s.GetName()):
 				err = w.deleteSnapshot(ctx, kind, s)
-			} else {
-				err = w.setOwners(ctx, kind, s, rest)
+			default:
+				err = w.setOwners(ctx, kind, s, refs)
 			}
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return fmt.Errorf("let go of the snapshot %s: %w", s.GetName(), err)
+				return fmt.Errorf("set the owners of the snapshot %s: %w", s.GetName(), err)
 			}
 		}
 	}
 	return nil
 }
 
-// snapshotsOf lists the snapshots of the workload's pinned sources of the kind.
-func (w *Watcher) snapshotsOf(ctx context.Context, v *view, kind confighash.SourceKind) ([]metav1.Object, error) {
+// snapshotsOf lists the namespace's snapshots of the sources of the kind.
+func (w *Watcher) snapshotsOf(ctx context.Context, namespace string, kind confighash.SourceKind, sources map[confighash.SourceRef]bool) ([]metav1.Object, error) {
 	var names []string
-	for _, e := range v.Record {
-		if e.Kind == kind {
-			names = append(names, e.Name)
+	for ref := range sources {
+		if ref.Kind == kind {
+			names = append(names, ref.Name)
 		}
 	}
 	if len(names) == 0 {
@@ -197,13 +198,13 @@ func (w *Watcher) snapshotsOf(ctx context.Context, v *view, kind confighash.Sour
 	}
 	opts := metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*of).String()}
 	if kind == confighash.ConfigMap {
-		l, err := w.cfg.Client.CoreV1().ConfigMaps(v.Namespace).List(ctx, opts)
+		l, err := w.cfg.Client.CoreV1().ConfigMaps(namespace).List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
 		return objects(pointers(l.Items)), nil
 	}
-	l, err := w.cfg.Client.CoreV1().Secrets(v.Namespace).List(ctx, opts)
+	l, err := w.cfg.Client.CoreV1().Secrets(namespace).List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -229,31 +230,6 @@ func (w *Watcher) pinnedInNamespace(namespace string, kind confighash.SourceKind
 		}
 	}
 	return false
-}
-
-// addOwner adds the owner to the snapshot's, unless it is there; a snapshot that is
-// gone is left gone.
-func (w *Watcher) addOwner(ctx context.Context, namespace string, pin confighash.Pin, owner metav1.OwnerReference) error {
-	var s metav1.Object
-	var err error
-	if pin.Kind == confighash.ConfigMap {
-		s, err = w.cfg.Client.CoreV1().ConfigMaps(namespace).Get(ctx, pin.Snapshot(), metav1.GetOptions{})
-	} else {
-		s, err = w.cfg.Client.CoreV1().Secrets(namespace).Get(ctx, pin.Snapshot(), metav1.GetOptions{})
-	}
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read the snapshot %s: %w", pin.Snapshot(), err)
-	}
-	if slices.ContainsFunc(s.GetOwnerReferences(), func(o metav1.OwnerReference) bool { return o.UID == owner.UID }) {
-		return nil
-	}
-	if err := w.setOwners(ctx, pin.Kind, s, append(s.GetOwnerReferences(), owner)); err != nil {
-		return fmt.Errorf("make %s %s an owner of the snapshot %s: %w", owner.Kind, owner.Name, pin.Snapshot(), err)
-	}
-	return nil
 }
 
 // setOwners writes the snapshot's owners. The resourceVersion makes it fail, rather
