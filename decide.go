@@ -213,9 +213,9 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	d.Pacing = d.Policy.Pacing.Over(in.Pacing)
 	// A pinned template says which data its pods run: a return to an earlier revision
 	// declines the data it returned from.
-	prev := s.Record.returnedTo(s.Pins)
-	if !d.Pacing.Pinned() {
-		prev = s.Record.withoutDeclines()
+	prev := s.Record.withoutDeclines()
+	if d.Pacing.Pinned() {
+		prev = s.Record.returnedTo(s.Pins)
 	}
 	first := !s.met() && !in.Pods.Fresh
 	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, held: in.Pods.Held}

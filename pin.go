@@ -143,13 +143,15 @@ func Repin(tmpl *corev1.PodTemplateSpec, want Pins) []Rename {
 // it pins to data other than the record's was returned to, by a rollback, and the
 // record's data is declined (RecordEntry.Declining).
 func (r Record) returnedTo(pins Pins) Record {
-	out := r
+	out, cloned := r, false
 	for _, pin := range pins {
 		i, found := slices.BinarySearchFunc(out, pin.SourceRef, func(e RecordEntry, ref SourceRef) int { return e.Compare(ref) })
 		if found && out[i].Seen && out[i].Digest == pin.Digest {
 			continue
 		}
-		out = slices.Clone(out)
+		if !cloned {
+			out, cloned = slices.Clone(out), true
+		}
 		e := RecordEntry{SourceRef: pin.SourceRef, Digest: pin.Digest, Seen: true}
 		if !found {
 			out = slices.Insert(out, i, e)

@@ -330,7 +330,7 @@ func oldPins(oldRaw []byte, kind confighash.Kind) confighash.Pins {
 	if old == nil {
 		return nil
 	}
-	return confighash.Vocabulary{}.Read(old).Pins
+	return confighash.TemplatePins(old.Template)
 }
 
 // templateChanged reports whether an update changes the pod template, apart from the

@@ -35,15 +35,23 @@ type written struct {
 // added whole.
 func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w written) ([]patchOp, error) {
 	var ops []patchOp
+	// set writes the annotation key of the metadata at parent; an empty value removes it.
 	set := func(parent []string, key, value string) error {
 		path := append(slices.Clone(parent), "annotations")
 		raw, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
 		switch annotations := raw.(type) {
 		case map[string]any:
-			if annotations[key] != value {
+			_, present := annotations[key]
+			switch {
+			case value == "" && present:
+				ops = append(ops, patchOp{Op: "remove", Path: pointer(append(path, key))})
+			case value != "" && annotations[key] != value:
 				ops = append(ops, patchOp{"add", pointer(append(path, key)), value})
 			}
 		case nil: // absent, or null
+			if value == "" {
+				return nil
+			}
 			// The next annotation of the same map goes into the one added here.
 			added, at := any(map[string]any{key: value}), path
 			if meta, _, _ := unstructured.NestedFieldNoCopy(u.Object, parent...); meta == nil {
@@ -61,12 +69,8 @@ func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w writt
 	if err := set([]string{"metadata"}, confighash.AnnotationSources, w.record); err != nil {
 		return nil, err
 	}
-	if w.adopted != "" {
-		if err := set([]string{"metadata"}, confighash.AnnotationAdopted, w.adopted); err != nil {
-			return nil, err
-		}
-	} else if _, ok := u.GetAnnotations()[confighash.AnnotationAdopted]; ok {
-		ops = append(ops, patchOp{Op: "remove", Path: pointer([]string{"metadata", "annotations", confighash.AnnotationAdopted})})
+	if err := set([]string{"metadata"}, confighash.AnnotationAdopted, w.adopted); err != nil {
+		return nil, err
 	}
 	if w.hash == "" {
 		return ops, nil
@@ -75,12 +79,8 @@ func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w writt
 	if err := set(templateMeta, confighash.AnnotationHash, w.hash); err != nil {
 		return nil, err
 	}
-	if w.pins != "" {
-		if err := set(templateMeta, confighash.AnnotationPinned, w.pins); err != nil {
-			return nil, err
-		}
-	} else if pinned, _, _ := unstructured.NestedString(u.Object, append(templateMeta, "annotations", confighash.AnnotationPinned)...); pinned != "" {
-		ops = append(ops, patchOp{Op: "remove", Path: pointer(append(templateMeta, "annotations", confighash.AnnotationPinned))})
+	if err := set(templateMeta, confighash.AnnotationPinned, w.pins); err != nil {
+		return nil, err
 	}
 	spec := pointer(append(slices.Clone(kind.TemplatePath), "spec"))
 	for _, r := range w.renames {
