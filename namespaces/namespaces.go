@@ -63,14 +63,15 @@ func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
 	return confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize], n.Labels[confighash.AnnotationPin])
 }
 
-// samePacing reports whether two namespaces have the same pacing annotations.
+// samePacing reports whether two namespaces have the same pacing annotations and pin
+// label, what PacingOf reads.
 func samePacing(a, b *corev1.Namespace) bool {
 	for _, name := range []string{confighash.AnnotationRolloutWindow, confighash.AnnotationWaveSize} {
 		if a.Annotations[name] != b.Annotations[name] {
 			return false
 		}
 	}
-	return true
+	return a.Labels[confighash.AnnotationPin] == b.Labels[confighash.AnnotationPin]
 }
 
 // Gate tells how confighash acts in a namespace, once it has synced.

@@ -93,3 +93,21 @@ func TestListedNamespacesKeepTheirStateThroughATransientError(t *testing.T) {
 		t.Error("a timeout turned the namespace off: changes in it would be dropped")
 	}
 }
+
+// TestAPinLabelIsAChangeOfPacing: what PacingOf reads is what a namespace's change of
+// pacing is told by, its pin label included.
+func TestAPinLabelIsAChangeOfPacing(t *testing.T) {
+	plain := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: labelled}}
+	pinned := plain.DeepCopy()
+	pinned.Labels[confighash.AnnotationPin] = "true"
+	if samePacing(plain, pinned) {
+		t.Fatal("a namespace labelled confighash.dev/pin has the same pacing as before")
+	}
+	p, err := PacingOf(pinned)
+	if err != nil || !p.Pinned() {
+		t.Fatalf("PacingOf(pinned) = %+v, %v", p, err)
+	}
+	if !samePacing(plain, plain.DeepCopy()) {
+		t.Fatal("an unchanged namespace has another pacing")
+	}
+}

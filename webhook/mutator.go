@@ -81,7 +81,8 @@ type Config struct {
 	// Pacing is how changes roll where neither the workload nor its namespace says:
 	// the same flags as the watcher's, so that both hold the same workloads.
 	Pacing confighash.Pacing
-	// Snapshots makes the snapshots of pinned workloads; nil: they are not pinned.
+	// Snapshots makes the snapshots of pinned workloads; nil: an admission that needs
+	// one is let through unchanged, with a warning.
 	Snapshots *Snapshots
 	Metrics   Recorder
 }
