@@ -29,16 +29,29 @@ type Env struct {
 	dir     string
 	network *Network
 	before  hostState
+	record  *os.File // locked while the run lives (abandoned.go)
 }
 
-// Up starts the node's network, a control plane reachable from it, the node, and
-// loads the images; logf reports each step's time. Down undoes it all.
+// Up undoes what earlier runs killed midway left, starts the node's network, a
+// control plane reachable from it, the node, and loads the images; logf reports
+// each step's time. Down undoes it all.
 func Up(ctx context.Context, logf func(format string, args ...any)) (e *Env, err error) {
+	undone, err := undoAbandonedRuns()
+	for _, dir := range undone {
+		logf("undid the node a killed run left: %s", dir)
+	}
+	if err != nil {
+		return nil, err
+	}
 	e = &Env{}
 	if e.dir, err = os.MkdirTemp("", "confighash-node-"); err != nil {
 		return nil, err
 	}
 	if e.before, err = readHostState(e.dir); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(e.dir))
+	}
+	id := fmt.Sprintf("%x", os.Getpid())
+	if e.record, err = recordRun(e.dir, networkNamed(id), e.before); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(e.dir))
 	}
 	defer func() {
@@ -47,7 +60,7 @@ func Up(ctx context.Context, logf func(format string, args ...any)) (e *Env, err
 		}
 	}()
 	start := time.Now()
-	if e.network, err = NewNetwork(fmt.Sprintf("%x", os.Getpid())); err != nil {
+	if e.network, err = NewNetwork(id); err != nil {
 		return e, err
 	}
 	if e.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(e.dir, "cluster"), RealNode: e.network.ControlPlane()}); err != nil {
@@ -95,7 +108,7 @@ func (e *Env) Down() error {
 	if e.network != nil {
 		errs = append(errs, e.network.Close())
 	}
-	errs = append(errs, os.RemoveAll(e.dir))
+	errs = append(errs, os.RemoveAll(e.dir), e.record.Close())
 	after, err := readHostState(e.dir)
 	if err != nil {
 		return errors.Join(append(errs, err)...)

@@ -47,14 +47,23 @@ type Network struct {
 	made []string
 }
 
-// NewNetwork creates the namespace and its link. id keeps names apart.
+// netnsDirs are what ip netns adds to /run the first time it runs.
+var netnsDirs = []string{"/run/netns", "/run/mount"}
+
+// networkNamed is the network id names, before it is made.
+func networkNamed(id string) *Network {
+	return &Network{Namespace: "confighash-" + id, hostLink: "chn-" + id}
+}
+
+// NewNetwork creates the namespace of networkNamed(id) and its link.
 func NewNetwork(id string) (n *Network, err error) {
 	link, err := freeLinkRange()
 	if err != nil {
 		return nil, err
 	}
-	n = &Network{Namespace: "confighash-" + id, hostLink: "chn-" + id, HostIP: addr(link, 1), NodeIP: addr(link, 2)}
-	for _, p := range []string{"/run/netns", "/run/mount"} {
+	n = networkNamed(id)
+	n.HostIP, n.NodeIP = addr(link, 1), addr(link, 2)
+	for _, p := range netnsDirs {
 		if _, err := os.Stat(p); os.IsNotExist(err) {
 			n.made = append(n.made, p)
 		}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -74,7 +75,7 @@ func Start(ctx context.Context, c *cluster.Cluster, network *Network, dir string
 	if err != nil {
 		return nil, err
 	}
-	n = &Node{Network: network, dir: dir, cluster: c, cgroupRoot: "/" + network.Namespace}
+	n = &Node{Network: network, dir: dir, cluster: c, cgroupRoot: cgroupRootOf(network)}
 	if n.before, err = readHostState(dir); err != nil {
 		return nil, err
 	}
@@ -117,6 +118,9 @@ func Start(ctx context.Context, c *cluster.Cluster, network *Network, dir string
 	}
 	return n, n.waitReady(ctx)
 }
+
+// cgroupRootOf is the cgroup of the node on network: the pods' parent.
+func cgroupRootOf(network *Network) string { return "/" + network.Namespace }
 
 func (n *Node) path(name string) string { return filepath.Join(n.dir, name) }
 
@@ -203,29 +207,35 @@ func (n *Node) Stop(ctx context.Context) error {
 		errs = append(errs, n.processes[i].Stop())
 	}
 	n.processes = nil
-	errs = append(errs, killProcessesNaming(n.socket()))
-	errs = append(errs, unmountUnder(n.dir))
-	errs = append(errs, n.removeNewHostPaths())
-	errs = append(errs, removeCgroup(n.cgroupRoot))
-	for k, v := range n.before.sysctls {
+	return errors.Join(append(errs, clearHost(n.dir, n.cgroupRoot, n.before))...)
+}
+
+// clearHost removes what a node whose state is in dir left on the host, from the
+// processes naming dir (containers' shims, which containerd starts detached and which
+// outlive it) to its cgroups, puts the sysctls of before back, and then removes dir.
+func clearHost(dir, cgroupRoot string, before hostState) error {
+	errs := []error{killProcessesNaming(dir), unmountUnder(dir), removeNewHostPaths(dir, before.paths), removeCgroup(cgroupRoot)}
+	for k, v := range before.sysctls {
 		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
 			errs = append(errs, fmt.Errorf("restore sysctl %s: %w", k, err))
 		}
 	}
-	errs = append(errs, os.RemoveAll(n.dir))
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err // dir, and a killed run's record in it, stay for another try
+	}
+	return os.RemoveAll(dir)
 }
 
-// removeNewHostPaths removes what appeared under hostPaths since the node started
+// removeNewHostPaths removes what appeared under hostPaths since before was read
 // (pod network namespaces are mounts: they are detached first), deepest first.
-func (n *Node) removeNewHostPaths() error {
-	now, err := readHostState(n.dir)
+func removeNewHostPaths(dir string, before []string) error {
+	now, err := readHostState(dir)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, p := range slices.Backward(now.paths) {
-		if slices.Contains(n.before.paths, p) {
+		if slices.Contains(before, p) {
 			continue
 		}
 		if slices.Contains(now.mounts, p) {
@@ -293,7 +303,8 @@ func cgroupHierarchies() ([]string, error) {
 	return dirs, nil
 }
 
-// removeCgroup removes root and every cgroup under it, children first.
+// removeCgroup removes root and every cgroup under it, children first, killing
+// what still runs in them (a container whose shim was killed keeps running).
 func removeCgroup(root string) error {
 	hierarchies, err := cgroupHierarchies()
 	if err != nil {
@@ -309,12 +320,34 @@ func removeCgroup(root string) error {
 			return nil
 		})
 		for _, d := range slices.Backward(dirs) {
-			if err := syscall.Rmdir(d); err != nil {
+			if err := emptyCgroup(d); err != nil {
+				errs = append(errs, err)
+			} else if err := syscall.Rmdir(d); err != nil {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// emptyCgroup kills the processes of the cgroup dir and waits until they are gone.
+func emptyCgroup(dir string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil || len(strings.TrimSpace(string(procs))) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still has processes %s", dir, strings.Fields(string(procs)))
+		}
+		for _, f := range strings.Fields(string(procs)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // unmountUnder detaches every mount at or below dir, deepest first.
@@ -334,8 +367,8 @@ func unmountUnder(dir string) error {
 	return errors.Join(errs...)
 }
 
-// killProcessesNaming kills the processes whose command line holds mark: the
-// containers' shims, which containerd starts detached and which outlive it.
+// killProcessesNaming kills the processes whose command line holds mark and waits
+// until they are gone.
 func killProcessesNaming(mark string) error {
 	var errs []error
 	for _, p := range processesNaming(mark) {
