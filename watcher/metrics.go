@@ -27,6 +27,8 @@ type Recorder interface {
 	// Relisted records a workload informer that listed again, because a namespace's
 	// mode came to act on workloads it kept only the key of.
 	Relisted()
+	// SnapshotSwept records a snapshot deleted because nothing owned or named it.
+	SnapshotSwept()
 }
 
 // TouchResult is the outcome of one write to a workload.
@@ -54,6 +56,7 @@ func (NoopRecorder) QueueDepth(int)                      {}
 func (NoopRecorder) Held(map[string]int)                 {}
 func (NoopRecorder) Halted()                             {}
 func (NoopRecorder) Relisted()                           {}
+func (NoopRecorder) SnapshotSwept()                      {}
 
 // PrometheusRecorder records to Prometheus.
 type PrometheusRecorder struct {
@@ -65,6 +68,7 @@ type PrometheusRecorder struct {
 	held        *prometheus.GaugeVec
 	halts       prometheus.Counter
 	relists     prometheus.Counter
+	swept       prometheus.Counter
 }
 
 var _ Recorder = (*PrometheusRecorder)(nil)
@@ -105,8 +109,12 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "watcher", Name: "workload_relists_total",
 			Help: "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all).",
 		}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "snapshots_swept_total",
+			Help: "Snapshots of pinned workloads deleted because nothing owned or named them: a create refused after the webhook made them, or pins that moved on before the watcher saw them.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.relists} {
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.relists, r.swept} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -136,6 +144,7 @@ func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }
 func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
 func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }
+func (r *PrometheusRecorder) SnapshotSwept()            { r.swept.Inc() }
 
 func (r *PrometheusRecorder) Held(counts map[string]int) {
 	for _, reason := range heldReasons {

@@ -78,7 +78,7 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
 	owners := []revisionPins{{self, v.Pins}}
 	// Without revisions, a Job a CronJob started may still name any of its snapshots.
-	versioned := slices.Contains([]string{confighash.Deployment.Kind, confighash.StatefulSet.Kind, confighash.DaemonSet.Kind, confighash.Rollout.Kind}, v.Kind.Kind)
+	versioned := keepsRevisions(v.Kind.Kind)
 	current := !versioned
 	if versioned {
 		revs, err := w.pinnedRevisions(ctx, v)
@@ -253,4 +253,76 @@ func (w *Watcher) deleteSnapshot(ctx context.Context, kind confighash.SourceKind
 		return w.cfg.Client.CoreV1().ConfigMaps(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
 	}
 	return w.cfg.Client.CoreV1().Secrets(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
+}
+
+// sweepSnapshots deletes, in the namespaces confighash acts in, the snapshots that
+// have had no owner for longer than the sweep interval and that no workload it acts
+// on names, in its template or in a revision. They come from a create the API server
+// refused after the webhook had made them, or from a workload whose pins moved on
+// before the watcher first saw it. One a revision still names gets its owners from
+// its workload's check instead.
+func (w *Watcher) sweepSnapshots(ctx context.Context) {
+	namespaces := w.cfg.Watched
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
+		resource := corev1.SchemeGroupVersion.WithResource(map[confighash.SourceKind]string{confighash.ConfigMap: "configmaps", confighash.Secret: "secrets"}[kind])
+		for _, ns := range namespaces {
+			list, err := w.cfg.Metadata.Resource(resource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf})
+			if err != nil {
+				w.cfg.Log.Warn().Err(err).Str("kind", string(kind)).Msg("list snapshots to sweep")
+				continue
+			}
+			for i := range list.Items {
+				s := &list.Items[i]
+				if len(s.OwnerReferences) > 0 || time.Since(s.CreationTimestamp.Time) < w.cfg.SnapshotSweep || w.gate.Mode(s.Namespace) == confighash.ModeOff {
+					continue
+				}
+				if w.snapshotNamed(ctx, kind, s) {
+					continue
+				}
+				if err := w.deleteSnapshot(ctx, kind, s); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+					w.cfg.Log.Warn().Err(err).Str("namespace", s.Namespace).Str("snapshot", s.Name).Msg("delete a snapshot nothing names")
+					continue
+				}
+				w.cfg.Metrics.SnapshotSwept()
+				w.cfg.Log.Info().Str("namespace", s.Namespace).Str("kind", string(kind)).Str("snapshot", s.Name).Msg("deleted a snapshot nothing owned or named")
+			}
+		}
+	}
+}
+
+// snapshotNamed reports whether a workload confighash acts on in the snapshot's
+// namespace names it, in its template or in one of its revisions; a workload whose
+// revision names it is checked again, to own it. On an error it answers yes: the
+// snapshot waits for the next sweep.
+func (w *Watcher) snapshotNamed(ctx context.Context, kind confighash.SourceKind, s metav1.Object) bool {
+	if w.pinnedInNamespace(s.GetNamespace(), kind, s.GetName()) {
+		return true
+	}
+	source := confighash.SourceRef{Kind: kind, Name: s.GetLabels()[confighash.LabelSnapshotOf]}
+	users := w.inNamespace(s.GetNamespace(), func(v *view) bool {
+		return keepsRevisions(v.Kind.Kind) && (v.mayUse(source) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }))
+	})
+	for _, v := range users {
+		revs, err := w.pinnedRevisions(ctx, v)
+		if err != nil {
+			return true
+		}
+		for _, r := range revs {
+			if slices.ContainsFunc(r.pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == s.GetName() }) {
+				w.owners.settle(keyOf(v), nil)
+				w.queue.Add(keyOf(v))
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// keepsRevisions reports whether workloads of the kind keep revisions of their pod
+// template that can own snapshots.
+func keepsRevisions(kind string) bool {
+	return slices.Contains([]string{confighash.Deployment.Kind, confighash.StatefulSet.Kind, confighash.DaemonSet.Kind, confighash.Rollout.Kind}, kind)
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -31,7 +32,12 @@ const FieldManager = "confighash-watcher"
 type Config struct {
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface // for the kinds without Go types, as Argo Rollouts; nil to skip them
-	Key     confighash.Key
+	// Metadata lists snapshots without their data, for the sweep; nil: no sweep.
+	Metadata metadata.Interface
+	// SnapshotSweep is how often snapshots that nothing owns or names are deleted,
+	// and how long one must have had no owner first; 0: never.
+	SnapshotSweep time.Duration
+	Key           confighash.Key
 	// Vocabulary is which annotations workloads and sources are read in.
 	Vocabulary confighash.Vocabulary
 	// QuietPeriod and Debounce time a touch after changes: once no change reached the
@@ -290,6 +296,20 @@ func (w *Watcher) Lead(ctx context.Context) error {
 	}
 	w.resync()
 	var wg sync.WaitGroup
+	if w.cfg.Metadata != nil && w.cfg.SnapshotSweep > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(w.cfg.SnapshotSweep)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					w.sweepSnapshots(ctx)
+				}
+			}
+		})
+	}
 	for range w.cfg.Workers {
 		wg.Go(func() {
 			for w.processNext(ctx) {

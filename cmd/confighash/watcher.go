@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -38,7 +39,7 @@ type watcherConfig struct {
 	touchRate                   float64
 	workers, healAfter          int
 	waveThreshold, maxRolling   int
-	waveTimeout                 time.Duration
+	waveTimeout, snapshotSweep  time.Duration
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
@@ -66,6 +67,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.waveThreshold, "wave-threshold", 0, "a change rolls in waves only when it reaches more workloads than this, or than the wave size")
 	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
 	fs.DurationVar(&c.waveTimeout, "wave-timeout", watcher.DefaultWaveTimeout, "how long a workload a wave rolled may take to roll out before it counts as failed and halts the wave")
+	fs.DurationVar(&c.snapshotSweep, "snapshot-sweep", 10*time.Minute, "how often to delete the snapshots of pinned workloads that nothing has owned or named for this long (left by a create the API server refused); 0: never")
 	fs.IntVar(&c.healAfter, "heal-after", 3, "touches the webhook may leave unconverged before the watcher writes the hash itself")
 	fs.BoolVar(&c.leaderElect, "leader-elect", true, "elect one active watcher among replicas with a Lease; standbys keep their caches warm")
 	fs.StringVar(&c.leaseName, "leader-elect-lease-name", "confighash-watcher", "name of the Lease")
@@ -137,6 +139,10 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(e.rest)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
 	recorder, err := watcher.NewPrometheusRecorder(reg)
 	if err != nil {
 		return err
@@ -165,7 +171,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	wcfg := watcher.Config{
-		Client: client, Dynamic: dyn, Key: e.key, Vocabulary: cfg.vocabulary(),
+		Client: client, Dynamic: dyn, Metadata: meta, SnapshotSweep: cfg.snapshotSweep, Key: e.key, Vocabulary: cfg.vocabulary(),
 		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -160,29 +162,7 @@ func currentReplicaSetNames(t *testing.T, c *cluster.Cluster, ns, name string) s
 func TestPinnedSnapshotsGoWithTheirRevisions(t *testing.T) {
 	c, ns, cfg := pinnedWeb(t, "k", "0", func(d *appsv1.Deployment) { d.Spec.RevisionHistoryLimit = ptr.To(int32(2)) })
 
-	snapshots := func(kind confighash.SourceKind) []string {
-		t.Helper()
-		selector := metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf}
-		var names []string
-		if kind == confighash.ConfigMap {
-			list, err := c.Client.CoreV1().ConfigMaps(ns).List(t.Context(), selector)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, o := range list.Items {
-				names = append(names, o.Name)
-			}
-			return names
-		}
-		list, err := c.Client.CoreV1().Secrets(ns).List(t.Context(), selector)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range list.Items {
-			names = append(names, o.Name)
-		}
-		return names
-	}
+	snapshots := func(kind confighash.SourceKind) []string { return snapshotNames(t, c, ns, kind) }
 	for i := 1; i <= 5; i++ {
 		setKey(t, c, ns, cfg, "k", fmt.Sprint(i))
 		waitFor(t, 30*time.Second, fmt.Sprintf("change %d to roll out", i), func() bool {
@@ -286,4 +266,95 @@ func TestAPinnedStatefulSetRollsBackToItsOldData(t *testing.T) {
 	if got := names(); got != first {
 		t.Fatalf("after the undo the StatefulSet moved to %s, from the first snapshot %s", got, first)
 	}
+}
+
+// snapshotNames lists the names of the namespace's snapshots of the kind.
+func snapshotNames(t *testing.T, c *cluster.Cluster, ns string, kind confighash.SourceKind) []string {
+	t.Helper()
+	raw, err := c.Client.CoreV1().RESTClient().Get().Namespace(ns).Resource(strings.ToLower(string(kind))+"s").
+		Param("labelSelector", confighash.LabelSnapshotOf).DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Items []metav1.PartialObjectMetadata `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range list.Items {
+		names = append(names, o.Name)
+	}
+	return names
+}
+
+// TestASnapshotNothingNamesIsSwept: a pinned create the API server refuses after the
+// webhook made its snapshot leaves that snapshot with no owner; the watcher's sweep
+// deletes it, and keeps the snapshots with no owner that a pinned Deployment names:
+// the one its template names, and the one its old ReplicaSet names, which that
+// ReplicaSet owns again.
+func TestASnapshotNothingNamesIsSwept(t *testing.T) {
+	const sweep = 2 * time.Second
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c, "--snapshot-sweep="+sweep.String())
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "app-config", map[string]string{"k": "v"})
+	createConfigMap(t, c, ns, "other", map[string]string{"k": "v"})
+	pinned := map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
+	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate("app-config")))
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+
+	// Refused after admission: its selector does not match its template's labels.
+	broken := annotatedDeployment("broken", pinned, envFromTemplate("other"))
+	broken.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "elsewhere"}}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), broken, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("create of a Deployment whose selector misses its template: %v, want Invalid", err)
+	}
+	var orphan string
+	for _, name := range snapshotNames(t, c, ns, confighash.ConfigMap) {
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cm.Labels[confighash.LabelSnapshotOf] == "other" {
+			orphan = name
+			if len(cm.OwnerReferences) > 0 {
+				t.Fatalf("the refused create's snapshot has owners %v", cm.OwnerReferences)
+			}
+		}
+	}
+	if orphan == "" {
+		t.Fatal("the refused create left no snapshot: nothing to sweep")
+	}
+
+	// web's snapshots lose their owners, as those of a workload the watcher never saw
+	// would have none: the one its old ReplicaSet names, and the one its template names.
+	old := currentReplicaSetNames(t, c, ns, "web")
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "k", "w")
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
+	named := currentReplicaSetNames(t, c, ns, "web")
+	for _, name := range []string{old, named} {
+		if _, err := c.Client.CoreV1().ConfigMaps(ns).Patch(t.Context(), name, types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	waitFor(t, 10*sweep, "the refused create's snapshot to be swept", func() bool {
+		return !slices.Contains(snapshotNames(t, c, ns, confighash.ConfigMap), orphan)
+	})
+	time.Sleep(2 * sweep) // two more sweeps
+	if !slices.Contains(snapshotNames(t, c, ns, confighash.ConfigMap), named) {
+		t.Errorf("the snapshot %s web's template names was swept", named)
+	}
+	if cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), old, metav1.GetOptions{}); err != nil {
+		t.Errorf("the snapshot %s web's old ReplicaSet names: %v", old, err)
+	} else if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "ReplicaSet" {
+		t.Errorf("the snapshot %s web's old ReplicaSet names is owned by %v, want that ReplicaSet again", old, cm.OwnerReferences)
+	}
+	if got := w.metric(t, "confighash_watcher_snapshots_swept_total"); got != 1 {
+		t.Errorf("confighash_watcher_snapshots_swept_total = %v, want 1", got)
+	}
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
 }
