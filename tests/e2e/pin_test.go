@@ -13,7 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -229,42 +232,70 @@ func TestAPinnedDeploymentShowsNoDriftToGitOps(t *testing.T) {
 	expectRollouts(t, c, ns, map[string]int{"web": 2})
 }
 
-// TestAPinnedStatefulSetRollsBackToItsOldData: the same with a StatefulSet, whose
-// revisions are ControllerRevisions: each owns the snapshot its template names, and
-// kubectl rollout undo brings the old snapshot back.
-func TestAPinnedStatefulSetRollsBackToItsOldData(t *testing.T) {
+// TestAPinnedStatefulSetAndDaemonSetRollBackToTheirOldData: the same with a
+// StatefulSet and a DaemonSet, whose revisions are ControllerRevisions: each owns the
+// snapshot its template names, and kubectl rollout undo brings the old snapshot back.
+func TestAPinnedStatefulSetAndDaemonSetRollBackToTheirOldData(t *testing.T) {
 	c, ns, cfg := withAppConfig(t, "k", "0")
 	s := statefulSet("db", envFromTemplate(cfg.Name))
 	s.Annotations[confighash.AnnotationPin] = "true"
 	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	names := func() string {
+	d := daemonSet("agent", envFromTemplate(cfg.Name)) // opted in on its pod template
+	d.Annotations = map[string]string{confighash.AnnotationPin: "true"}
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	names := func(workload string) string {
 		t.Helper()
-		got, err := c.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "db", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+		var tmpl corev1.PodTemplateSpec
+		if workload == "statefulset/db" {
+			got, err := c.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "db", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl = got.Spec.Template
+		} else {
+			got, err := c.Client.AppsV1().DaemonSets(ns).Get(t.Context(), "agent", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl = got.Spec.Template
 		}
-		return got.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name
+		return tmpl.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name
 	}
-	ownedByARevision := func(snapshot string) bool {
+	// The ControllerRevisions of db and of agent are named after them.
+	ownedByARevisionOf := func(snapshot, app string) bool {
 		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), snapshot, metav1.GetOptions{})
-		return err == nil && slices.ContainsFunc(cm.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "ControllerRevision" })
+		return err == nil && slices.ContainsFunc(cm.OwnerReferences, func(o metav1.OwnerReference) bool {
+			return o.Kind == "ControllerRevision" && strings.HasPrefix(o.Name, app+"-")
+		})
 	}
-	first := names()
-	waitFor(t, 30*time.Second, "a ControllerRevision to own "+first, func() bool { return ownedByARevision(first) })
+	workloads := map[string]string{"statefulset/db": "db", "daemonset/agent": "agent"}
+	first := map[string]string{}
+	for w, app := range workloads {
+		first[w] = names(w)
+		waitFor(t, 30*time.Second, "a ControllerRevision of "+w+" to own "+first[w], func() bool { return ownedByARevisionOf(first[w], app) })
+	}
 	setKey(t, c, ns, cfg, "k", "1")
-	waitFor(t, 30*time.Second, "the change to name a new snapshot", func() bool { return names() != first })
-	second := names()
-	waitFor(t, 30*time.Second, "a ControllerRevision to own "+second, func() bool { return ownedByARevision(second) })
-
-	if out, err := c.Kubectl(t.Context(), nil, "rollout", "undo", "statefulset/db", "-n", ns); err != nil {
-		t.Fatalf("kubectl rollout undo: %v: %s", err, out)
+	for w, app := range workloads {
+		waitFor(t, 30*time.Second, "the change to name a new snapshot in "+w, func() bool { return names(w) != first[w] })
+		second := names(w)
+		waitFor(t, 30*time.Second, "a ControllerRevision of "+w+" to own "+second, func() bool { return ownedByARevisionOf(second, app) })
 	}
-	waitFor(t, 30*time.Second, "the undo to name the first snapshot", func() bool { return names() == first })
+
+	for w := range workloads {
+		if out, err := c.Kubectl(t.Context(), nil, "rollout", "undo", w, "-n", ns); err != nil {
+			t.Fatalf("kubectl rollout undo %s: %v: %s", w, err, out)
+		}
+		waitFor(t, 30*time.Second, "the undo to name the first snapshot in "+w, func() bool { return names(w) == first[w] })
+	}
 	time.Sleep(quietPeriod)
-	if got := names(); got != first {
-		t.Fatalf("after the undo the StatefulSet moved to %s, from the first snapshot %s", got, first)
+	for w := range workloads {
+		if got := names(w); got != first[w] {
+			t.Errorf("after the undo %s moved to %s, from the first snapshot %s", w, got, first[w])
+		}
 	}
 }
 
@@ -357,4 +388,113 @@ func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 		t.Errorf("confighash_watcher_snapshots_swept_total = %v, want 1", got)
 	}
 	expectRollouts(t, c, ns, map[string]int{"web": 2})
+}
+
+// TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo: an Argo Rollout's
+// ReplicaSets own the snapshots their templates name, as a Deployment's do. No Argo
+// controller runs here: the test makes each ReplicaSet as it would (owned by the
+// Rollout, with its revision). An abort leaves the spec alone and scales the stable
+// ReplicaSet back up: its snapshot is still there, owned by it. An undo (kubectl argo
+// rollouts undo writes the old ReplicaSet's template back) names the old snapshot and
+// stays there through an unrelated write; the next change rolls forward once.
+func TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo(t *testing.T) {
+	installRolloutCRD(t, cluster.Require(t, testCluster)) // before the watcher starts
+	c, ns, cfg := withAppConfig(t, "k", "0")
+	tmpl := envFromTemplate(cfg.Name)
+	tmpl.Labels = map[string]string{"app": "canary"}
+	tmpl.Annotations = map[string]string{confighash.AnnotationPin: "true"}
+	createRollout(t, c, ns, "canary", tmpl)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollouts := dyn.Resource(rolloutGVR).Namespace(ns)
+	// current returns the Rollout's generation and pod template.
+	current := func() (int64, corev1.PodTemplateSpec) {
+		t.Helper()
+		u, err := rollouts.Get(t.Context(), "canary", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _, _ := unstructured.NestedMap(u.Object, "spec", "template")
+		var tmpl corev1.PodTemplateSpec
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tmpl); err != nil {
+			t.Fatal(err)
+		}
+		return u.GetGeneration(), tmpl
+	}
+	names := func() string { _, tmpl := current(); return tmpl.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name }
+	// newReplicaSet does what Argo's controller does for a new template.
+	revision := 0
+	newReplicaSet := func() *appsv1.ReplicaSet {
+		t.Helper()
+		u, err := rollouts.Get(t.Context(), "canary", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, tmpl := current()
+		revision++
+		hash := fmt.Sprint(revision)
+		tmpl.Labels["rollouts-pod-template-hash"] = hash
+		rs := &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: "canary-" + hash, Labels: tmpl.Labels,
+				Annotations:     map[string]string{"rollout.argoproj.io/revision": hash},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout", Name: "canary", UID: u.GetUID(), Controller: ptr.To(true)}},
+			},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl},
+		}
+		if rs, err = c.Client.AppsV1().ReplicaSets(ns).Create(t.Context(), rs, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	ownedBy := func(snapshot, replicaSet string) bool {
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), snapshot, metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(cm.OwnerReferences, func(o metav1.OwnerReference) bool {
+			return o.Kind == "ReplicaSet" && o.Name == replicaSet
+		})
+	}
+
+	first := names()
+	stable := newReplicaSet()
+	waitFor(t, 30*time.Second, stable.Name+" to own "+first, func() bool { return ownedBy(first, stable.Name) })
+	setKey(t, c, ns, cfg, "k", "1")
+	waitFor(t, 30*time.Second, "the change to name a new snapshot", func() bool { return names() != first })
+	second := names()
+	canary := newReplicaSet()
+	waitFor(t, 30*time.Second, canary.Name+" to own "+second, func() bool { return ownedBy(second, canary.Name) })
+
+	// The abort: the stable ReplicaSet takes the pods back; the spec stays.
+	if _, err := c.Client.AppsV1().ReplicaSets(ns).Patch(t.Context(), stable.Name, types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(quietPeriod)
+	if !ownedBy(first, stable.Name) {
+		t.Fatalf("after the abort the stable ReplicaSet's snapshot %s is gone or not its own", first)
+	}
+	generation, _ := current()
+
+	// The undo: the stable ReplicaSet's template, without Argo's hash label, back in the spec.
+	old := stable.Spec.Template.DeepCopy()
+	delete(old.Labels, "rollouts-pod-template-hash")
+	patch, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/template", "value": old}})
+	if _, err := rollouts.Patch(t.Context(), "canary", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the undo to name the first snapshot", func() bool { return names() == first })
+	if _, err := rollouts.Patch(t.Context(), "canary", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(quietPeriod)
+	if got, _ := current(); names() != first || got != generation+1 {
+		t.Fatalf("after the undo and an unrelated write: generation %d (want %d) naming %s (want %s)", got, generation+1, names(), first)
+	}
+
+	setKey(t, c, ns, cfg, "k", "2")
+	waitFor(t, 30*time.Second, "the next change to name a new snapshot", func() bool { n := names(); return n != first && n != second })
+	time.Sleep(quietPeriod)
+	if got, _ := current(); got != generation+2 {
+		t.Fatalf("the next change: generation %d, want %d (one rollout forward)", got, generation+2)
+	}
 }
