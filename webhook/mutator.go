@@ -235,10 +235,8 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		// Until its revisions own them: the watcher sees to it, and to those that none does.
 		owner = &metav1.OwnerReference{APIVersion: w.Kind.GroupVersion().String(), Kind: w.Kind.Kind, Name: w.Name, UID: uid}
 	}
-	for _, o := range d.Snapshots {
-		if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, o, owner, ar.DryRun); err != nil {
-			return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
-		}
+	if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, d.Snapshots, owner, ar.DryRun); err != nil {
+		return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
 	}
 	if d.Record != nil {
 		out := written{record: d.Record.String(), hash: d.Hash, adopted: d.Adopted, renames: confighash.Repin(w.Template, d.Pins)}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,10 +25,20 @@ type Snapshots struct {
 	Key    confighash.Key
 }
 
-// Ensure makes the snapshot of the source's current data o observed, unless it exists,
+// Ensure makes the snapshots of the sources' current data the observations saw, at
+// once: each is a read and a create, which would add up in line.
+func (s *Snapshots) Ensure(ctx context.Context, namespace string, observed []confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, o := range observed {
+		g.Go(func() error { return s.ensure(ctx, namespace, o, owner, dryRun) })
+	}
+	return g.Wait()
+}
+
+// ensure makes the snapshot of the source's current data o observed, unless it exists,
 // owned by owner when it is known (an update; a create's workload has no UID yet).
 // The data is read again, whole, and must still be the data o observed.
-func (s *Snapshots) Ensure(ctx context.Context, namespace string, o confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
+func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
 	name := confighash.SnapshotName(o.Name, o.Digest)
 	meta := metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{confighash.LabelSnapshotOf: o.Name}}
 	if owner != nil {

@@ -27,14 +27,14 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	owner := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "u1"}
 
 	usedKey := observed(key, confighash.Reference{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app"}, Keys: []string{"used"}}, confighash.SourceOfConfigMap(cm))
-	if err := s.Ensure(ctx, "ns", usedKey, owner, true); err != nil {
+	if err := s.Ensure(ctx, "ns", []confighash.Observation{usedKey}, owner, true); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := client.CoreV1().ConfigMaps("ns").List(ctx, metav1.ListOptions{}); len(list.Items) != 1 {
 		t.Fatalf("a dry run made a snapshot: %d ConfigMaps", len(list.Items))
 	}
 	for range 2 {
-		if err := s.Ensure(ctx, "ns", usedKey, owner, false); err != nil {
+		if err := s.Ensure(ctx, "ns", []confighash.Observation{usedKey}, owner, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,7 +47,7 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	}
 
 	cert := observed(key, confighash.Reference{SourceRef: confighash.SourceRef{Kind: confighash.Secret, Name: "tls"}, Keys: []string{"tls.crt"}}, confighash.SourceOfSecret(tls))
-	if err := s.Ensure(ctx, "ns", cert, nil, false); err != nil {
+	if err := s.Ensure(ctx, "ns", []confighash.Observation{cert}, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	sec, err := client.CoreV1().Secrets("ns").Get(ctx, confighash.SnapshotName("tls", cert.Digest), metav1.GetOptions{})
@@ -61,7 +61,7 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Ensure(ctx, "ns", decided, nil, false); err == nil || !strings.Contains(err.Error(), "changed while it was admitted") {
+	if err := s.Ensure(ctx, "ns", []confighash.Observation{decided}, nil, false); err == nil || !strings.Contains(err.Error(), "changed while it was admitted") {
 		t.Fatalf("data changed since it was decided on: %v", err)
 	}
 }

@@ -95,7 +95,8 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	}
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{3}, 32))
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
-	mutator, err := webhook.New(webhook.Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader})
+	mutator, err := webhook.New(webhook.Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader,
+		Snapshots: &webhook.Snapshots{Client: c.Client, Key: key}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,6 +126,12 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	}
 	b.Run("touch", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Update, touched, created)) })
 	b.Run("create", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Create, created, nil)) })
+	// Pinned, a create makes a snapshot of each source: a read of the source and a
+	// create (AlreadyExists after the first round, which a new version's create costs
+	// about as much as).
+	d.Annotations = map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
+	pinned, _ := json.Marshal(d)
+	b.Run("create-pinned", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Create, pinned, nil)) })
 	// What one of a create's reads costs alone here: the floor its time is made of.
 	b.Run("one-version-read", func(b *testing.B) {
 		meta := metadata.NewForConfigOrDie(c.Config).Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(ns)
