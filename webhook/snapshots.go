@@ -37,7 +37,8 @@ func (s *Snapshots) Ensure(ctx context.Context, namespace string, observed []con
 
 // ensure makes the snapshot of the source's current data o observed, unless it exists,
 // owned by owner when it is known (an update; a create's workload has no UID yet).
-// The data is read again, whole, and must still be the data o observed.
+// The data is read again, whole, and must still be the data o observed. Snapshots
+// are immutable and named by their data: one that exists is the one wanted.
 func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
 	name := confighash.SnapshotName(o.Name, o.Digest)
 	meta := metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{confighash.LabelSnapshotOf: o.Name}}
@@ -47,6 +48,10 @@ func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.O
 	var err error
 	switch o.Kind {
 	case confighash.ConfigMap:
+		// Most often the snapshot exists: the other workloads a change reached made it.
+		if _, err = s.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return snapshotRead(name, err)
+		}
 		var cm *corev1.ConfigMap
 		if cm, err = s.Client.CoreV1().ConfigMaps(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
@@ -57,6 +62,9 @@ func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.O
 		snapshot := &corev1.ConfigMap{ObjectMeta: meta, Immutable: ptr.To(true), Data: used(o.Reference, cm.Data), BinaryData: used(o.Reference, cm.BinaryData)}
 		_, err = s.Client.CoreV1().ConfigMaps(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
 	case confighash.Secret:
+		if _, err = s.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return snapshotRead(name, err)
+		}
 		var sec *corev1.Secret
 		if sec, err = s.Client.CoreV1().Secrets(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
@@ -76,6 +84,15 @@ func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.O
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("make the snapshot %s of %s: %w", name, o.SourceRef, err)
+	}
+	return nil
+}
+
+// snapshotRead is the outcome of reading whether the snapshot exists: nil when it
+// does.
+func snapshotRead(name string, err error) error {
+	if err != nil {
+		return fmt.Errorf("read the snapshot %s: %w", name, err)
 	}
 	return nil
 }
