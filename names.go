@@ -76,6 +76,7 @@ const (
 	// AnnotationPinned is written on a pinned workload's pod template: the snapshot it
 	// names for each source, as the source's digest.
 	AnnotationPinned = Domain + "/pinned"
-	// LabelSnapshotOf is on every snapshot: the name of the source it is a copy of.
+	// LabelSnapshotOf is on every snapshot: the source it is a copy of (SnapshotOf its
+	// name); the annotation of the same name holds the name whole.
 	LabelSnapshotOf = Domain + "/snapshot-of"
 )

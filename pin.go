@@ -1,6 +1,8 @@
 package confighash
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -38,6 +40,18 @@ func SnapshotName(source string, d Digest) string {
 		source = strings.TrimRight(source[:room], ".-")
 	}
 	return source + suffix
+}
+
+// SnapshotOf is the value of LabelSnapshotOf on the snapshots of a source: its name,
+// or, for a name longer than a label value may be, its start and 16 hex digits of its
+// SHA-256, so that each source's snapshots are still found by their own value.
+func SnapshotOf(source string) string {
+	if len(source) <= validation.LabelValueMaxLength {
+		return source
+	}
+	sum := sha256.Sum256([]byte(source))
+	suffix := "-" + hex.EncodeToString(sum[:8])
+	return strings.TrimRight(source[:validation.LabelValueMaxLength-len(suffix)], ".-") + suffix
 }
 
 // Pins are the snapshots a pinned pod template names, sorted by source; written in

@@ -27,6 +27,23 @@ func TestSnapshotNameIsAValidNameThatSaysTheSourceAndTheDigest(t *testing.T) {
 	}
 }
 
+func TestSnapshotOfIsAValidLabelValueForEveryName(t *testing.T) {
+	long := strings.Repeat("a", 60) + ".b-" + strings.Repeat("c", 190)
+	other := long[:len(long)-1] + "d"
+	for _, name := range []string{"app-config", strings.Repeat("x", 63), long, other} {
+		v := SnapshotOf(name)
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			t.Errorf("SnapshotOf(%d characters) = %q: %v", len(name), v, errs)
+		}
+		if len(name) <= 63 && v != name {
+			t.Errorf("SnapshotOf(%q) = %q, want the name itself", name, v)
+		}
+	}
+	if SnapshotOf(long) == SnapshotOf(other) {
+		t.Errorf("two long names that differ only at their end share %q", SnapshotOf(long))
+	}
+}
+
 func TestPinsReadBackAsWritten(t *testing.T) {
 	text := "configmap/app=0123456789abcdef secret/db=fedcba9876543210"
 	pins, err := ParsePins("secret/db=fedcba9876543210  configmap/app=0123456789abcdef")

@@ -186,7 +186,7 @@ func (w *Watcher) snapshotsOf(ctx context.Context, namespace string, kind config
 	var names []string
 	for ref := range sources {
 		if ref.Kind == kind {
-			names = append(names, ref.Name)
+			names = append(names, confighash.SnapshotOf(ref.Name))
 		}
 	}
 	if len(names) == 0 {
@@ -301,7 +301,7 @@ func (w *Watcher) snapshotNamed(ctx context.Context, kind confighash.SourceKind,
 	if w.pinnedInNamespace(s.GetNamespace(), kind, s.GetName()) {
 		return true
 	}
-	source := confighash.SourceRef{Kind: kind, Name: s.GetLabels()[confighash.LabelSnapshotOf]}
+	source := confighash.SourceRef{Kind: kind, Name: s.GetAnnotations()[confighash.LabelSnapshotOf]}
 	users := w.inNamespace(s.GetNamespace(), func(v *view) bool {
 		return keepsRevisions(v.Kind.Kind) && (v.mayUse(source) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }))
 	})

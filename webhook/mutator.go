@@ -235,8 +235,10 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		// Until its revisions own them: the watcher sees to it, and to those that none does.
 		owner = &metav1.OwnerReference{APIVersion: w.Kind.GroupVersion().String(), Kind: w.Kind.Kind, Name: w.Name, UID: uid}
 	}
-	if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, d.Snapshots, owner, ar.DryRun); err != nil {
-		return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
+	if len(d.Snapshots) > 0 {
+		if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, d.Snapshots, owner, ar.DryRun); err != nil {
+			return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
+		}
 	}
 	if d.Record != nil {
 		out := written{record: d.Record.String(), hash: d.Hash, adopted: d.Adopted, renames: confighash.Repin(w.Template, d.Pins)}

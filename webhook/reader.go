@@ -41,6 +41,33 @@ const (
 
 var _ SourceReader = (*LiveReader)(nil)
 
+// inParallel calls f for 0 to n-1 at once, at most readsPerAdmission together and, with
+// slots, within the process's bound; a panic is returned as an error, since the
+// admission's recover does not reach these goroutines and the webhook never crashes.
+func inParallel(ctx context.Context, slots chan struct{}, n int, f func(ctx context.Context, i int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(readsPerAdmission)
+	for i := range n {
+		g.Go(func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("internal error: %v", p)
+				}
+			}()
+			if slots != nil {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				defer func() { <-slots }()
+			}
+			return f(ctx, i)
+		})
+	}
+	return g.Wait()
+}
+
 // NewLiveReader returns a reader that GETs every source; those filter does not admit
 // are absent. With csi, it reads SecretProviderClasses from the pods' reports.
 func NewLiveReader(client kubernetes.Interface, filter sourcecache.Filter, metrics Recorder, csi dynamic.Interface) *LiveReader {
@@ -53,22 +80,12 @@ func NewLiveReader(client kubernetes.Interface, filter sourcecache.Filter, metri
 // Read implements SourceReader. The trigger is not needed: a live read is current.
 func (r *LiveReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, _ []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
 	sources := make([]confighash.Source, len(refs))
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(readsPerAdmission)
-	for i, ref := range refs {
-		g.Go(func() error {
-			select {
-			case r.slots <- struct{}{}:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			defer func() { <-r.slots }()
-			var err error
-			sources[i], err = r.get(ctx, namespace, ref)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err := inParallel(ctx, r.slots, len(refs), func(ctx context.Context, i int) error {
+		var err error
+		sources[i], err = r.get(ctx, namespace, refs[i])
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
@@ -261,16 +278,12 @@ func (r *CachedReader) freshAsTriggered(namespace string, triggers []confighash.
 // absent.
 func (r *CachedReader) freshAsServed(ctx context.Context, namespace string, refs []confighash.SourceRef) (func(confighash.SourceRef) (confighash.Source, bool), error) {
 	served := make([]Version, len(refs))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(readsPerAdmission)
-	for i, ref := range refs {
-		g.Go(func() error {
-			var err error
-			served[i], err = r.versions.Get(gctx, namespace, ref)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err := inParallel(ctx, nil, len(refs), func(ctx context.Context, i int) error {
+		var err error
+		served[i], err = r.versions.Get(ctx, namespace, refs[i])
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	index := make(map[confighash.SourceRef]Version, len(refs))

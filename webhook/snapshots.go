@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"golang.org/x/sync/errgroup"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,18 +19,23 @@ import (
 // admission, before the pod template names the snapshot, so that no pod ever starts
 // without it; a dry run makes none (sideEffects: NoneOnDryRun).
 type Snapshots struct {
-	Client kubernetes.Interface
-	Key    confighash.Key
+	client kubernetes.Interface
+	key    confighash.Key
+	// slots bounds the reads and creates in flight in the process (DESIGN rule 9).
+	slots chan struct{}
+}
+
+// NewSnapshots returns the maker of snapshots hashed with key.
+func NewSnapshots(client kubernetes.Interface, key confighash.Key) *Snapshots {
+	return &Snapshots{client: client, key: key, slots: make(chan struct{}, readsInFlight)}
 }
 
 // Ensure makes the snapshots of the sources' current data the observations saw, at
-// once: each is a read and a create, which would add up in line.
+// once: each is a read or two and a create, which would add up in line.
 func (s *Snapshots) Ensure(ctx context.Context, namespace string, observed []confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
-	g, ctx := errgroup.WithContext(ctx)
-	for _, o := range observed {
-		g.Go(func() error { return s.ensure(ctx, namespace, o, owner, dryRun) })
-	}
-	return g.Wait()
+	return inParallel(ctx, s.slots, len(observed), func(ctx context.Context, i int) error {
+		return s.ensure(ctx, namespace, observed[i], owner, dryRun)
+	})
 }
 
 // ensure makes the snapshot of the source's current data o observed, unless it exists,
@@ -41,7 +44,9 @@ func (s *Snapshots) Ensure(ctx context.Context, namespace string, observed []con
 // are immutable and named by their data: one that exists is the one wanted.
 func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
 	name := confighash.SnapshotName(o.Name, o.Digest)
-	meta := metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{confighash.LabelSnapshotOf: o.Name}}
+	meta := metav1.ObjectMeta{Name: name, Namespace: namespace,
+		Labels:      map[string]string{confighash.LabelSnapshotOf: confighash.SnapshotOf(o.Name)},
+		Annotations: map[string]string{confighash.LabelSnapshotOf: o.Name}}
 	if owner != nil {
 		meta.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
@@ -49,24 +54,24 @@ func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.O
 	switch o.Kind {
 	case confighash.ConfigMap:
 		// Most often the snapshot exists: the other workloads a change reached made it.
-		if _, err = s.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err = s.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return snapshotRead(name, err)
 		}
 		var cm *corev1.ConfigMap
-		if cm, err = s.Client.CoreV1().ConfigMaps(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
+		if cm, err = s.client.CoreV1().ConfigMaps(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
 		}
 		if err = s.same(o, confighash.SourceOfConfigMap(cm)); err != nil || dryRun {
 			return err
 		}
 		snapshot := &corev1.ConfigMap{ObjectMeta: meta, Immutable: ptr.To(true), Data: used(o.Reference, cm.Data), BinaryData: used(o.Reference, cm.BinaryData)}
-		_, err = s.Client.CoreV1().ConfigMaps(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err = s.client.CoreV1().ConfigMaps(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
 	case confighash.Secret:
-		if _, err = s.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err = s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return snapshotRead(name, err)
 		}
 		var sec *corev1.Secret
-		if sec, err = s.Client.CoreV1().Secrets(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
+		if sec, err = s.client.CoreV1().Secrets(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
 		}
 		if err = s.same(o, confighash.SourceOfSecret(sec)); err != nil || dryRun {
@@ -78,7 +83,7 @@ func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.O
 			data = sec.Data
 		}
 		snapshot := &corev1.Secret{ObjectMeta: meta, Immutable: ptr.To(true), Type: sec.Type, Data: data}
-		_, err = s.Client.CoreV1().Secrets(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err = s.client.CoreV1().Secrets(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
 	default:
 		return fmt.Errorf("%s cannot be pinned", o.SourceRef)
 	}
@@ -99,7 +104,7 @@ func snapshotRead(name string, err error) error {
 
 // same checks that the source read holds the data the decision observed.
 func (s *Snapshots) same(o confighash.Observation, src confighash.Source) error {
-	if confighash.SourceDigest(s.Key, o.Reference, src) != o.Digest {
+	if confighash.SourceDigest(s.key, o.Reference, src) != o.Digest {
 		return fmt.Errorf("%s changed while it was admitted; its snapshot waits for the next admission", o.SourceRef)
 	}
 	return nil

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app"}, Data: map[string]string{"used": "1", "other": "2"}}
 	tls := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tls"}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}}
 	client := fake.NewClientset(cm, tls)
-	s := &Snapshots{Client: client, Key: key}
+	s := NewSnapshots(client, key)
 	ctx := t.Context()
 	owner := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "u1"}
 
@@ -63,5 +64,18 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	}
 	if err := s.Ensure(ctx, "ns", []confighash.Observation{decided}, nil, false); err == nil || !strings.Contains(err.Error(), "changed while it was admitted") {
 		t.Fatalf("data changed since it was decided on: %v", err)
+	}
+}
+
+func TestAPanicInAParallelReadIsAnErrorNotACrash(t *testing.T) {
+	err := inParallel(t.Context(), make(chan struct{}, 2), 5, func(_ context.Context, i int) error {
+		if i == 3 {
+			var m map[string]int
+			m["boom"]++
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "internal error") {
+		t.Fatalf("err = %v, want the panic as an internal error", err)
 	}
 }

@@ -138,7 +138,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
-		Snapshots: &webhook.Snapshots{Client: e.client, Key: e.key},
+		Snapshots: webhook.NewSnapshots(e.client, e.key),
 	})
 	if err != nil {
 		return err

@@ -331,10 +331,12 @@ func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 	startWebhook(t, c)
 	w := startWatcher(t, c, "--snapshot-sweep="+sweep.String())
 	ns := labeledNamespace(t, c)
-	createConfigMap(t, c, ns, "app-config", map[string]string{"k": "v"})
+	// A name longer than a label value may be (63).
+	config := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config-" + strings.Repeat("x", 60)}
+	createConfigMap(t, c, ns, config.Name, map[string]string{"k": "v"})
 	createConfigMap(t, c, ns, "other", map[string]string{"k": "v"})
 	pinned := map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
-	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate("app-config")))
+	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate(config.Name)))
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
 
 	// Refused after admission: its selector does not match its template's labels.
@@ -363,7 +365,7 @@ func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 	// web's snapshots lose their owners, as those of a workload the watcher never saw
 	// would have none: the one its old ReplicaSet names, and the one its template names.
 	old := currentReplicaSetNames(t, c, ns, "web")
-	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "k", "w")
+	setKey(t, c, ns, config, "k", "w")
 	expectRollouts(t, c, ns, map[string]int{"web": 2})
 	named := currentReplicaSetNames(t, c, ns, "web")
 	for _, name := range []string{old, named} {
