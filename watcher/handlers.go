@@ -92,7 +92,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {
 		if prev.Status != v.Status {
 			w.progressed(v) // a wave may wait for it
-			if len(v.Pins) > 0 && w.acts(v) && !w.owners.settledFor(keyOf(v), v.Pins) {
+			if len(v.Pins) > 0 && w.acts(v) && !w.owners.settledFor(v) {
 				w.queue.Add(keyOf(v)) // its new revision may own its snapshots now
 			}
 		}

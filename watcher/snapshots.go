@@ -26,37 +26,69 @@ import (
 // deleting the workload deletes them. The workload itself owns those its template
 // names (the webhook makes an update's snapshots owned by it already), so that none
 // goes while its revision is being made, and lets go of the others once its existing
-// revisions own theirs; one left with no owner (its revisions were gone before they
-// could own it) is deleted, unless a pinned workload of the namespace names it. A
-// kind without revisions owns all its snapshots itself until it is deleted.
+// revisions own theirs and they are older than snapshotGrace (an admission may have
+// just made one for a template the watcher has not seen); one left with no owner (its
+// revisions were gone before they could own it) is deleted, unless a pinned workload
+// of the namespace names it. A workload no longer pinned lets go of them all. A kind
+// without revisions owns all its snapshots itself until it is deleted.
 
 // owners remembers, per pinned workload, the pins whose snapshots its revision was
 // found to own: until its pins change, there is nothing more to do.
 type owners struct {
 	mu      sync.Mutex
 	settled map[workloadKey]string
+	waits   map[workloadKey]int // checks in a row that found the revision not made yet
 }
 
-func newOwners() *owners { return &owners{settled: map[workloadKey]string{}} }
+func newOwners() *owners {
+	return &owners{settled: map[workloadKey]string{}, waits: map[workloadKey]int{}}
+}
 
-// settledFor reports whether the workload's snapshots were settled for these pins.
-func (o *owners) settledFor(key workloadKey, pins confighash.Pins) bool {
+// known reports whether the workload was pinned when its snapshots were last settled.
+func (o *owners) known(key workloadKey) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	text, ok := o.settled[key]
-	return ok && text == pins.String()
+	_, ok := o.settled[key]
+	return ok
 }
 
-// settle remembers the pins as settled; nil forgets the workload.
-func (o *owners) settle(key workloadKey, pins confighash.Pins) {
+// retryAfter is how long until the workload is checked again while its revision is
+// not made yet: from snapshotOwnerRetry, doubling up to a minute (a paused Deployment
+// makes none until it is resumed, and its status says when it does).
+func (o *owners) retryAfter(key workloadKey) time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if pins == nil {
-		delete(o.settled, key)
-		return
-	}
-	o.settled[key] = pins.String()
+	n := min(o.waits[key], 6)
+	o.waits[key]++
+	return snapshotOwnerRetry << n
 }
+
+// settledFor reports whether the workload's snapshots were settled for its pins; a
+// workload made again under the same name is not the one settled.
+func (o *owners) settledFor(v *view) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	text, ok := o.settled[keyOf(v)]
+	return ok && text == settledText(v)
+}
+
+// settle remembers the workload's pins as settled.
+func (o *owners) settle(v *view) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.waits, keyOf(v))
+	o.settled[keyOf(v)] = settledText(v)
+}
+
+// unsettle forgets the workload: its snapshots are checked again at its next check.
+func (o *owners) unsettle(key workloadKey) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.waits, key)
+	delete(o.settled, key)
+}
+
+func settledText(v *view) string { return string(v.UID) + " " + v.Pins.String() }
 
 // revisionPins is a revision of a workload and the pins its pod template carries.
 type revisionPins struct {
@@ -68,11 +100,16 @@ type revisionPins struct {
 // revision of its pod template does not exist yet.
 const snapshotOwnerRetry = time.Second
 
+// snapshotGrace is how old a snapshot must be before a workload lets go of it or it
+// is deleted: an admission may have just made it for a template not stored yet, or
+// not yet seen by the watcher (admissions time out within 30 seconds).
+const snapshotGrace = time.Minute
+
 // ownSnapshots gives the snapshots of the pinned workload their owners, and lets go of
 // those its template no longer names. Until the revision of its template exists, it
 // checks again soon: its controller is making it.
 func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) error {
-	if w.owners.settledFor(key, v.Pins) {
+	if w.owners.settledFor(v) {
 		return nil
 	}
 	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
@@ -90,14 +127,19 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 		}
 		owners = append(owners, revs...)
 	}
-	if err := w.reconcileOwners(ctx, v, owners, versioned); err != nil {
+	again, err := w.reconcileOwners(ctx, v, owners, versioned)
+	switch {
+	case err != nil:
 		return err
+	case !current:
+		w.queue.AddAfter(key, w.owners.retryAfter(key))
+	case again > 0:
+		w.queue.AddAfter(key, again)
+	case len(v.Pins) == 0:
+		w.owners.unsettle(key) // no longer pinned: nothing more to let go of
+	default:
+		w.owners.settle(v)
 	}
-	if !current {
-		w.queue.AddAfter(key, snapshotOwnerRetry)
-		return nil
-	}
-	w.owners.settle(key, v.Pins)
 	return nil
 }
 
@@ -135,8 +177,10 @@ func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins,
 // reconcileOwners makes each of owners (the workload first) an owner of the snapshots
 // its pins name. With letGo, the workload leaves those its template no longer names,
 // and one it was the last owner of is deleted, unless a pinned workload of the
-// namespace names it.
-func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisionPins, letGo bool) error {
+// namespace names it; one younger than snapshotGrace is left for now. again says how
+// soon the workload must be checked again: soon when another wrote a snapshot's owners
+// since it was read, or when the oldest of those left is old enough.
+func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisionPins, letGo bool) (again time.Duration, err error) {
 	wanted := map[string][]metav1.OwnerReference{}
 	sources := map[confighash.SourceRef]bool{}
 	for _, o := range owners {
@@ -151,7 +195,7 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		snapshots, err := w.snapshotsOf(ctx, v.Namespace, kind, sources)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for _, s := range snapshots {
 			refs := slices.Clone(s.GetOwnerReferences())
@@ -163,22 +207,38 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 			}
 			named := slices.ContainsFunc(v.Pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == s.GetName() })
 			if i := slices.IndexFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == v.UID }); letGo && !named && i >= 0 {
-				refs, changed = slices.Delete(refs, i, i+1), true
+				if age := time.Since(s.GetCreationTimestamp().Time); age < snapshotGrace {
+					again = sooner(again, snapshotGrace-age)
+				} else {
+					refs, changed = slices.Delete(refs, i, i+1), true
+				}
 			}
 			switch {
 			case !changed:
 				continue
-			case len(refs) == 0 && !w.pinnedInNamespace(v.Namespace, kind, s.GetName()):
+			case len(refs) == 0 && len(w.naming(v.Namespace, kind, s.GetName())) == 0:
 				err = w.deleteSnapshot(ctx, kind, s)
 			default:
 				err = w.setOwners(ctx, kind, s, refs)
 			}
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return fmt.Errorf("set the owners of the snapshot %s: %w", s.GetName(), err)
+			switch {
+			case apierrors.IsConflict(err):
+				// Another workload that shares it set its owners since it was read.
+				again = sooner(again, snapshotOwnerRetry)
+			case err != nil && !apierrors.IsNotFound(err):
+				return 0, fmt.Errorf("set the owners of the snapshot %s: %w", s.GetName(), err)
 			}
 		}
 	}
-	return nil
+	return again, nil
+}
+
+// sooner is the sooner of two waits, where 0 is none.
+func sooner(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // snapshotsOf lists the namespace's snapshots of the sources of the kind.
@@ -219,17 +279,12 @@ func pointers[T any](items []T) []*T {
 	return out
 }
 
-// pinnedInNamespace reports whether a pinned workload of the namespace names the
+// naming returns the pinned workloads of the namespace whose templates name the
 // snapshot: another workload may share it, and not own it yet.
-func (w *Watcher) pinnedInNamespace(namespace string, kind confighash.SourceKind, snapshot string) bool {
-	for _, u := range w.inNamespace(namespace, func(u *view) bool { return len(u.Pins) > 0 }) {
-		for _, pin := range u.Pins {
-			if pin.Kind == kind && pin.Snapshot() == snapshot {
-				return true
-			}
-		}
-	}
-	return false
+func (w *Watcher) naming(namespace string, kind confighash.SourceKind, snapshot string) []*view {
+	return w.inNamespace(namespace, func(u *view) bool {
+		return slices.ContainsFunc(u.Pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == snapshot })
+	})
 }
 
 // setOwners writes the snapshot's owners. The resourceVersion makes it fail, rather
@@ -262,6 +317,8 @@ func (w *Watcher) deleteSnapshot(ctx context.Context, kind confighash.SourceKind
 // before the watcher first saw it. One a revision still names gets its owners from
 // its workload's check instead.
 func (w *Watcher) sweepSnapshots(ctx context.Context) {
+	candidates := map[types.UID]bool{}
+	defer func() { w.sweepCandidates = candidates }()
 	namespaces := w.cfg.Watched
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -282,6 +339,12 @@ func (w *Watcher) sweepSnapshots(ctx context.Context) {
 				if w.snapshotNamed(ctx, kind, s) {
 					continue
 				}
+				// Deleted at the sweep after the one that first found it so: a create
+				// admitted meanwhile that names it is seen, and its workload owns it.
+				candidates[s.UID] = true
+				if !w.sweepCandidates[s.UID] {
+					continue
+				}
 				if err := w.deleteSnapshot(ctx, kind, s); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 					w.cfg.Log.Warn().Err(err).Str("namespace", s.Namespace).Str("snapshot", s.Name).Msg("delete a snapshot nothing names")
 					continue
@@ -298,7 +361,10 @@ func (w *Watcher) sweepSnapshots(ctx context.Context) {
 // revision names it is checked again, to own it. On an error it answers yes: the
 // snapshot waits for the next sweep.
 func (w *Watcher) snapshotNamed(ctx context.Context, kind confighash.SourceKind, s metav1.Object) bool {
-	if w.pinnedInNamespace(s.GetNamespace(), kind, s.GetName()) {
+	if naming := w.naming(s.GetNamespace(), kind, s.GetName()); len(naming) > 0 {
+		for _, v := range naming {
+			w.recheckOwners(v)
+		}
 		return true
 	}
 	source := confighash.SourceRef{Kind: kind, Name: s.GetAnnotations()[confighash.LabelSnapshotOf]}
@@ -312,13 +378,18 @@ func (w *Watcher) snapshotNamed(ctx context.Context, kind confighash.SourceKind,
 		}
 		for _, r := range revs {
 			if slices.ContainsFunc(r.pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == s.GetName() }) {
-				w.owners.settle(keyOf(v), nil)
-				w.queue.Add(keyOf(v))
+				w.recheckOwners(v)
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// recheckOwners checks the workload's snapshots' owners again.
+func (w *Watcher) recheckOwners(v *view) {
+	w.owners.unsettle(keyOf(v))
+	w.queue.Add(keyOf(v))
 }
 
 // keepsRevisions reports whether workloads of the kind keep revisions of their pod

@@ -90,7 +90,8 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	case d.Converged:
 		w.unhold(key)
 		w.converged(key)
-		if len(v.Pins) > 0 {
+		// One no longer pinned lets go of the snapshots it owned.
+		if len(v.Pins) > 0 || w.owners.known(key) {
 			if err := w.ownSnapshots(ctx, key, v); err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -161,6 +162,9 @@ type Watcher struct {
 	relists *relists
 	// owners are the owners given the snapshots of pinned workloads.
 	owners *owners
+	// sweepCandidates are the snapshots the last sweep found owned and named by
+	// nothing; only the sweep reads and writes it.
+	sweepCandidates map[types.UID]bool
 	// workloadsGeneration moves whenever a workload informer takes in an object, before
 	// it holds it, and when a relist swaps a store in; namespacesGeneration when a
 	// namespace's mode or pacing changes. Waves' memos hold while neither moves.

@@ -147,7 +147,7 @@ func (w *Watcher) unhold(key workloadKey) {
 // forget drops all the watcher keeps of a workload that is gone.
 func (w *Watcher) forget(key workloadKey) {
 	w.unhold(key)
-	w.owners.settle(key, nil)
+	w.owners.unsettle(key)
 	w.waves.mu.Lock()
 	w.dismiss(key)
 	delete(w.waves.marked, key)

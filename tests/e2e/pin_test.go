@@ -102,6 +102,9 @@ func TestAPinnedDeploymentRollsBackToItsOldData(t *testing.T) {
 	if got, _ := pinned(); got != first {
 		t.Fatalf("an unrelated write moved the template to %s, from the first snapshot %s", got, first)
 	}
+	if got := snapshotSays(first); got != "hello" { // still there, with the old data
+		t.Fatalf("after the undo the first snapshot says %q, want hello", got)
+	}
 
 	setKey(t, c, ns, cfg, "greeting", "again")
 	expectRollouts(t, c, ns, map[string]int{"web": 3})
@@ -178,9 +181,18 @@ func TestPinnedSnapshotsGoWithTheirRevisions(t *testing.T) {
 			return err == nil && cm.Data["k"] == fmt.Sprint(i) && got.Status.ObservedGeneration == got.Generation
 		})
 	}
-	waitFor(t, 60*time.Second, "the snapshots of revisions gone to be collected", func() bool { return len(snapshots(confighash.ConfigMap)) <= 3 })
-	if got := snapshots(confighash.ConfigMap); len(got) != 3 {
-		t.Errorf("ConfigMap snapshots %v, want 3: one per ReplicaSet kept", got)
+	// The Deployment lets go of a snapshot a minute after it was made, at the soonest.
+	waitFor(t, 2*time.Minute, "the snapshots of revisions gone to be collected", func() bool { return len(snapshots(confighash.ConfigMap)) <= 3 })
+	rsList, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, rs := range rsList.Items {
+		kept = append(kept, rs.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name)
+	}
+	if got := snapshots(confighash.ConfigMap); len(got) != 3 || !sameSet(got, kept) {
+		t.Errorf("ConfigMap snapshots %v, want those of the 3 ReplicaSets kept: %v", got, kept)
 	}
 	if got := snapshots(confighash.Secret); len(got) != 1 {
 		t.Errorf("Secret snapshots %v, want the one its unchanged data has", got)
@@ -296,6 +308,9 @@ func TestAPinnedStatefulSetAndDaemonSetRollBackToTheirOldData(t *testing.T) {
 		if got := names(w); got != first[w] {
 			t.Errorf("after the undo %s moved to %s, from the first snapshot %s", w, got, first[w])
 		}
+		if cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), first[w], metav1.GetOptions{}); err != nil || cm.Data["k"] != "0" {
+			t.Errorf("after the undo of %s its first snapshot %s: %v, %v; want it there with k=0", w, first[w], err, cm.Data)
+		}
 	}
 }
 
@@ -322,9 +337,9 @@ func snapshotNames(t *testing.T, c *cluster.Cluster, ns string, kind confighash.
 
 // TestASnapshotNothingNamesIsSwept: a pinned create the API server refuses after the
 // webhook made its snapshot leaves that snapshot with no owner; the watcher's sweep
-// deletes it, and keeps the snapshots with no owner that a pinned Deployment names:
-// the one its template names, and the one its old ReplicaSet names, which that
-// ReplicaSet owns again.
+// deletes it, and keeps the snapshots with no owner that a pinned Deployment names,
+// which are owned again: the one its template names, and the one its old ReplicaSet
+// names.
 func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 	const sweep = 2 * time.Second
 	c := cluster.Require(t, testCluster)
@@ -378,9 +393,13 @@ func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 		return !slices.Contains(snapshotNames(t, c, ns, confighash.ConfigMap), orphan)
 	})
 	time.Sleep(2 * sweep) // two more sweeps
-	if !slices.Contains(snapshotNames(t, c, ns, confighash.ConfigMap), named) {
-		t.Errorf("the snapshot %s web's template names was swept", named)
-	}
+	waitFor(t, 10*sweep, "the snapshot web's template names to be owned again", func() bool {
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), named, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the snapshot %s web's template names: %v", named, err)
+		}
+		return len(cm.OwnerReferences) > 0
+	})
 	if cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), old, metav1.GetOptions{}); err != nil {
 		t.Errorf("the snapshot %s web's old ReplicaSet names: %v", old, err)
 	} else if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "ReplicaSet" {
@@ -471,11 +490,14 @@ func TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo(t *testing.T) {
 	if _, err := c.Client.AppsV1().ReplicaSets(ns).Patch(t.Context(), stable.Name, types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	generation, _ := current()
 	time.Sleep(quietPeriod)
 	if !ownedBy(first, stable.Name) {
 		t.Fatalf("after the abort the stable ReplicaSet's snapshot %s is gone or not its own", first)
 	}
-	generation, _ := current()
+	if got, _ := current(); got != generation {
+		t.Fatalf("the abort moved the Rollout from generation %d to %d", generation, got)
+	}
 
 	// The undo: the stable ReplicaSet's template, without Argo's hash label, back in the spec.
 	old := stable.Spec.Template.DeepCopy()
@@ -492,6 +514,9 @@ func TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo(t *testing.T) {
 	if got, _ := current(); names() != first || got != generation+1 {
 		t.Fatalf("after the undo and an unrelated write: generation %d (want %d) naming %s (want %s)", got, generation+1, names(), first)
 	}
+	if cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), first, metav1.GetOptions{}); err != nil || cm.Data["k"] != "0" {
+		t.Fatalf("after the undo the first snapshot %s: %v, %v; want it there with k=0", first, err, cm.Data)
+	}
 
 	setKey(t, c, ns, cfg, "k", "2")
 	waitFor(t, 30*time.Second, "the next change to name a new snapshot", func() bool { n := names(); return n != first && n != second })
@@ -499,4 +524,9 @@ func TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo(t *testing.T) {
 	if got, _ := current(); got != generation+2 {
 		t.Fatalf("the next change: generation %d, want %d (one rollout forward)", got, generation+2)
 	}
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
