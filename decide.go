@@ -132,6 +132,9 @@ type Input struct {
 	Pods Pods
 	// Pacing is how changes roll in the workload's namespace, its annotations aside.
 	Pacing Pacing
+	// RemakeSnapshots asks for the snapshots of the pins kept, too, where the source
+	// still holds their data: the watcher found one gone (AnnotationRemakeSnapshots).
+	RemakeSnapshots bool
 }
 
 // Decision is what a workload must carry, and whether it does.
@@ -249,7 +252,7 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	switch pinned := d.Pacing.Pinned(); {
 	case d.Hash == "":
 	case pinned && (st.rolling || len(s.Pins) > 0):
-		d.Pins, d.Snapshots = pinsOf(next, s.Pins, d.Observations)
+		d.Pins, d.Snapshots = pinsOf(next, s.Pins, d.Observations, in.RemakeSnapshots)
 	case !pinned && !st.rolling:
 		d.Pins = s.Pins
 	}

@@ -76,6 +76,11 @@ const (
 	// AnnotationPinned is written on a pinned workload's pod template: the snapshot it
 	// names for each source, as the source's digest.
 	AnnotationPinned = Domain + "/pinned"
+	// AnnotationRemakeSnapshots is written by the watcher on a pinned workload whose
+	// template names a snapshot that is gone (deleted by the garbage collector before
+	// the workload owned it); the webhook makes again those whose source still holds
+	// their data, and removes it.
+	AnnotationRemakeSnapshots = Domain + "/remake-snapshots"
 	// LabelSnapshotOf is on every snapshot: the source it is a copy of (SnapshotOf its
 	// name); the annotation of the same name holds the name whole.
 	LabelSnapshotOf = Domain + "/snapshot-of"

@@ -195,8 +195,9 @@ func (r Record) withoutDeclines() Record {
 // pinsOf returns the pins of a pinned workload with this record: each source that
 // counts, at its recorded data, by the snapshot the template names already, or else by
 // a new snapshot of its current data, returned as well. A source whose recorded data
-// is neither is named by its own name.
-func pinsOf(record Record, have Pins, observations []Observation) (Pins, []Observation) {
+// is neither is named by its own name. With remake, the snapshots of the pins kept are
+// returned too, where the source still holds their data.
+func pinsOf(record Record, have Pins, observations []Observation, remake bool) (Pins, []Observation) {
 	var pins Pins
 	var snapshots []Observation
 	for _, e := range record {
@@ -204,12 +205,16 @@ func pinsOf(record Record, have Pins, observations []Observation) (Pins, []Obser
 			continue
 		}
 		pin := Pin{e.SourceRef, e.Digest}
+		i, observed := slices.BinarySearchFunc(observations, e.SourceRef, func(o Observation, ref SourceRef) int { return o.Compare(ref) })
+		current := observed && observations[i].Present && observations[i].Digest == e.Digest
 		if old, ok := have.Get(e.SourceRef); ok && old == pin {
 			pins = append(pins, pin)
+			if remake && current {
+				snapshots = append(snapshots, observations[i])
+			}
 			continue
 		}
-		i, ok := slices.BinarySearchFunc(observations, e.SourceRef, func(o Observation, ref SourceRef) int { return o.Compare(ref) })
-		if ok && observations[i].Present && observations[i].Digest == e.Digest {
+		if current {
 			pins = append(pins, pin)
 			snapshots = append(snapshots, observations[i])
 		}

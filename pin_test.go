@@ -307,3 +307,27 @@ func TestPinningComesFromTheWorkloadThenItsNamespaceThenTheFlags(t *testing.T) {
 		t.Errorf("a bad %s: problems %v", AnnotationPin, state.Problems)
 	}
 }
+
+func TestARemakeAsksForTheSnapshotsOfKeptPinsWhoseDataIsCurrent(t *testing.T) {
+	app, db := SourceRef{ConfigMap, "app"}, SourceRef{Secret, "db"}
+	record := Record{{SourceRef: app, Digest: Digest{1}, Seen: true}, {SourceRef: db, Digest: Digest{2}, Seen: true}}
+	have := Pins{{app, Digest{1}}, {db, Digest{2}}}
+	// app still holds the pinned data; db moved on since (a return declined it).
+	observations := []Observation{
+		{Reference: Reference{SourceRef: app, AllKeys: true}, Present: true, Counts: true, Digest: Digest{1}},
+		{Reference: Reference{SourceRef: db, AllKeys: true}, Present: true, Counts: true, Digest: Digest{9}},
+	}
+	for _, remake := range []bool{false, true} {
+		pins, snapshots := pinsOf(record, have, observations, remake)
+		if !slices.Equal(pins, have) {
+			t.Errorf("remake %v: pins %s, want those kept: %s", remake, pins, have)
+		}
+		var made []SourceRef
+		for _, o := range snapshots {
+			made = append(made, o.SourceRef)
+		}
+		if want := map[bool][]SourceRef{false: nil, true: {app}}[remake]; !slices.Equal(made, want) {
+			t.Errorf("remake %v: snapshots of %v, want %v", remake, made, want)
+		}
+	}
+}

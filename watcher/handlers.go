@@ -113,7 +113,7 @@ func (w *Watcher) enqueue(v *view, after time.Duration) {
 // resync enqueues every workload that drifted while no watcher led, and those with a
 // change held, whose release is the leader's to decide.
 func (w *Watcher) resync() {
-	drifted := 0
+	drifted, pinned := 0, 0
 	for _, in := range w.workloads {
 		for _, obj := range in.List() {
 			v, ok := obj.(*view)
@@ -121,8 +121,13 @@ func (w *Watcher) resync() {
 				continue
 			}
 			if d, err := w.decide(v, confighash.Pods{}); err != nil || !d.Converged || len(d.Held) > 0 {
-				w.enqueue(v, time.Duration(drifted)*w.touchInterval)
+				w.enqueue(v, time.Duration(drifted+pinned)*w.touchInterval)
 				drifted++
+			} else if len(v.Pins) > 0 {
+				// Its snapshots' owners are known in memory only: checked again, and
+				// made again if the garbage collector took one meanwhile.
+				w.enqueue(v, time.Duration(drifted+pinned)*w.touchInterval)
+				pinned++
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,10 +128,18 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 		}
 		owners = append(owners, revs...)
 	}
-	again, err := w.reconcileOwners(ctx, v, owners, versioned)
+	again, gone, err := w.reconcileOwners(ctx, v, owners, versioned)
 	switch {
 	case err != nil:
 		return err
+	case len(gone) > 0:
+		// The garbage collector took them before the workload owned them (it replaced
+		// one that had them, or shared them with one deleted meanwhile).
+		w.cfg.Log.Warn().Str("workload", key.String()).Strs("snapshots", gone).Msg("snapshots the pod template names are gone; asking the webhook to make them again")
+		if _, err := w.touch(ctx, v, triggers(v, v.Record, w.sources), map[string]any{confighash.AnnotationRemakeSnapshots: strings.Join(gone, " ")}); err != nil {
+			return err
+		}
+		w.queue.AddAfter(key, w.owners.retryAfter(key))
 	case !current:
 		w.queue.AddAfter(key, w.owners.retryAfter(key))
 	case again > 0:
@@ -180,7 +189,8 @@ func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins,
 // namespace names it; one younger than snapshotGrace is left for now. again says how
 // soon the workload must be checked again: soon when another wrote a snapshot's owners
 // since it was read, or when the oldest of those left is old enough.
-func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisionPins, letGo bool) (again time.Duration, err error) {
+// gone are the snapshots the workload's template names that do not exist.
+func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisionPins, letGo bool) (again time.Duration, gone []string, err error) {
 	wanted := map[string][]metav1.OwnerReference{}
 	sources := map[confighash.SourceRef]bool{}
 	for _, o := range owners {
@@ -195,7 +205,12 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		snapshots, err := w.snapshotsOf(ctx, v.Namespace, kind, sources)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
+		}
+		for _, pin := range v.Pins {
+			if pin.Kind == kind && !slices.ContainsFunc(snapshots, func(s metav1.Object) bool { return s.GetName() == pin.Snapshot() }) {
+				gone = append(gone, pin.Snapshot())
+			}
 		}
 		for _, s := range snapshots {
 			refs := slices.Clone(s.GetOwnerReferences())
@@ -225,12 +240,14 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 			case apierrors.IsConflict(err):
 				// Another workload that shares it set its owners since it was read.
 				again = sooner(again, snapshotOwnerRetry)
+			case apierrors.IsNotFound(err) && named:
+				gone = append(gone, s.GetName())
 			case err != nil && !apierrors.IsNotFound(err):
-				return 0, fmt.Errorf("set the owners of the snapshot %s: %w", s.GetName(), err)
+				return 0, nil, fmt.Errorf("set the owners of the snapshot %s: %w", s.GetName(), err)
 			}
 		}
 	}
-	return again, nil
+	return again, gone, nil
 }
 
 // sooner is the sooner of two waits, where 0 is none.

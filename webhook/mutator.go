@@ -199,7 +199,8 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, state.RecordErr))
 	}
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, !created, old)}
-	in := confighash.Input{Key: m.cfg.Key, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}, Pacing: m.cfg.Pacing}
+	in := confighash.Input{Key: m.cfg.Key, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}, Pacing: m.cfg.Pacing,
+		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != ""}
 	if m.cfg.Gate != nil {
 		ns, err := m.cfg.Gate.Pacing(w.Namespace)
 		if err != nil {

@@ -72,6 +72,10 @@ func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w writt
 	if err := set([]string{"metadata"}, confighash.AnnotationAdopted, w.adopted); err != nil {
 		return nil, err
 	}
+	// The watcher's request to make snapshots again is done with once admitted.
+	if err := set([]string{"metadata"}, confighash.AnnotationRemakeSnapshots, ""); err != nil {
+		return nil, err
+	}
 	if w.hash == "" {
 		return ops, nil
 	}

@@ -530,3 +530,40 @@ func TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo(t *testing.T) {
 func sameSet(a, b []string) bool {
 	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
+
+// TestASnapshotGoneBeforeItsWorkloadOwnedItIsMadeAgain: a snapshot a pinned
+// Deployment's template names, deleted while no watcher ran (as the garbage collector
+// deletes one a replaced workload's revisions owned before the new one owns it), is
+// made again, with the same data and owned by the Deployment, once a watcher checks
+// it, and nothing rolls.
+func TestASnapshotGoneBeforeItsWorkloadOwnedItIsMadeAgain(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "app-config", map[string]string{"k": "v"})
+	pinned := map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
+	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate("app-config")))
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	snapshot := currentReplicaSetNames(t, c, ns, "web")
+	ownedByTheDeployment := func() bool {
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), snapshot, metav1.GetOptions{})
+		return err == nil && cm.Data["k"] == "v" && slices.ContainsFunc(cm.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Deployment" })
+	}
+	waitFor(t, 30*time.Second, "the Deployment to own "+snapshot, ownedByTheDeployment)
+
+	w.stop(t)
+	if err := c.Client.CoreV1().ConfigMaps(ns).Delete(t.Context(), snapshot, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startWatcher(t, c)
+	waitFor(t, 60*time.Second, snapshot+" to be made again and owned by the Deployment", ownedByTheDeployment)
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := d.Annotations[confighash.AnnotationRemakeSnapshots]; ok {
+		t.Errorf("the webhook left the request %s=%q on the Deployment", confighash.AnnotationRemakeSnapshots, v)
+	}
+}
