@@ -212,13 +212,7 @@ func TestPinnedSnapshotsGoWithTheirRevisions(t *testing.T) {
 // manifest again rolls nothing: the webhook names the same snapshots again.
 func TestAPinnedDeploymentShowsNoDriftToGitOps(t *testing.T) {
 	c, ns, cfg := withAppConfig(t, "k", "0")
-	d := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, envFromTemplate(cfg.Name))
-	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
-	d.Namespace = ns
-	manifest, err := yaml.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	manifest := pinnedManifest(t, ns, cfg)
 	apply := func() {
 		t.Helper()
 		if out, err := c.Kubectl(t.Context(), manifest, "apply", "--server-side", "-f", "-"); err != nil {
@@ -566,4 +560,65 @@ func TestASnapshotGoneBeforeItsWorkloadOwnedItIsMadeAgain(t *testing.T) {
 	if v, ok := d.Annotations[confighash.AnnotationRemakeSnapshots]; ok {
 		t.Errorf("the webhook left the request %s=%q on the Deployment", confighash.AnnotationRemakeSnapshots, v)
 	}
+}
+
+// TestAPinnedDeploymentReplacedWithTheSameDataKeepsItsSnapshot: kubectl replace
+// --force deletes the Deployment, whose revisions own its snapshot, and creates it
+// again with the same data: the new one names the same snapshot, which must outlive
+// the old revisions, whether the garbage collector or the watcher comes first.
+func TestAPinnedDeploymentReplacedWithTheSameDataKeepsItsSnapshot(t *testing.T) {
+	c, ns, cfg := withAppConfig(t, "k", "0")
+	manifest := pinnedManifest(t, ns, cfg)
+	if out, err := c.Kubectl(t.Context(), manifest, "create", "-f", "-"); err != nil {
+		t.Fatalf("kubectl create: %v: %s", err, out)
+	}
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	snapshot := currentReplicaSetNames(t, c, ns, "web")
+	old, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a ReplicaSet to own "+snapshot, func() bool {
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), snapshot, metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(cm.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "ReplicaSet" })
+	})
+
+	if out, err := c.Kubectl(t.Context(), manifest, "replace", "--force", "-f", "-"); err != nil {
+		t.Fatalf("kubectl replace --force: %v: %s", err, out)
+	}
+	var replaced *appsv1.Deployment
+	waitFor(t, 30*time.Second, "the replaced Deployment to roll out", func() bool {
+		replaced, err = c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
+		return err == nil && replaced.UID != old.UID && replaced.Status.ObservedGeneration == replaced.Generation
+	})
+	if got := replaced.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name; got != snapshot {
+		t.Fatalf("the replaced Deployment names %s, want the same snapshot %s", got, snapshot)
+	}
+	// Past the garbage collection of the old revisions, the snapshot is there, the new
+	// Deployment's.
+	waitFor(t, 60*time.Second, snapshot+" to be owned by the new Deployment and nothing of the old one", func() bool {
+		cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), snapshot, metav1.GetOptions{})
+		if err != nil || cm.Data["k"] != "0" {
+			return false
+		}
+		var mine, theirs bool
+		for _, o := range cm.OwnerReferences {
+			mine = mine || o.UID == replaced.UID
+			theirs = theirs || o.UID == old.UID
+		}
+		return mine && !theirs
+	})
+}
+
+// pinnedManifest is the manifest of a pinned Deployment web in ns that uses cfg.
+func pinnedManifest(t *testing.T, ns string, cfg confighash.SourceRef) []byte {
+	t.Helper()
+	d := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, envFromTemplate(cfg.Name))
+	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+	d.Namespace = ns
+	manifest, err := yaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return manifest
 }
