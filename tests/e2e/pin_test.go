@@ -622,3 +622,39 @@ func pinnedManifest(t *testing.T, ns string, cfg confighash.SourceRef) []byte {
 	}
 	return manifest
 }
+
+// TestADeploymentNoLongerPinnedLetsGoOfItsSnapshots: a pinned Deployment told
+// confighash.dev/pin: "false" rolls nothing then; its next change rolls it once to a
+// template that names its sources, and once its pinned ReplicaSets are gone, so are
+// its snapshots: it no longer owns them.
+func TestADeploymentNoLongerPinnedLetsGoOfItsSnapshots(t *testing.T) {
+	c, ns, cfg := pinnedWeb(t, "k", "0", func(d *appsv1.Deployment) { d.Spec.RevisionHistoryLimit = ptr.To(int32(1)) })
+	if len(snapshotNames(t, c, ns, confighash.ConfigMap)) != 1 || len(snapshotNames(t, c, ns, confighash.Secret)) != 1 {
+		t.Fatalf("pinned: snapshots %v and %v, want one of each source", snapshotNames(t, c, ns, confighash.ConfigMap), snapshotNames(t, c, ns, confighash.Secret))
+	}
+
+	no := "false"
+	mergeAnnotations(t, c, ns, "Deployment", "web", map[string]*string{confighash.AnnotationPin: &no})
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+
+	setKey(t, c, ns, cfg, "k", "1")
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
+	if got := currentReplicaSetNames(t, c, ns, "web"); got != cfg.Name {
+		t.Fatalf("no longer pinned, the change rolled to a template naming %s, want %s", got, cfg.Name)
+	}
+	// One more change: the ReplicaSet history (1) drops the pinned revision.
+	setKey(t, c, ns, cfg, "k", "2")
+	waitFor(t, 30*time.Second, "the pinned ReplicaSet to be gone", func() bool {
+		list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !slices.ContainsFunc(list.Items, func(rs appsv1.ReplicaSet) bool {
+			return rs.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name != cfg.Name
+		})
+	})
+	// The Deployment lets go of a snapshot a minute after it was made, at the soonest.
+	waitFor(t, 2*time.Minute, "the snapshots to be collected", func() bool {
+		return len(snapshotNames(t, c, ns, confighash.ConfigMap)) == 0 && len(snapshotNames(t, c, ns, confighash.Secret)) == 0
+	})
+}
