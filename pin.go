@@ -98,6 +98,12 @@ func (p Pins) Get(ref SourceRef) (Pin, bool) {
 	return p[i], true
 }
 
+// Names reports whether the pins name the snapshot of the kind.
+func (p Pins) Names(kind SourceKind, snapshot string) bool {
+	_, ok := p.source(kind, snapshot)
+	return ok
+}
+
 // source returns the source a snapshot name stands for.
 func (p Pins) source(kind SourceKind, name string) (SourceRef, bool) {
 	for _, pin := range p {

@@ -33,6 +33,14 @@ import (
 // on the server.
 const secretFieldSelector = "type!=helm.sh/release.v1"
 
+// Resource returns the API resource of a ConfigMap or Secret source kind.
+func Resource(kind confighash.SourceKind) schema.GroupVersionResource {
+	if kind == confighash.Secret {
+		return corev1.SchemeGroupVersion.WithResource("secrets")
+	}
+	return corev1.SchemeGroupVersion.WithResource("configmaps")
+}
+
 // Filter selects the sources that may count at all, on the server where it can: the
 // cache never even lists the others, and a live read treats them as absent.
 type Filter struct {

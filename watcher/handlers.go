@@ -113,21 +113,24 @@ func (w *Watcher) enqueue(v *view, after time.Duration) {
 // resync enqueues every workload that drifted while no watcher led, and those with a
 // change held, whose release is the leader's to decide.
 func (w *Watcher) resync() {
-	drifted, pinned := 0, 0
+	drifted, queued := 0, 0
 	for _, in := range w.workloads {
 		for _, obj := range in.List() {
 			v, ok := obj.(*view)
 			if !ok || !w.acts(v) {
 				continue
 			}
-			if d, err := w.decide(v, confighash.Pods{}); err != nil || !d.Converged || len(d.Held) > 0 {
-				w.enqueue(v, time.Duration(drifted+pinned)*w.touchInterval)
+			d, err := w.decide(v, confighash.Pods{})
+			drift := err != nil || !d.Converged || len(d.Held) > 0
+			// A pinned one is checked too: its snapshots' owners are known in memory
+			// only, and the garbage collector may have taken one meanwhile.
+			if !drift && len(v.Pins) == 0 {
+				continue
+			}
+			w.enqueue(v, time.Duration(queued)*w.touchInterval)
+			queued++
+			if drift {
 				drifted++
-			} else if len(v.Pins) > 0 {
-				// Its snapshots' owners are known in memory only: checked again, and
-				// made again if the garbage collector took one meanwhile.
-				w.enqueue(v, time.Duration(drifted+pinned)*w.touchInterval)
-				pinned++
 			}
 		}
 	}

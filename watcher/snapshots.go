@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // Snapshots of a pinned workload are owned by each revision whose pod template names
@@ -220,7 +221,7 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 					refs, changed = append(refs, o), true
 				}
 			}
-			named := slices.ContainsFunc(v.Pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == s.GetName() })
+			named := v.Pins.Names(kind, s.GetName())
 			if i := slices.IndexFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == v.UID }); letGo && !named && i >= 0 {
 				if age := time.Since(s.GetCreationTimestamp().Time); age < snapshotGrace {
 					again = sooner(again, snapshotGrace-age)
@@ -299,9 +300,7 @@ func pointers[T any](items []T) []*T {
 // naming returns the pinned workloads of the namespace whose templates name the
 // snapshot: another workload may share it, and not own it yet.
 func (w *Watcher) naming(namespace string, kind confighash.SourceKind, snapshot string) []*view {
-	return w.inNamespace(namespace, func(u *view) bool {
-		return slices.ContainsFunc(u.Pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == snapshot })
-	})
+	return w.inNamespace(namespace, func(u *view) bool { return u.Pins.Names(kind, snapshot) })
 }
 
 // setOwners writes the snapshot's owners. The resourceVersion makes it fail, rather
@@ -341,7 +340,7 @@ func (w *Watcher) sweepSnapshots(ctx context.Context) {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
-		resource := corev1.SchemeGroupVersion.WithResource(map[confighash.SourceKind]string{confighash.ConfigMap: "configmaps", confighash.Secret: "secrets"}[kind])
+		resource := sourcecache.Resource(kind)
 		for _, ns := range namespaces {
 			list, err := w.cfg.Metadata.Resource(resource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf})
 			if err != nil {
@@ -394,7 +393,7 @@ func (w *Watcher) snapshotNamed(ctx context.Context, kind confighash.SourceKind,
 			return true
 		}
 		for _, r := range revs {
-			if slices.ContainsFunc(r.pins, func(p confighash.Pin) bool { return p.Kind == kind && p.Snapshot() == s.GetName() }) {
+			if r.pins.Names(kind, s.GetName()) {
 				w.recheckOwners(v)
 				return true
 			}

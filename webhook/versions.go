@@ -6,10 +6,8 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash"
@@ -124,7 +122,7 @@ func (v *Versions) send(key versionKey, call *versionCall) {
 func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
 	v.metrics.VersionRead(key.ref.Kind)
 	// No resourceVersion: a consistent read, served by etcd.
-	obj, err := v.meta.Resource(resourceOf(key.ref.Kind)).Namespace(key.namespace).Get(ctx, key.ref.Name, metav1.GetOptions{})
+	obj, err := v.meta.Resource(sourcecache.Resource(key.ref.Kind)).Namespace(key.namespace).Get(ctx, key.ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return Version{}, nil
@@ -140,7 +138,7 @@ func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
 // consistent, metadata-only list: what Reloader's name patterns are matched against.
 // The Secrets Helm keeps releases in are left out, as in the source cache.
 func (v *Versions) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
-	list, err := v.meta.Resource(resourceOf(kind)).Namespace(namespace).List(ctx, v.filter.ListOptions(kind))
+	list, err := v.meta.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, v.filter.ListOptions(kind))
 	if err != nil {
 		return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)
 	}
@@ -149,11 +147,4 @@ func (v *Versions) Names(ctx context.Context, namespace string, kind confighash.
 		names[i] = item.Name
 	}
 	return names, nil
-}
-
-func resourceOf(kind confighash.SourceKind) schema.GroupVersionResource {
-	if kind == confighash.Secret {
-		return corev1.SchemeGroupVersion.WithResource("secrets")
-	}
-	return corev1.SchemeGroupVersion.WithResource("configmaps")
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
 )
 
@@ -311,7 +312,7 @@ func TestAPinnedStatefulSetAndDaemonSetRollBackToTheirOldData(t *testing.T) {
 // snapshotNames lists the names of the namespace's snapshots of the kind.
 func snapshotNames(t *testing.T, c *cluster.Cluster, ns string, kind confighash.SourceKind) []string {
 	t.Helper()
-	raw, err := c.Client.CoreV1().RESTClient().Get().Namespace(ns).Resource(strings.ToLower(string(kind))+"s").
+	raw, err := c.Client.CoreV1().RESTClient().Get().Namespace(ns).Resource(sourcecache.Resource(kind).Resource).
 		Param("labelSelector", confighash.LabelSnapshotOf).DoRaw(t.Context())
 	if err != nil {
 		t.Fatal(err)
