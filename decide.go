@@ -294,6 +294,9 @@ func (p Policy) patternNames(record Record, sources Sources) ([]SourceRef, error
 		if err != nil {
 			return nil, fmt.Errorf("list the %ss its name patterns may match: %w", pat.Kind, err)
 		}
+		if work := p.matchWork(pat.Kind, found); work > maxMatchWork {
+			return nil, fmt.Errorf("%w: matching its name patterns against the namespace's %d %ss is more work than allowed; it is left as it is", ErrTooManySources, len(found), pat.Kind)
+		}
 		for _, name := range found {
 			names = append(names, SourceRef{pat.Kind, name})
 		}

@@ -14,7 +14,7 @@ func differ(f reflect.Value) bool {
 	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // unexported fields too
 	switch f.Type() {
 	case reflect.TypeFor[[]NamePattern]():
-		f.Set(reflect.ValueOf([]NamePattern{{ConfigMap, regexp.MustCompile("x")}}))
+		f.Set(reflect.ValueOf([]NamePattern{{Kind: ConfigMap, Expr: regexp.MustCompile("x")}}))
 		return true
 	case reflect.TypeFor[error]():
 		f.Set(reflect.ValueOf(errors.New("x")))

@@ -63,6 +63,9 @@ func (p Policy) ForEveryWorkload() Policy {
 type NamePattern struct {
 	Kind SourceKind
 	Expr *regexp.Regexp
+	// size bounds the instructions of its compiled program: what matching one byte
+	// of a name may cost.
+	size int
 }
 
 // Matches reports whether the pattern matches the source.
@@ -109,11 +112,14 @@ type Problem struct {
 
 func (p Problem) Error() string {
 	value := p.Value
-	if len(value) > 64 {
-		value = value[:64] + "..."
+	if len(value) > problemValueBytes {
+		value = value[:problemValueBytes] + "..."
 	}
 	return fmt.Sprintf("annotation %s=%q: %s", p.Annotation, value, p.Reason)
 }
+
+// problemValueBytes is how much of a bad value a problem quotes.
+const problemValueBytes = 64
 
 // ParsePolicy reads the policy from a workload's annotations. Each annotation is read
 // from the workload's metadata, or else from its pod template. Bad values are returned
@@ -156,14 +162,27 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 type policyReader struct {
 	metadata, template map[string]string
 	problems           []Problem
+	// read counts the bytes of the values read so far; compiled, the name patterns.
+	read, compiled int
 }
 
 func (r *policyReader) get(name string) (string, bool) {
-	if v, ok := r.metadata[name]; ok {
-		return v, true
+	v, ok := r.metadata[name]
+	if !ok {
+		if v, ok = r.template[name]; !ok {
+			return "", false
+		}
 	}
-	v, ok := r.template[name]
-	return v, ok
+	switch {
+	case len(v) > maxValueBytes:
+		r.problem(name, v, fmt.Sprintf("longer than the %d bytes allowed; ignored", maxValueBytes))
+		return "", false
+	case r.read+len(v) > maxPolicyBytes:
+		r.problem(name, v, fmt.Sprintf("confighash's annotations on the workload hold more than the %d bytes allowed in all; ignored", maxPolicyBytes))
+		return "", false
+	}
+	r.read += len(v)
+	return v, true
 }
 
 // maxProblems is how many problems are reported one by one; the rest are counted.
@@ -172,6 +191,10 @@ const maxProblems = 10
 func (r *policyReader) problem(annotation, value, reason string) {
 	switch n := len(r.problems); {
 	case n < maxProblems:
+		// A copy of its start: a problem kept in a cache must not keep a whole value alive.
+		if len(value) > problemValueBytes {
+			value = strings.Clone(value[:problemValueBytes]) + "..."
+		}
 		r.problems = append(r.problems, Problem{annotation, value, reason})
 	case n == maxProblems:
 		r.problems = append(r.problems, Problem{annotation, "", "and more problems, not listed"})
@@ -228,11 +251,8 @@ func (r *policyReader) names(annotation string, kind SourceKind) []SourceRef {
 	}
 	var refs []SourceRef
 	bad := false
-	for _, field := range strings.Split(value, ",") {
-		name := strings.TrimSpace(field)
+	for _, name := range r.entries(annotation, value) {
 		switch {
-		case name == "":
-			continue
 		case strings.Contains(name, "/"):
 			r.problem(annotation, name, "references are same-namespace only; a namespace/name is never read")
 		case len(validation.IsDNS1123Subdomain(name)) > 0:
@@ -259,11 +279,8 @@ func (r *policyReader) patterns(annotation string, kind SourceKind) ([]SourceRef
 	}
 	var refs []SourceRef
 	var patterns []NamePattern
-	for _, field := range strings.Split(value, ",") {
-		entry := strings.TrimSpace(field)
+	for _, entry := range r.entries(annotation, value) {
 		switch {
-		case entry == "":
-			continue
 		case regexp.QuoteMeta(entry) == entry && strings.Contains(entry, "/"):
 			r.problem(annotation, entry, "references are same-namespace only; a namespace/name is never read")
 		case regexp.QuoteMeta(entry) == entry && len(validation.IsDNS1123Subdomain(entry)) > 0:
@@ -271,12 +288,9 @@ func (r *policyReader) patterns(annotation string, kind SourceKind) ([]SourceRef
 		case regexp.QuoteMeta(entry) == entry:
 			refs = append(refs, SourceRef{kind, entry})
 		default:
-			expr, err := regexp.Compile("^(?:" + entry + ")$")
-			if err != nil {
-				r.problem(annotation, entry, "not a valid regular expression: "+err.Error())
-				continue
+			if pattern, ok := r.pattern(annotation, entry, kind); ok {
+				patterns = append(patterns, pattern)
 			}
-			patterns = append(patterns, NamePattern{kind, expr})
 		}
 	}
 	return refs, patterns

@@ -122,7 +122,7 @@ func checkPolicy(t *testing.T, v Vocabulary, metadata, template map[string]strin
 	got, gotProblems := v.ParsePolicy(metadata, template)
 	// The unexported fields serve ForEveryWorkload and counts, tested on their own.
 	got.reloader, got.decided, got.only, got.kinds = false, 0, "", 0
-	if !reflect.DeepEqual(got, want) {
+	if !got.Equal(want) {
 		t.Fatalf("ParsePolicy() = %+v, want %+v", got, want)
 	}
 	if len(gotProblems) != len(problems) {
@@ -139,7 +139,7 @@ func checkPolicy(t *testing.T, v Vocabulary, metadata, template map[string]strin
 // read into the same policy as confighash's own.
 func TestReloaderAliases(t *testing.T) {
 	pattern := func(kind SourceKind, expr string) NamePattern {
-		return NamePattern{kind, regexp.MustCompile("^(?:" + expr + ")$")}
+		return NamePattern{Kind: kind, Expr: regexp.MustCompile("^(?:" + expr + ")$")}
 	}
 	tests := []struct {
 		name     string
@@ -262,7 +262,7 @@ func TestEnabled(t *testing.T) {
 		{Policy{}, false},
 		{Policy{Discover: both}, true},
 		{Policy{Include: []SourceRef{{Secret, "s"}}}, true},
-		{Policy{Patterns: []NamePattern{{Secret, regexp.MustCompile("s.*")}}}, true},
+		{Policy{Patterns: []NamePattern{{Kind: Secret, Expr: regexp.MustCompile("s.*")}}}, true},
 		{Policy{OptOut: true, Discover: both, Include: []SourceRef{{Secret, "s"}}}, false},
 	}
 	for _, tt := range tests {
@@ -327,7 +327,7 @@ func TestCandidates(t *testing.T) {
 		{
 			"patterns include the names they match whole, of their kind, once",
 			Policy{Include: []SourceRef{{ConfigMap, "app-1"}}, Patterns: []NamePattern{
-				{ConfigMap, regexp.MustCompile("^(?:app-.*)$")}, {ConfigMap, regexp.MustCompile("^(?:app-[0-9])$")},
+				{Kind: ConfigMap, Expr: regexp.MustCompile("^(?:app-.*)$")}, {Kind: ConfigMap, Expr: regexp.MustCompile("^(?:app-[0-9])$")},
 			}},
 			[]SourceRef{{ConfigMap, "app-1"}, {ConfigMap, "app-2"}, {ConfigMap, "my-app-3"}, {Secret, "app-4"}},
 			[]Reference{named(ConfigMap, "app-1"), named(ConfigMap, "app-2")},
@@ -374,15 +374,27 @@ func TestCounts(t *testing.T) {
 	}
 }
 
-// FuzzParsePolicy: any annotation values yield a policy and problems, never a panic;
-// every accepted name is a valid same-namespace name, and an opt-out is never enabled.
+// FuzzParsePolicy: any annotation values yield a policy and problems, never a panic,
+// within bounds on time and allocation whatever the values (issue 32: one annotation
+// once cost 500 MiB); every accepted name is a valid same-namespace name, every
+// accepted pattern compiles within its bound, and an opt-out is never enabled.
 func FuzzParsePolicy(f *testing.F) {
 	f.Add("true", "configmaps", "a,b", "other/x", "true", "app-.*,b")
 	f.Add("", "", ",,", "Bad_Name", "no", "(")
+	f.Add("true", "", strings.Repeat("a,", 300), "", "", hostilePatterns())
+	f.Add("", "", "", "", "", "(?:(?:[a-z]?){30}){30}x,(?:[a-z]?){90}x,[a-z]*[a-z]*y")
 	f.Fuzz(func(t *testing.T, inject, only, include, exclude, search, reload string) {
-		p, problems := Vocabulary{Reloader: true}.ParsePolicy(map[string]string{
-			AnnotationInject: inject, AnnotationOnly: only, AnnotationIncludeConfigMaps: include, ReloaderSecretReload: reload,
-		}, map[string]string{AnnotationExcludeSecrets: exclude, AnnotationSearch: search, ReloaderAuto: inject})
+		var p Policy
+		var problems []Problem
+		took, allocated := parseCost(func() {
+			p, problems = Vocabulary{Reloader: true}.ParsePolicy(map[string]string{
+				AnnotationInject: inject, AnnotationOnly: only, AnnotationIncludeConfigMaps: include, ReloaderSecretReload: reload,
+			}, map[string]string{AnnotationExcludeSecrets: exclude, AnnotationSearch: search, ReloaderAuto: inject, ReloaderConfigMapReload: reload})
+		})
+		if took > 2*time.Second || allocated > 8<<20 {
+			t.Fatalf("ParsePolicy took %v and allocated %d bytes", took, allocated)
+		}
+		checkPatternPrograms(t, p)
 		for _, r := range p.Include {
 			if r.Name == "" || strings.ContainsAny(r.Name, "/, ") {
 				t.Fatalf("accepted include %q", r.Name)

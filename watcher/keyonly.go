@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -56,9 +57,13 @@ func newKeptKeys(gate namespaces.Gate) *keptKeys {
 
 // transform keeps only the key of a workload confighash does not act on in its
 // namespace's current mode, and the view full makes of the others, and of every
-// workload of a namespace not read yet.
+// workload of a namespace not read yet. A workload of a namespace confighash does not
+// act in is not read beyond its key: its annotations, whoever wrote them, cost nothing.
 func (k *keptKeys) transform(full cache.TransformFunc) cache.TransformFunc {
 	return func(obj any) (any, error) {
+		if key, ok := k.offKey(obj); ok {
+			return key, nil
+		}
 		out, err := full(obj)
 		v, ok := out.(*view)
 		if err != nil || !ok || !k.gate.Known(v.Namespace) {
@@ -76,6 +81,24 @@ func (k *keptKeys) transform(full cache.TransformFunc) cache.TransformFunc {
 		}
 		return &keyOnly{v.Namespace + "/" + v.Name}, nil
 	}
+}
+
+// offKey returns the key alone of a workload of a namespace confighash does not act
+// in, as transform would after reading it whole.
+func (k *keptKeys) offKey(obj any) (*keyOnly, bool) {
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, false
+	}
+	ns := o.GetNamespace()
+	if ns == "" || !k.gate.Known(ns) || k.gate.Mode(ns) != confighash.ModeOff {
+		return nil, false
+	}
+	k.keep(ns, confighash.ModeOff)
+	if k.gate.Mode(ns) != confighash.ModeOff {
+		return nil, false // it rose meanwhile: read it whole
+	}
+	return &keyOnly{ns + "/" + o.GetName()}, true
 }
 
 func (k *keptKeys) keep(namespace string, mode confighash.Mode) {

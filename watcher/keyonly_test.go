@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/confighash/confighash"
@@ -72,5 +73,32 @@ func TestAWorkloadNotActedOnIsKeptAsItsKeyAlone(t *testing.T) {
 	}
 	if kept.rose("not-read-yet") {
 		t.Error("a namespace whose workloads were all kept whole: a relist")
+	}
+}
+
+// TestAWorkloadOfANamespaceNotActedInIsNotRead: in a namespace confighash does not act
+// in, a workload's annotations are not parsed at all, whatever they hold; only its key
+// is kept (issue 32: one annotation there once took the watcher down).
+func TestAWorkloadOfANamespaceNotActedInIsNotRead(t *testing.T) {
+	gate := modes{"off": confighash.ModeOff, "opted": confighash.ModeOptedIn}
+	var read []string
+	transform := newKeptKeys(gate).transform(func(obj any) (any, error) {
+		v, err := toView(obj)
+		read = append(read, v.(*view).Namespace)
+		return v, err
+	})
+	for _, ns := range []string{"off", "opted", "not-read-yet"} {
+		d := deploymentUsing(map[string]string{confighash.ReloaderConfigMapReload: "(?:[a-z]?){1000}x"}, "cfg")
+		d.Namespace = ns
+		obj, err := transform(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k, ok := obj.(*keyOnly); ns == "off" && (!ok || k.key != "off/web") {
+			t.Errorf("off: transform() = %#v, want the key alone", obj)
+		}
+	}
+	if !slices.Equal(read, []string{"opted", "not-read-yet"}) {
+		t.Errorf("read the workloads of %v, want those of opted and not-read-yet only", read)
 	}
 }

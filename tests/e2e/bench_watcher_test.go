@@ -294,21 +294,27 @@ func BenchmarkWatcherMemory(b *testing.B) {
 }
 
 // rssMiB reads a process's resident set size.
-func rssMiB(b *testing.B, pid int) float64 {
-	b.Helper()
+func rssMiB(tb testing.TB, pid int) float64 { return procMiB(tb, pid, "VmRSS") }
+
+// peakRSSMiB reads the largest resident set size a process has had.
+func peakRSSMiB(tb testing.TB, pid int) float64 { return procMiB(tb, pid, "VmHWM") }
+
+// procMiB reads a size in kB from a process's /proc status, in MiB.
+func procMiB(tb testing.TB, pid int, field string) float64 {
+	tb.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "VmRSS:"), "kB")), 64)
+		if value, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(value, "kB")), 64)
 			if err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			return kb / 1024
 		}
 	}
-	b.Fatal("no VmRSS")
+	tb.Fatalf("no %s", field)
 	return 0
 }

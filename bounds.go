@@ -1,0 +1,128 @@
+package confighash
+
+import (
+	"fmt"
+	"regexp"
+	"regexp/syntax"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Bounds on what a workload's annotations make confighash parse (DESIGN rule 10): the
+// watcher reads every workload of the namespaces it acts in, and anyone who may edit
+// one there chooses these values. What is over a bound is a problem and ignored.
+const (
+	// maxValueBytes is the longest annotation value parsed: room for a list of
+	// MaxSources names of the longest length.
+	maxValueBytes = 64 << 10
+	// maxPolicyBytes is how many bytes of a workload's annotation values are parsed
+	// in all.
+	maxPolicyBytes = 2 * maxValueBytes
+	// maxPatternBytes is the longest name pattern: that of an object name.
+	maxPatternBytes = validation.DNS1123SubdomainMaxLength
+	// maxPatternSize bounds a pattern's compiled program, in instructions: a short
+	// pattern with nested repetitions can otherwise compile to millions of them.
+	maxPatternSize = 500
+	// maxPatterns is how many name patterns a workload may have, in all its lists.
+	maxPatterns = 16
+)
+
+// entries returns the non-empty, trimmed entries of a comma-separated list, at most
+// MaxSources of them: a longer list is a problem, and the rest is ignored.
+func (r *policyReader) entries(annotation, value string) []string {
+	var out []string
+	for field := range strings.SplitSeq(value, ",") {
+		entry := strings.TrimSpace(field)
+		if entry == "" {
+			continue
+		}
+		if len(out) == MaxSources {
+			r.problem(annotation, entry, fmt.Sprintf("the list has more than the %d entries allowed; this one and the rest are ignored", MaxSources))
+			break
+		}
+		out = append(out, entry)
+	}
+	return out
+}
+
+// pattern compiles a name pattern, within the bounds on its length, its program and
+// the number of a workload's patterns.
+func (r *policyReader) pattern(annotation, entry string, kind SourceKind) (NamePattern, bool) {
+	if len(entry) > maxPatternBytes {
+		r.problem(annotation, entry, fmt.Sprintf("a pattern may be %d bytes long at most; ignored", maxPatternBytes))
+		return NamePattern{}, false
+	}
+	if r.compiled == maxPatterns {
+		r.problem(annotation, entry, fmt.Sprintf("a workload may have %d name patterns at most; ignored", maxPatterns))
+		return NamePattern{}, false
+	}
+	// Parsed first, and sized from the parse before it is compiled: parsing keeps
+	// repetitions as counts, compiling expands them.
+	text := "^(?:" + entry + ")$"
+	re, err := syntax.Parse(text, syntax.Perl)
+	if err != nil {
+		r.problem(annotation, entry, "not a valid regular expression: "+err.Error())
+		return NamePattern{}, false
+	}
+	size := programSize(re)
+	if size > maxPatternSize {
+		r.problem(annotation, entry, fmt.Sprintf("the pattern is too complex (over %d instructions compiled); ignored", maxPatternSize))
+		return NamePattern{}, false
+	}
+	expr, err := regexp.Compile(text)
+	if err != nil {
+		r.problem(annotation, entry, "not a valid regular expression: "+err.Error())
+		return NamePattern{}, false
+	}
+	r.compiled++
+	return NamePattern{Kind: kind, Expr: expr, size: size}, true
+}
+
+// programSize bounds from above the instructions an expression compiles to, without
+// compiling it; past maxPatternSize it stops counting.
+func programSize(re *syntax.Regexp) int {
+	n := 1
+	switch re.Op {
+	case syntax.OpLiteral:
+		n = len(re.Rune)
+	case syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		n = 2 + programSize(re.Sub[0])
+	case syntax.OpRepeat:
+		count := re.Max
+		if count < 0 {
+			count = re.Min + 1
+		}
+		n = count * (2 + programSize(re.Sub[0]))
+	case syntax.OpConcat, syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			n = min(n+1+programSize(sub), maxPatternSize+1)
+		}
+	}
+	return min(n, maxPatternSize+1)
+}
+
+// cost is what matching one byte of a name may cost, in units of maxMatchWork: its
+// program's instructions, and a step's fixed cost in as many again.
+func (p NamePattern) cost() int { return p.size + 32 }
+
+// maxMatchWork bounds the work of matching a workload's name patterns against the
+// names of its namespace, in bytes of names times the patterns' costs: at most about
+// 4 ns a unit (BenchmarkWorstPatternMatch), so a fifth of a second. Counted, not
+// timed, so that the webhook, the watcher and explain decide alike.
+const maxMatchWork = 50_000_000
+
+// matchWork is the work of matching the policy's patterns of a kind against names.
+func (p Policy) matchWork(kind SourceKind, names []string) int {
+	size := 0
+	for _, pat := range p.Patterns {
+		if pat.Kind == kind {
+			size += pat.cost()
+		}
+	}
+	bytes := 0
+	for _, name := range names {
+		bytes += len(name) + 1
+	}
+	return bytes * size
+}
