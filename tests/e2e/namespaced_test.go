@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,7 +61,9 @@ func TestReferencesToAbsentKeysOfOneSecretMakeOneSnapshot(t *testing.T) {
 	}
 	tmpl := plainTemplate()
 	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{use("k")}
-	createDeployment(t, c, ns, annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl))
+	web := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl)
+	web.Spec.RevisionHistoryLimit = ptr.To(int32(30)) // every revision kept, and what it names
+	createDeployment(t, c, ns, web)
 	for i := range 20 {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
@@ -74,8 +77,9 @@ func TestReferencesToAbsentKeysOfOneSecretMakeOneSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatalf("update %d: %v", i, err)
 		}
+		// Each its own rollout: a template replaced before its ReplicaSet is made makes none.
+		waitFor(t, 30*time.Second, fmt.Sprintf("web's rollout %d", i+2), func() bool { return replicaSets(t, c, ns, "web") == i+2 })
 	}
-	expectRollouts(t, c, ns, map[string]int{"web": 21})
 	snapshots := snapshotNames(t, c, ns, confighash.Secret)
 	t.Logf("snapshots of secret/big after 20 updates: %d", len(snapshots))
 	if len(snapshots) != 1 {
