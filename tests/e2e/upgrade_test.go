@@ -102,9 +102,11 @@ func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
 		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(rollouts(), want) })
 		waitQuiet(t, watcher)
 		time.Sleep(quietPeriod)
-		if got := rollouts(); !maps.Equal(got, want) {
+		got := rollouts()
+		if !maps.Equal(got, want) {
 			t.Fatalf("%s: rollouts %v, want %v", when, got, want)
 		}
+		t.Logf("%s: rollouts %v", when, got)
 	}
 	// forms checks the version each user's record is written in.
 	forms := func(when, version string) {
