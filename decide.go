@@ -27,6 +27,8 @@ type State struct {
 	// could not be read.
 	Record    Record
 	RecordErr error
+	// Form is the form of Record's digests.
+	Form Form
 	// Hash is the hash on the pod template; Adopted, the hash the workload was adopted
 	// at while its pod template carries none.
 	Hash    string
@@ -50,6 +52,7 @@ func (v Vocabulary) Read(w *Workload) State {
 	}
 	if text, ok := w.Annotations[AnnotationSources]; ok {
 		s.Record, s.RecordErr = ParseRecord(text)
+		s.Form = RecordForm(text)
 	}
 	return s
 }
@@ -61,6 +64,7 @@ func (s *State) Inherit(old func() map[string]string) {
 	if s.Record == nil && s.RecordErr == nil {
 		if text, ok := old()[AnnotationSources]; ok {
 			s.Record, s.RecordErr = ParseRecord(text)
+			s.Form = RecordForm(text)
 		}
 	}
 	if s.Adopted == "" {
@@ -91,7 +95,7 @@ func (s State) met() bool {
 func (s State) Equal(o State) bool {
 	return s.Policy.Equal(o.Policy) && slices.Equal(s.Problems, o.Problems) &&
 		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
-		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) &&
+		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) && s.Form == o.Form &&
 		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
 		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed
 }
@@ -125,8 +129,10 @@ type Sources interface {
 
 // Input is what the decision takes.
 type Input struct {
-	Key   Key
-	State State
+	Key Key
+	// Namespace is the workload's: digests are bound to it (FormNamespaced).
+	Namespace string
+	State     State
 	// Mode is how confighash acts in the workload's namespace.
 	Mode Mode
 	Pods Pods
@@ -154,6 +160,8 @@ type Decision struct {
 	Record  Record
 	Hash    string
 	Adopted string
+	// Form is the form of Record's digests: the state's, until a rollout is due.
+	Form Form
 	// Unproven are the sources that started to count, left out of Record until the
 	// running pods are known to hold their current data (Pods.Held).
 	Unproven []SourceRef
@@ -167,10 +175,10 @@ type Decision struct {
 	Held    []SourceRef
 	Release string
 	// Pins are the snapshots the pod template of a pinned workload must name, once it
-	// has rolled out pinned; Snapshots, the sources whose snapshot of their current
-	// data must exist first.
+	// has rolled out pinned; Snapshots, those of the sources' current data that must
+	// exist first.
 	Pins      Pins
-	Snapshots []Observation
+	Snapshots []Snapshot
 }
 
 // ErrTooManySources is returned by Decide for a workload that uses or names more than
@@ -211,7 +219,8 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	if err != nil {
 		return d, fmt.Errorf("read the sources: %w", err)
 	}
-	d.Observations = d.Policy.observe(in.Key, used, candidates, current)
+	form := s.form()
+	d.Observations = d.Policy.observe(digester{in.Key, in.Namespace, form}, used, candidates, current)
 
 	d.Pacing = d.Policy.Pacing.Over(in.Pacing)
 	// A pinned template says which data its pods run: a return to an earlier revision
@@ -227,6 +236,7 @@ func Decide(in Input, sources Sources) (Decision, error) {
 		// A rollout is due: the new pods will hold every source's current data.
 		rolling := step{rolling: true, held: in.Pods.Held}
 		rolled, rolledUnproven := rolling.next(prev, d.Observations)
+		rolled, rolledObservations, rolledForm := in.namespaced(rolled, d.Observations, form, current)
 		if release := rolled.Hash(in.Key); prev != nil && in.State.Release != release && d.gated(current) {
 			// Not released yet: the watcher rolls it when its wave or window comes.
 			if kept, held, ok := heldBack(in.Key, prev, next); ok {
@@ -235,8 +245,12 @@ func Decide(in Input, sources Sources) (Decision, error) {
 		}
 		if d.Held == nil {
 			st, next, unproven = rolling, rolled, rolledUnproven
+			d.Observations, form = rolledObservations, rolledForm
 		}
+	} else if st.rolling {
+		next, d.Observations, form = in.namespaced(next, d.Observations, form, current)
 	}
+	d.Form = form
 	if first && len(unproven) > 0 {
 		d.Unproven = unproven
 		return d, nil
@@ -252,12 +266,12 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	switch pinned := d.Pacing.Pinned(); {
 	case d.Hash == "":
 	case pinned && (st.rolling || len(s.Pins) > 0):
-		d.Pins, d.Snapshots = pinsOf(next, s.Pins, d.Observations, in.RemakeSnapshots)
+		d.Pins, d.Snapshots = pinsOf(next, s.Pins, d.Observations, in.RemakeSnapshots, digester{in.Key, in.Namespace, form}.pin(current))
 	case !pinned && !st.rolling:
 		d.Pins = s.Pins
 	}
 	d.Unproven = unproven
-	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) &&
+	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) && form == s.Form &&
 		Settled(s.Hash, s.Adopted, hash) && len(unproven) == 0 && slices.Equal(d.Pins, s.Pins)
 	return d, nil
 }
@@ -328,14 +342,14 @@ func usedOrNamed(refs, candidates []Reference) []Reference {
 // observe returns the observations of the used or named sources: whether each exists,
 // whether it counts, and its digest when it exists. Sources missing from the map are
 // absent.
-func (p Policy) observe(key Key, used, candidates []Reference, sources map[SourceRef]Source) []Observation {
+func (p Policy) observe(dig digester, used, candidates []Reference, sources map[SourceRef]Source) []Observation {
 	obs := make([]Observation, len(used))
 	for i, ref := range used {
 		_, candidate := slices.BinarySearchFunc(candidates, ref.SourceRef, func(r Reference, t SourceRef) int { return r.Compare(t) })
 		src, ok := sources[ref.SourceRef]
 		o := Observation{Reference: ref, Present: ok && src.Present, Counts: candidate}
 		if o.Present {
-			o.Digest = SourceDigest(key, ref, src)
+			o.Digest = dig.digest(ref, src)
 			o.Counts = candidate && p.counts(ref, src)
 		}
 		obs[i] = o

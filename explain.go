@@ -114,12 +114,12 @@ func Explain(in ExplainInput) (e Explanation) {
 		key = unknownKey // which sources count, and what rolls, do not depend on the key
 	}
 	if in.Old != nil {
-		hashed, err := Decide(Input{Key: key, State: state, Mode: in.Mode, Pods: Pods{Fresh: true}}, listedSources(in.Old))
+		hashed, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: true}}, listedSources(in.Old))
 		if err == nil && hashed.Acts {
-			state.Record, state.Hash, state.Adopted = hashed.Record, hashed.Hash, hashed.Adopted
+			state.Record, state.Form, state.Hash, state.Adopted = hashed.Record, hashed.Form, hashed.Hash, hashed.Adopted
 		}
 	}
-	d, err := Decide(Input{Key: key, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing}, listedSources(in.Sources))
+	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing}, listedSources(in.Sources))
 	e.Pacing = d.Pacing.String()
 	if !in.HaveKey {
 		defer hideDigests(&e)
@@ -262,7 +262,7 @@ func explainSources(w *Workload, d Decision, state State) []SourceExplanation {
 			}
 		}
 		if e, ok := recorded[o.SourceRef]; ok {
-			s.Recorded = strings.TrimPrefix(Record{e}.String(), recordVersion+" "+recordKinds[e.Kind]+"/"+e.Name+"=")
+			s.Recorded = e.text()
 		}
 		s.Now = "absent"
 		if o.Present {

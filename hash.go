@@ -60,10 +60,13 @@ const (
 	sectionAbsentKey  = '-'
 )
 
-// Domain-separation prefixes, so a source digest can never equal a workload hash input.
+// Domain-separation prefixes, so that no two kinds of digest share an input: a source
+// digest in either form, a snapshot's name, a workload hash.
 const (
-	sourcePrefix   = "confighash.dev/source/v1\x00"
-	workloadPrefix = "confighash.dev/workload/v1\x00"
+	sourcePrefix           = "confighash.dev/source/v1\x00"
+	namespacedSourcePrefix = "confighash.dev/source/v2\x00"
+	snapshotPrefix         = "confighash.dev/snapshot/v1\x00"
+	workloadPrefix         = "confighash.dev/workload/v1\x00"
 )
 
 // entry is one key in the canonical encoding; sum is unused for an absent key.
@@ -73,11 +76,39 @@ type entry struct {
 	sum     Sum
 }
 
-// SourceDigest returns the keyed digest of the keys of src that ref uses: every key when
-// ref.AllKeys, else only ref.Keys. The encoding is length-prefixed and sorted, so no two
-// different contents encode alike. It reads only digests, so the webhook (which reads
-// values) and the watcher (which keeps digests) compute the same value.
+// SourceDigest returns the keyed digest of the keys of src that ref uses, in the
+// shared form (FormShared): every key when ref.AllKeys, else only ref.Keys. The
+// encoding is length-prefixed and sorted, so no two different contents encode alike.
+// It reads only digests, so the webhook (which reads values) and the watcher (which
+// keeps digests) compute the same value.
 func SourceDigest(key Key, ref Reference, src Source) Digest {
+	return keyedDigest(key, sourcePrefix, []string{string(ref.Kind), ref.Name}, usedEntries(ref, src, true))
+}
+
+// NamespacedDigest is SourceDigest bound to the source's namespace (FormNamespaced), so
+// that equal data in two namespaces has unrelated digests: otherwise whoever may read
+// one namespace's workloads and write another's Secrets tests guesses of a Secret by
+// comparing digests. The namespace enters the keyed encoding, rather than keying each
+// namespace apart, so that one pool of keyed states serves every namespace.
+func NamespacedDigest(key Key, namespace string, ref Reference, src Source) Digest {
+	return keyedDigest(key, namespacedSourcePrefix, []string{namespace, string(ref.Kind), ref.Name}, usedEntries(ref, src, true))
+}
+
+// SnapshotDigest returns the keyed digest, bound to the namespace, of the data a
+// snapshot of src for ref copies: the keys ref uses that exist, or every key when ref
+// uses all of them or src is copied whole (Source.Whole). It names the snapshot, so
+// that the same data is one snapshot however workloads reference it, and a name
+// cannot be predicted without the key.
+func SnapshotDigest(key Key, namespace string, ref Reference, src Source) Digest {
+	if src.Whole {
+		ref = Reference{SourceRef: ref.SourceRef, AllKeys: true}
+	}
+	return keyedDigest(key, snapshotPrefix, []string{namespace, string(ref.Kind), ref.Name}, usedEntries(ref, src, false))
+}
+
+// usedEntries returns the entries of src that ref uses, sorted, with a marker for each
+// key it names that src lacks when absent is set.
+func usedEntries(ref Reference, src Source, absent bool) []entry {
 	var entries []entry
 	if ref.AllKeys {
 		entries = make([]entry, 0, len(src.Data)+len(src.BinaryData))
@@ -93,7 +124,7 @@ func SourceDigest(key Key, ref Reference, src Source) Digest {
 			if sum, ok := src.BinaryData.Get(k); ok {
 				entries = append(entries, entry{sectionBinaryData, k, sum})
 			}
-			if len(entries) == n {
+			if len(entries) == n && absent {
 				entries = append(entries, entry{section: sectionAbsentKey, key: k})
 			}
 		}
@@ -101,15 +132,24 @@ func SourceDigest(key Key, ref Reference, src Source) Digest {
 	slices.SortFunc(entries, func(a, b entry) int {
 		return cmp.Or(cmp.Compare(a.section, b.section), strings.Compare(a.key, b.key))
 	})
+	return entries
+}
 
-	size := len(sourcePrefix) + len(ref.Kind) + len(ref.Name) + 3*binary.MaxVarintLen64
+// keyedDigest returns the first bytes of the HMAC of the prefix, each of the fields
+// and the entries, each length-prefixed.
+func keyedDigest(key Key, prefix string, fields []string, entries []entry) Digest {
+	size := len(prefix) + (len(fields)+1)*binary.MaxVarintLen64
+	for _, f := range fields {
+		size += len(f)
+	}
 	for _, e := range entries {
 		size += 1 + binary.MaxVarintLen64 + len(e.key) + len(e.sum)
 	}
 	msg := make([]byte, 0, size)
-	msg = append(msg, sourcePrefix...)
-	msg = appendString(msg, string(ref.Kind))
-	msg = appendString(msg, ref.Name)
+	msg = append(msg, prefix...)
+	for _, f := range fields {
+		msg = appendString(msg, f)
+	}
 	msg = binary.AppendUvarint(msg, uint64(len(entries)))
 	for _, e := range entries {
 		msg = append(msg, e.section)

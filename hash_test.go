@@ -233,17 +233,17 @@ func TestWebhookAndWatcherAgree(t *testing.T) {
 			}
 			stored[ref] = back
 		}
-		written, err := ParseRecord(webhookRecord.String())
+		written, err := ParseRecord(webhookRecord.Text(webhook.Form))
 		if err != nil {
 			t.Fatalf("world %d: the record does not parse back: %v", i, err)
 		}
 		state := injected(tmpl)
-		state.Record, state.Hash = written, webhook.Hash
+		state.Record, state.Form, state.Hash = written, webhook.Form, webhook.Hash
 		watcher, err := Decide(Input{Key: testKey, State: state, Mode: ModeOptedIn}, listedSources(stored))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !watcher.Converged || watcher.Record.String() != webhookRecord.String() {
+		if !watcher.Converged || watcher.Record.Text(watcher.Form) != webhookRecord.Text(webhook.Form) {
 			t.Fatalf("world %d: watcher record %s (converged %v), webhook record %s", i, watcher.Record, watcher.Converged, webhookRecord)
 		}
 		if w, h := written.Hash(testKey), webhook.Hash; w != h {

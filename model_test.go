@@ -3,6 +3,7 @@ package confighash
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,8 @@ import (
 // counts exists with data other than what the running pods hold (DESIGN rule 1).
 // The pod template changes only while confighash acts on the workload; what the pods
 // hold of a source the workload did not use or name when they started is unknown.
+// The workload may also be found as the previous release wrote it, its digests in
+// FormShared: that rolls nothing, and it keeps that form until a rollout is due.
 
 var modelNames = [4]string{"a", "b", "c", "d"}
 
@@ -195,7 +198,7 @@ func (m *model) sourceViews() listedSources {
 func (m *model) decide(pods Pods) Decision {
 	m.t.Helper()
 	state := Vocabulary{Reloader: true}.Read(&Workload{Annotations: m.annotations(), Template: m.template()})
-	state.Record, state.Hash, state.Adopted = m.state.Record, m.state.Hash, m.state.Adopted
+	state.Record, state.Form, state.Hash, state.Adopted = m.state.Record, m.state.Form, m.state.Hash, m.state.Adopted
 	d, err := Decide(Input{Key: testKey, State: state, Mode: m.mode(), Pods: pods}, m.sourceViews())
 	if err != nil {
 		m.t.Fatal(err)
@@ -211,8 +214,43 @@ func (m *model) admit(fresh bool) bool {
 		return false
 	}
 	changed := d.Hash != m.state.Hash
-	m.state.Record, m.state.Hash, m.state.Adopted = d.Record, d.Hash, d.Adopted
+	if form := m.state.Form; m.state.Record != nil && !changed && !fresh && d.Form != form {
+		m.t.Fatalf("an admission that rolls nothing rewrote the record from form %d to %d: %s", form, d.Form, d.Record)
+	}
+	if changed && d.Form != FormNamespaced {
+		m.t.Fatalf("a rollout wrote the record in form %d: %s", d.Form, d.Record)
+	}
+	m.state.Record, m.state.Form, m.state.Hash, m.state.Adopted = d.Record, d.Form, d.Hash, d.Adopted
 	return changed
+}
+
+// writtenBefore rewrites what confighash wrote on the workload as the previous
+// release wrote it: the same record with its digests in FormShared, and its hash.
+func (m *model) writtenBefore() {
+	if m.state.Record == nil || m.state.Form == FormShared {
+		return
+	}
+	shared := map[Digest]Digest{}
+	for _, name := range modelNames {
+		for v := range 3 {
+			src := SourceOfConfigMap(configMap(name, map[string]string{"k": strconv.Itoa(v)}, nil))
+			ref := Reference{SourceRef: src.SourceRef, AllKeys: true}
+			shared[NamespacedDigest(testKey, "", ref, src)] = SourceDigest(testKey, ref, src)
+		}
+	}
+	before := slices.Clone(m.state.Record)
+	for i, e := range before {
+		if e.Seen {
+			before[i].Digest = shared[e.Digest]
+		}
+	}
+	hashes := map[string]string{"": "", m.state.Record.Hash(testKey): before.Hash(testKey)}
+	hash, hashed := hashes[m.state.Hash]
+	adopted, wasAdopted := hashes[m.state.Adopted]
+	if !hashed || !wasAdopted {
+		return // not as confighash wrote it: the workload no longer opts in
+	}
+	m.state.Record, m.state.Form, m.state.Hash, m.state.Adopted = before, FormShared, hash, adopted
 }
 
 // converge is the watcher: until the workload has converged, it records the sources
@@ -235,7 +273,7 @@ func (m *model) converge() int {
 			if d = m.decide(Pods{Held: held}); d.Record == nil {
 				m.t.Fatalf("with every source's pods known, nothing to record: unproven %v", d.Unproven)
 			}
-			m.state.Record, m.state.Adopted = d.Record, d.Adopted
+			m.state.Record, m.state.Form, m.state.Adopted = d.Record, d.Form, d.Adopted
 		}
 		if m.admit(false) {
 			changes++
@@ -254,7 +292,7 @@ func (m *model) event(rng *rand.Rand) {
 	s := &m.sources[i]
 	workloadChanged, templateChanged := false, false
 	var what string
-	switch rng.IntN(12) {
+	switch rng.IntN(13) {
 	case 0, 1:
 		s.exists, s.value = true, rng.IntN(3)
 		what = fmt.Sprintf("%s set to %d", modelNames[i], s.value)
@@ -305,6 +343,9 @@ func (m *model) event(rng *rand.Rand) {
 		workloadChanged, templateChanged, what = true, true, fmt.Sprintf("pod template changed, uses c %v", m.workload.useC)
 	case 11:
 		workloadChanged, what = true, "an unrelated admission"
+	case 12:
+		m.writtenBefore()
+		what = "written by the previous release"
 	}
 	if s.exists && m.held[i] == pendingValue {
 		m.held[i] = s.value // the waiting pods start
@@ -337,6 +378,9 @@ func runModel(t testing.TB, rng *rand.Rand, events int) int {
 	}
 	m.admit(true)
 	m.roll()
+	if rng.IntN(2) == 0 {
+		m.writtenBefore()
+	}
 	for range events {
 		m.event(rng)
 	}

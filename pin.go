@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -19,21 +20,39 @@ import (
 // the data it rolled out with.
 
 // Pin is the snapshot a pod template names for one source: the source's data with
-// this digest.
+// this digest, as recorded.
 type Pin struct {
 	SourceRef
 	Digest Digest
+	// ByData is set when the snapshot is named by Data, the digest of the data it
+	// copies (SnapshotDigest), as in FormNamespaced: the same data is then one snapshot
+	// however it is referenced. Pins made in FormShared are named by Digest.
+	Data   Digest
+	ByData bool
 }
 
 // Snapshot is the name of the pinned snapshot.
-func (p Pin) Snapshot() string { return SnapshotName(p.Name, p.Digest) }
+func (p Pin) Snapshot() string {
+	if p.ByData {
+		return SnapshotName(p.Name, p.Data)
+	}
+	return SnapshotName(p.Name, p.Digest)
+}
+
+// Snapshot is a snapshot a pinned admission makes first: the pin that names it, and
+// the observation of the source's current data it copies.
+type Snapshot struct {
+	Pin    Pin
+	Source Observation
+}
 
 // snapshotNameMax is the longest name of a ConfigMap or Secret.
 const snapshotNameMax = validation.DNS1123SubdomainMaxLength
 
 // SnapshotName is the name of the snapshot of a source's data with this digest: the
 // source's name, cut to leave room if need be, a dash and the digest. The digest is
-// keyed, so the name says nothing of the data.
+// keyed and bound to the namespace, so the name says nothing of the data and cannot be
+// predicted without the key.
 func SnapshotName(source string, d Digest) string {
 	suffix := "-" + d.String()
 	if room := snapshotNameMax - len(suffix); len(source) > room {
@@ -58,14 +77,21 @@ func SnapshotOf(source string) string {
 // AnnotationPinned, so that each revision says which sources its names stand for.
 type Pins []Pin
 
-// String renders the pins: "configmap/app=0123456789abcdef secret/db=...".
+// String renders the pins: "configmap/app=0123456789abcdef secret/db=...", each
+// followed by ",data-" and its Data when it is named by it.
 func (p Pins) String() string {
 	fields := make([]string, len(p))
 	for i, pin := range p {
 		fields[i] = recordKinds[pin.Kind] + "/" + pin.Name + "=" + pin.Digest.String()
+		if pin.ByData {
+			fields[i] += "," + dataPrefix + pin.Data.String()
+		}
 	}
 	return strings.Join(fields, " ")
 }
+
+// dataPrefix marks Pin.Data in the text of pins.
+const dataPrefix = "data-"
 
 // ErrBadPins is returned by ParsePins for text that is not a list of pins.
 var ErrBadPins = errors.New("bad pins")
@@ -74,11 +100,18 @@ var ErrBadPins = errors.New("bad pins")
 func ParsePins(text string) (Pins, error) {
 	var pins Pins
 	for _, f := range strings.Fields(text) {
-		e, err := parseEntry(f)
-		if err != nil || !e.Seen || e.Absent || e.Baseline || e.Uncounted || e.Kind == SecretProviderClass {
-			return nil, fmt.Errorf("%w: %q: want configmap/name=digest or secret/name=digest", ErrBadPins, f)
+		entry, data, byData := strings.Cut(f, ","+dataPrefix)
+		e, err := parseEntry(entry)
+		pin := Pin{SourceRef: e.SourceRef, Digest: e.Digest, ByData: byData}
+		if byData && err == nil {
+			if n, decodeErr := hex.Decode(pin.Data[:], []byte(data)); decodeErr != nil || n != len(pin.Data) || len(data) != 2*n {
+				err = errors.New("bad data digest")
+			}
 		}
-		pins = append(pins, Pin{e.SourceRef, e.Digest})
+		if err != nil || !e.Seen || e.Absent || e.Baseline || e.Uncounted || e.Declining || e.Kind == SecretProviderClass {
+			return nil, fmt.Errorf("%w: %q: want configmap/name=digest or secret/name=digest, then ,data-digest or not", ErrBadPins, f)
+		}
+		pins = append(pins, pin)
 	}
 	slices.SortFunc(pins, func(a, b Pin) int { return a.Compare(b.SourceRef) })
 	for i := 1; i < len(pins); i++ {
@@ -200,30 +233,57 @@ func (r Record) withoutDeclines() Record {
 
 // pinsOf returns the pins of a pinned workload with this record: each source that
 // counts, at its recorded data, by the snapshot the template names already, or else by
-// a new snapshot of its current data, returned as well. A source whose recorded data
-// is neither is named by its own name. With remake, the snapshots of the pins kept are
-// returned too, where the source still holds their data.
-func pinsOf(record Record, have Pins, observations []Observation, remake bool) (Pins, []Observation) {
+// a new snapshot of its current data (made by newPin), returned as well. A source whose
+// recorded data is neither is named by its own name. With remake, the snapshots of the
+// pins kept are returned too, where the source still holds their data.
+func pinsOf(record Record, have Pins, observations []Observation, remake bool, newPin func(Observation) Pin) (Pins, []Snapshot) {
 	var pins Pins
-	var snapshots []Observation
+	var snapshots []Snapshot
 	for _, e := range record {
 		if e.Uncounted || !e.Seen || e.Kind == SecretProviderClass {
 			continue
 		}
-		pin := Pin{e.SourceRef, e.Digest}
 		i, observed := slices.BinarySearchFunc(observations, e.SourceRef, func(o Observation, ref SourceRef) int { return o.Compare(ref) })
 		current := observed && observations[i].Present && observations[i].Digest == e.Digest
-		if old, ok := have.Get(e.SourceRef); ok && old == pin {
-			pins = append(pins, pin)
+		if old, ok := have.Get(e.SourceRef); ok && old.Digest == e.Digest {
+			pins = append(pins, old)
 			if remake && current {
-				snapshots = append(snapshots, observations[i])
+				snapshots = append(snapshots, Snapshot{old, observations[i]})
 			}
 			continue
 		}
 		if current {
+			pin := newPin(observations[i])
 			pins = append(pins, pin)
-			snapshots = append(snapshots, observations[i])
+			snapshots = append(snapshots, Snapshot{pin, observations[i]})
 		}
 	}
 	return pins, snapshots
+}
+
+// Copies reports whether src, the source read again to be copied, still holds the
+// data that names the snapshot.
+func (s Snapshot) Copies(key Key, namespace string, src Source) bool {
+	if s.Pin.ByData {
+		return SnapshotDigest(key, namespace, s.Source.Reference, src) == s.Pin.Data
+	}
+	return SourceDigest(key, s.Source.Reference, src) == s.Pin.Digest
+}
+
+// IsSnapshot reports whether obj, a ConfigMap or Secret found under the name of a
+// snapshot of source, is that snapshot: immutable, labelled as the source's snapshot,
+// and named by the data it holds (data, its digest-only view), in either form. Only
+// the holder of the key names data so, so an object that anyone else made, restored
+// from a snapshot's YAML and changed, or left mutable is not one: the webhook does not
+// pin to it, and the watcher does not delete it.
+func IsSnapshot(key Key, source SourceRef, obj metav1.Object, immutable bool, data Source) bool {
+	if !immutable || obj.GetLabels()[LabelSnapshotOf] != SnapshotOf(source.Name) {
+		return false
+	}
+	held := Reference{SourceRef: source, AllKeys: true}
+	name := obj.GetName()
+	// A FormShared snapshot is named by the digest of the keys its workload used, which
+	// are those it holds unless a used key was absent: such a one is not recognised.
+	return name == SnapshotName(source.Name, SnapshotDigest(key, obj.GetNamespace(), held, data)) ||
+		name == SnapshotName(source.Name, SourceDigest(key, held, data))
 }

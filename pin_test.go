@@ -127,9 +127,9 @@ func names(tmpl *corev1.PodTemplateSpec) string {
 }
 
 func TestRepinNamesEachPinnedSourceBySnapshotAndTheRestByName(t *testing.T) {
-	app1 := Pin{SourceRef{ConfigMap, "app-config"}, Digest{1}}
-	app2 := Pin{SourceRef{ConfigMap, "app-config"}, Digest{2}}
-	db1 := Pin{SourceRef{Secret, "db"}, Digest{3}}
+	app1 := Pin{SourceRef: SourceRef{ConfigMap, "app-config"}, Digest: Digest{1}}
+	app2 := Pin{SourceRef: SourceRef{ConfigMap, "app-config"}, Digest: Digest{2}, Data: Digest{4}, ByData: true}
+	db1 := Pin{SourceRef: SourceRef{Secret, "db"}, Digest: Digest{3}}
 	tmpl := pinnedTemplate("")
 
 	pinned := renamed(t, tmpl, Repin(tmpl, Pins{app1, db1}))
@@ -165,6 +165,7 @@ type pinnedWorld struct {
 	t         *testing.T
 	tmpl      *corev1.PodTemplateSpec
 	record    Record
+	form      Form
 	sources   map[SourceRef]Source
 	revisions []*corev1.PodTemplateSpec
 	snapshots map[string]bool
@@ -174,15 +175,15 @@ func (w *pinnedWorld) admit(fresh bool) Decision {
 	w.t.Helper()
 	annotations := map[string]string{AnnotationInject: "true", AnnotationPin: "true"}
 	state := Vocabulary{}.Read(&Workload{Annotations: annotations, Template: w.tmpl})
-	state.Record = w.record
+	state.Record, state.Form = w.record, w.form
 	d, err := Decide(Input{Key: testKey, State: state, Mode: ModeOptedIn, Pods: Pods{Fresh: fresh}}, listedSources(w.sources))
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	for _, o := range d.Snapshots {
-		w.snapshots[SnapshotName(o.Name, o.Digest)] = true
+	for _, s := range d.Snapshots {
+		w.snapshots[s.Pin.Snapshot()] = true
 	}
-	w.record = d.Record
+	w.record, w.form = d.Record, d.Form
 	tmpl := renamed(w.t, w.tmpl, Repin(w.tmpl, d.Pins))
 	tmpl.Annotations = map[string]string{AnnotationHash: d.Hash}
 	if len(d.Pins) > 0 {
@@ -207,14 +208,16 @@ func equalTemplates(a, b *corev1.PodTemplateSpec) bool {
 func TestAPinnedWorkloadReturnsToItsDataAndStaysUntilTheNextChange(t *testing.T) {
 	cfg := SourceRef{ConfigMap, "cfg"}
 	w := &pinnedWorld{t: t, tmpl: envFrom("cfg", "plain"), sources: map[SourceRef]Source{cfg: cmSource("cfg", "1")}, snapshots: map[string]bool{}}
-	digest := func() Digest { return SourceDigest(testKey, Reference{SourceRef: cfg, AllKeys: true}, w.sources[cfg]) }
-	d1 := digest()
+	whole := Reference{SourceRef: cfg, AllKeys: true}
+	digest := func() Digest { return NamespacedDigest(testKey, "", whole, w.sources[cfg]) }
+	snapshot := func() string { return SnapshotName("cfg", SnapshotDigest(testKey, "", whole, w.sources[cfg])) }
+	d1, s1 := digest(), snapshot()
 
 	w.admit(true)
-	if got := names(w.tmpl); got != SnapshotName("cfg", d1)+" plain" {
+	if got := names(w.tmpl); got != s1+" plain" {
 		t.Fatalf("created: the template names %q, want cfg's snapshot and plain", got)
 	}
-	if !w.snapshots[SnapshotName("cfg", d1)] {
+	if !w.snapshots[s1] {
 		t.Fatal("created: no snapshot of cfg's data made")
 	}
 	if d := w.admit(false); !d.Converged || len(d.Snapshots) > 0 || len(w.revisions) != 1 {
@@ -222,9 +225,9 @@ func TestAPinnedWorkloadReturnsToItsDataAndStaysUntilTheNextChange(t *testing.T)
 	}
 
 	w.sources[cfg] = cmSource("cfg", "2")
-	d2 := digest()
+	d2, s2 := digest(), snapshot()
 	w.admit(false)
-	if len(w.revisions) != 2 || names(w.tmpl) != SnapshotName("cfg", d2)+" plain" || !w.snapshots[SnapshotName("cfg", d2)] {
+	if len(w.revisions) != 2 || names(w.tmpl) != s2+" plain" || !w.snapshots[s2] {
 		t.Fatalf("cfg changed: %d revisions, names %q, snapshots %v; want a rollout to cfg's new snapshot", len(w.revisions), names(w.tmpl), w.snapshots)
 	}
 
@@ -237,7 +240,7 @@ func TestAPinnedWorkloadReturnsToItsDataAndStaysUntilTheNextChange(t *testing.T)
 	if e := w.record[0]; e.Digest != d1 || !e.Declining || e.Declined != d2 {
 		t.Fatalf("the return: record %s, want cfg at its first data, declining its second", w.record)
 	}
-	if read, err := ParseRecord(w.record.String()); err != nil || !slices.Equal(read, w.record) {
+	if read, err := ParseRecord(w.record.Text(FormNamespaced)); err != nil || !slices.Equal(read, w.record) {
 		t.Fatalf("the record %q reads back as %v, %v", w.record, read, err)
 	}
 	if d := w.admit(false); !d.Converged || !equalTemplates(w.tmpl, w.revisions[0]) {
@@ -245,9 +248,9 @@ func TestAPinnedWorkloadReturnsToItsDataAndStaysUntilTheNextChange(t *testing.T)
 	}
 
 	w.sources[cfg] = cmSource("cfg", "3")
-	d3 := digest()
+	s3 := snapshot()
 	w.admit(false)
-	if names(w.tmpl) != SnapshotName("cfg", d3)+" plain" || w.record[0].Declining {
+	if names(w.tmpl) != s3+" plain" || w.record[0].Declining {
 		t.Fatalf("cfg's next change: names %q, record %s; want its new snapshot, nothing declined", names(w.tmpl), w.record)
 	}
 }
@@ -257,7 +260,7 @@ func TestAPinnedWorkloadReturnsToItsDataAndStaysUntilTheNextChange(t *testing.T)
 func TestAWorkloadNoLongerPinnedRunsItsSourcesData(t *testing.T) {
 	cfg := SourceRef{ConfigMap, "cfg"}
 	src := cmSource("cfg", "2")
-	d2 := SourceDigest(testKey, Reference{SourceRef: cfg, AllKeys: true}, src)
+	d2 := NamespacedDigest(testKey, "", Reference{SourceRef: cfg, AllKeys: true}, src)
 	record := Record{{SourceRef: cfg, Digest: Digest{1}, Seen: true, Declining: true, Declined: d2}}
 	state := injected(envFrom("cfg"))
 	state.Record, state.Hash = record, record.Hash(testKey)
@@ -311,20 +314,20 @@ func TestPinningComesFromTheWorkloadThenItsNamespaceThenTheFlags(t *testing.T) {
 func TestARemakeAsksForTheSnapshotsOfKeptPinsWhoseDataIsCurrent(t *testing.T) {
 	app, db := SourceRef{ConfigMap, "app"}, SourceRef{Secret, "db"}
 	record := Record{{SourceRef: app, Digest: Digest{1}, Seen: true}, {SourceRef: db, Digest: Digest{2}, Seen: true}}
-	have := Pins{{app, Digest{1}}, {db, Digest{2}}}
+	have := Pins{{SourceRef: app, Digest: Digest{1}}, {SourceRef: db, Digest: Digest{2}}}
 	// app still holds the pinned data; db moved on since (a return declined it).
 	observations := []Observation{
 		{Reference: Reference{SourceRef: app, AllKeys: true}, Present: true, Counts: true, Digest: Digest{1}},
 		{Reference: Reference{SourceRef: db, AllKeys: true}, Present: true, Counts: true, Digest: Digest{9}},
 	}
 	for _, remake := range []bool{false, true} {
-		pins, snapshots := pinsOf(record, have, observations, remake)
+		pins, snapshots := pinsOf(record, have, observations, remake, func(o Observation) Pin { return Pin{SourceRef: o.SourceRef, Digest: o.Digest} })
 		if !slices.Equal(pins, have) {
 			t.Errorf("remake %v: pins %s, want those kept: %s", remake, pins, have)
 		}
 		var made []SourceRef
-		for _, o := range snapshots {
-			made = append(made, o.SourceRef)
+		for _, s := range snapshots {
+			made = append(made, s.Pin.SourceRef)
 		}
 		if want := map[bool][]SourceRef{false: nil, true: {app}}[remake]; !slices.Equal(made, want) {
 			t.Errorf("remake %v: snapshots of %v, want %v", remake, made, want)

@@ -176,50 +176,65 @@ func (r Record) Sources() []SourceRef {
 	return refs
 }
 
-// Record text format, one space-separated entry per source after the version:
+// Record text format, one space-separated entry per source after the version, which
+// says the form of the digests ("v1" shared, "v2" namespaced):
 //
-//	v1 configmap/app=9f86d081884c7d65 secret/db=60303ae22b998861,baseline secret/tls=absent
+//	v2 configmap/app=9f86d081884c7d65 secret/db=60303ae22b998861,baseline secret/tls=absent
 //
 // An entry is kind/name= followed by comma-separated tokens: the last digest seen (16 hex
 // digits), "absent" while the source does not exist, "baseline" for a baseline,
 // "uncounted" for a source that does not count now, "declined-" and a digest for data
 // a pinned workload returned from.
-const recordVersion = "v1"
+var recordVersions = map[Form]string{FormShared: "v1", FormNamespaced: "v2"}
 
 // declinedPrefix marks RecordEntry.Declined in the text format.
 const declinedPrefix = "declined-"
 
 var recordKinds = map[SourceKind]string{ConfigMap: "configmap", Secret: "secret", SecretProviderClass: "secretproviderclass"}
 
-// String renders the record in its text format.
-func (r Record) String() string {
+// Text renders the record in its text format, its digests being in the form f.
+func (r Record) Text(f Form) string {
 	var b strings.Builder
-	b.WriteString(recordVersion)
+	b.WriteString(recordVersions[f])
 	for _, e := range r {
 		b.WriteByte(' ')
 		b.WriteString(recordKinds[e.Kind])
 		b.WriteByte('/')
 		b.WriteString(e.Name)
 		b.WriteByte('=')
-		var tokens []string
-		if e.Seen {
-			tokens = append(tokens, e.Digest.String())
-		}
-		if e.Baseline {
-			tokens = append(tokens, "baseline")
-		}
-		if e.Absent {
-			tokens = append(tokens, "absent")
-		}
-		if e.Uncounted {
-			tokens = append(tokens, "uncounted")
-		}
-		if e.Declining {
-			tokens = append(tokens, declinedPrefix+e.Declined.String())
-		}
-		b.WriteString(strings.Join(tokens, ","))
+		b.WriteString(e.text())
 	}
 	return b.String()
+}
+
+// text renders the entry's tokens.
+func (e RecordEntry) text() string {
+	var tokens []string
+	if e.Seen {
+		tokens = append(tokens, e.Digest.String())
+	}
+	if e.Baseline {
+		tokens = append(tokens, "baseline")
+	}
+	if e.Absent {
+		tokens = append(tokens, "absent")
+	}
+	if e.Uncounted {
+		tokens = append(tokens, "uncounted")
+	}
+	if e.Declining {
+		tokens = append(tokens, declinedPrefix+e.Declined.String())
+	}
+	return strings.Join(tokens, ",")
+}
+
+// RecordForm returns the form of the digests of a record's text: FormShared unless its
+// version says otherwise, as records written before the version named a form.
+func RecordForm(text string) Form {
+	if fields := strings.Fields(text); len(fields) > 0 && fields[0] == recordVersions[FormNamespaced] {
+		return FormNamespaced
+	}
+	return FormShared
 }
 
 // ErrBadRecord is returned by ParseRecord for text that is not a sources record.
@@ -228,8 +243,8 @@ var ErrBadRecord = errors.New("bad sources record")
 // ParseRecord parses a record's text format.
 func ParseRecord(s string) (Record, error) {
 	fields := strings.Fields(s)
-	if len(fields) == 0 || fields[0] != recordVersion {
-		return nil, fmt.Errorf("%w: want version %s first", ErrBadRecord, recordVersion)
+	if len(fields) == 0 || fields[0] != recordVersions[FormShared] && fields[0] != recordVersions[FormNamespaced] {
+		return nil, fmt.Errorf("%w: want version %s or %s first", ErrBadRecord, recordVersions[FormShared], recordVersions[FormNamespaced])
 	}
 	r := make(Record, 0, len(fields)-1)
 	for _, f := range fields[1:] {

@@ -223,13 +223,13 @@ func TestObserve(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	if got, want := counted(Policy{}.observe(testKey, candidates, candidates, sources)), "ConfigMap/missing ConfigMap/present Secret/plain"; got != want {
+	if got, want := counted(Policy{}.observe(digester{key: testKey}, candidates, candidates, sources)), "ConfigMap/missing ConfigMap/present Secret/plain"; got != want {
 		t.Errorf("observe() counts %s, want %s: ignored sources never count", got, want)
 	}
-	if got, want := counted(Policy{Search: true}.observe(testKey, candidates, candidates, sources)), "ConfigMap/missing ConfigMap/present"; got != want {
+	if got, want := counted(Policy{Search: true}.observe(digester{key: testKey}, candidates, candidates, sources)), "ConfigMap/missing ConfigMap/present"; got != want {
 		t.Errorf("search mode observe() counts %s, want %s: absent sources count until known", got, want)
 	}
-	if got := counted(Policy{}.observe(testKey, candidates, candidates[:1], sources)); got != "ConfigMap/missing" {
+	if got := counted(Policy{}.observe(digester{key: testKey}, candidates, candidates[:1], sources)); got != "ConfigMap/missing" {
 		t.Errorf("observe() counts %s, want only the candidate", got)
 	}
 }
@@ -242,8 +242,11 @@ func TestRecordText(t *testing.T) {
 	}
 	r = append(r, RecordEntry{SourceRef: SourceRef{Secret, "was"}, Digest: Digest{2}, Seen: true, Uncounted: true})
 	const want = "v1 configmap/app=9f86d081884c7d65 secret/db=0100000000000000,baseline,absent secret/tls=absent secret/was=0200000000000000,uncounted"
-	if got := r.String(); got != want {
-		t.Fatalf("String() = %q, want %q", got, want)
+	if got := r.Text(FormShared); got != want {
+		t.Fatalf("Text(FormShared) = %q, want %q", got, want)
+	}
+	if got := r.Text(FormNamespaced); got != "v2"+want[2:] || RecordForm(got) != FormNamespaced || RecordForm(want) != FormShared {
+		t.Fatalf("Text(FormNamespaced) = %q, want %q in that form", got, "v2"+want[2:])
 	}
 	back, err := ParseRecord(want)
 	if err != nil {
@@ -257,7 +260,7 @@ func TestRecordText(t *testing.T) {
 		t.Fatalf("ParseRecord(v1) = %v, %v; want an empty record", empty, err)
 	}
 	unsorted, err := ParseRecord("v1 secret/b=absent configmap/a=absent")
-	if err != nil || unsorted.String() != "v1 configmap/a=absent secret/b=absent" {
+	if err != nil || unsorted.Text(FormShared) != "v1 configmap/a=absent secret/b=absent" {
 		t.Fatalf("ParseRecord() of unsorted entries = %v, %v; want them sorted", unsorted, err)
 	}
 }
@@ -265,7 +268,7 @@ func TestRecordText(t *testing.T) {
 func TestParseRecordRejects(t *testing.T) {
 	for _, text := range []string{
 		"",
-		"v2 configmap/a=absent",
+		"v3 configmap/a=absent",
 		"configmap/a=absent",
 		"v1 configmap/a",
 		"v1 configmap=absent",
@@ -301,9 +304,10 @@ func FuzzParseRecord(f *testing.F) {
 			}
 			return
 		}
-		back, err := ParseRecord(r.String())
-		if err != nil {
-			t.Fatalf("rendering %q does not parse: %v", r.String(), err)
+		form := RecordForm(text)
+		back, err := ParseRecord(r.Text(form))
+		if err != nil || RecordForm(r.Text(form)) != form {
+			t.Fatalf("rendering %q does not parse in its form: %v", r.Text(form), err)
 		}
 		if !slices.Equal(back, r) {
 			t.Fatalf("round trip %v != %v", back, r)

@@ -60,6 +60,10 @@ type Source struct {
 	// WaveSize is its AnnotationWaveSize: above zero, its changes roll in waves of at
 	// most this many workloads. A value that is not a number is 0.
 	WaveSize int
+	// Whole is set for a Secret of a type other than Opaque: its snapshot copies it
+	// whole, since a type may require keys a workload does not use (kubernetes.io/tls:
+	// tls.key).
+	Whole bool
 	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
 	Data       Sums
 	BinaryData Sums
@@ -69,7 +73,7 @@ type Source struct {
 // counting annotations.
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
-		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize &&
+		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.Whole == o.Whole &&
 		slices.Equal(s.Data, o.Data) && slices.Equal(s.BinaryData, o.BinaryData)
 }
 
@@ -87,6 +91,7 @@ func SourceOfConfigMap(cm *corev1.ConfigMap) Source {
 // merged stringData into data.
 func SourceOfSecret(sec *corev1.Secret) Source {
 	s := sourceMeta(Secret, sec.Name, sec.Annotations)
+	s.Whole = sec.Type != "" && sec.Type != corev1.SecretTypeOpaque
 	s.Data = SumsOf(sec.Data, sumBytes)
 	return s
 }

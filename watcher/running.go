@@ -48,7 +48,7 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 	}
 	trig := triggers(v, d.Record, w.sources)
 	admitted, err := w.patch(ctx, v, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		confighash.AnnotationSources: d.Record.String(), confighash.AnnotationAdopted: adopted,
+		confighash.AnnotationSources: d.Record.Text(d.Form), confighash.AnnotationAdopted: adopted,
 		confighash.AnnotationTrigger: confighash.FormatTriggers(trig),
 	}}})
 	return w.admitted(key, v, d, trig, counted, admitted, err)

@@ -233,7 +233,9 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 			case !changed:
 				continue
 			case len(refs) == 0 && len(w.naming(v.Namespace, kind, s.GetName())) == 0:
-				err = w.deleteSnapshot(ctx, kind, s)
+				if w.madeSnapshot(ctx, kind, s) {
+					err = w.deleteSnapshot(ctx, kind, s)
+				}
 			default:
 				err = w.setOwners(ctx, kind, s, refs)
 			}
@@ -358,7 +360,7 @@ func (w *Watcher) sweepSnapshots(ctx context.Context) {
 				// Deleted at the sweep after the one that first found it so: a create
 				// admitted meanwhile that names it is seen, and its workload owns it.
 				candidates[s.UID] = true
-				if !w.sweepCandidates[s.UID] {
+				if !w.sweepCandidates[s.UID] || !w.madeSnapshot(ctx, kind, s) {
 					continue
 				}
 				if err := w.deleteSnapshot(ctx, kind, s); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

@@ -53,7 +53,7 @@ func (w *Watcher) acts(v *view) bool {
 // decide decides for the workload from the cache, as the webhook would.
 func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
 	pacing, _ := w.gate.Pacing(v.Namespace) // a bad annotation is ignored, as the webhook ignores it
-	return confighash.Decide(confighash.Input{Key: w.cfg.Key, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
+	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
 		Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, v.Namespace})
 }
 
@@ -82,7 +82,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	case err != nil:
 		return err
 	}
-	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.String()).Str("want", d.Record.String()).
+	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.Text(v.Form)).Str("want", d.Record.Text(d.Form)).
 		Str("hash", v.Hash).Str("want_hash", d.Hash).Stringer("pins", v.Pins).Stringer("want_pins", d.Pins).Msg("checked")
 	switch {
 	case len(d.Held) > 0 && len(d.Unproven) == 0:
@@ -128,7 +128,7 @@ func (w *Watcher) admitted(key workloadKey, v *view, d confighash.Decision, trig
 		w.progress.done(key) // deleted meanwhile
 		return nil
 	}
-	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, d.Record) || !confighash.Settled(admitted.Hash, admitted.Adopted, d.Record.Hash(w.cfg.Key)) {
+	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, d.Record) || admitted.Form != d.Form || !confighash.Settled(admitted.Hash, admitted.Adopted, d.Record.Hash(w.cfg.Key)) {
 		w.progress.unpause(key)
 		w.cfg.Metrics.Touch(TouchNotConverged)
 		return errNotConverged

@@ -79,7 +79,7 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	hash := want.Hash(w.cfg.Key)
 	tmplMeta := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
 	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		confighash.AnnotationSources: want.String(), confighash.AnnotationAdopted: nil,
+		confighash.AnnotationSources: want.Text(d.Form), confighash.AnnotationAdopted: nil,
 	}}}
 	// Nest the template part along the kind's template path, below the root.
 	nested := tmplMeta

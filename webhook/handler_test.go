@@ -82,7 +82,7 @@ func oneSourceHandler(t testing.TB) (http.Handler, *PrometheusRecorder, configha
 	h, rec := newTestHandler(t, stubReader{sources: sources})
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
 	ref := confighash.Reference{SourceRef: cfg, AllKeys: true}
-	record := confighash.Record{{SourceRef: cfg, Digest: confighash.SourceDigest(key, ref, src), Seen: true}}
+	record := confighash.Record{{SourceRef: cfg, Digest: confighash.NamespacedDigest(key, "ns", ref, src), Seen: true}}
 	return h, rec, key, record
 }
 
@@ -261,7 +261,7 @@ func TestHandlerWarnsAboutBadAnnotationsAndStillHashes(t *testing.T) {
 
 func TestHandlerSendsNoPatchWhenNothingChanged(t *testing.T) {
 	h, rec, key, record := oneSourceHandler(t)
-	obj := strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true","`+confighash.AnnotationSources+`":"`+record.String()+`"`, 1)
+	obj := strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true","`+confighash.AnnotationSources+`":"`+record.Text(confighash.FormNamespaced)+`"`, 1)
 	obj = strings.Replace(obj, `"labels":{"app":"web"}`, `"labels":{"app":"web"},"annotations":{"`+confighash.AnnotationHash+`":"`+record.Hash(key)+`"}`, 1)
 
 	resp := decodeResponse(t, post(h, "application/json", review(obj)))
@@ -294,7 +294,7 @@ func TestHandlerHashesTheSourcesAReloaderPatternMatches(t *testing.T) {
 		}
 	}
 	// cfg, used but not counted by a reload list alone, is recorded as not counting.
-	if !strings.HasPrefix(record, "v1 configmap/app-a=") || !strings.Contains(record, " configmap/app-b=") ||
+	if !strings.HasPrefix(record, "v2 configmap/app-a=") || !strings.Contains(record, " configmap/app-b=") ||
 		!strings.HasSuffix(record, ",baseline,uncounted") || strings.Count(record, "configmap/") != 3 {
 		t.Fatalf("sources record = %q, want configmap/app-a and configmap/app-b counted, configmap/cfg not", record)
 	}
@@ -327,7 +327,7 @@ func TestHandlerAdoption(t *testing.T) {
 		t.Errorf("first meeting with a pod template change: patch %v, want the record and the hash", ops)
 	}
 	// Adopted at the current hash: nothing to write, the template stays without one.
-	adopted := inject + `,"` + confighash.AnnotationSources + `":"` + record.String() + `","` + confighash.AnnotationAdopted + `":"` + record.Hash(key) + `"`
+	adopted := inject + `,"` + confighash.AnnotationSources + `":"` + record.Text(confighash.FormNamespaced) + `","` + confighash.AnnotationAdopted + `":"` + record.Hash(key) + `"`
 	if ops := paths(reviewUpdate(with(adopted), with(adopted))); len(ops) != 0 {
 		t.Errorf("adopted and current: patch %v, want none", ops)
 	}

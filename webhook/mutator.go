@@ -199,7 +199,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, state.RecordErr))
 	}
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, !created, old)}
-	in := confighash.Input{Key: m.cfg.Key, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}, Pacing: m.cfg.Pacing,
+	in := confighash.Input{Key: m.cfg.Key, Namespace: w.Namespace, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}, Pacing: m.cfg.Pacing,
 		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != ""}
 	if m.cfg.Gate != nil {
 		ns, err := m.cfg.Gate.Pacing(w.Namespace)
@@ -242,7 +242,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		}
 	}
 	if d.Record != nil {
-		out := written{record: d.Record.String(), hash: d.Hash, adopted: d.Adopted, renames: confighash.Repin(w.Template, d.Pins)}
+		out := written{record: d.Record.Text(d.Form), hash: d.Hash, adopted: d.Adopted, renames: confighash.Repin(w.Template, d.Pins)}
 		if len(d.Pins) > 0 {
 			out.pins = d.Pins.String()
 		}
@@ -319,8 +319,9 @@ func pinnedState(state confighash.State, oldRaw []byte, kind confighash.Kind, ol
 	case !slices.Equal(state.Pins, was):
 		// A return to an earlier revision (kubectl rollout undo), which may bring its
 		// metadata back too: what the workload ran until now is what it returns from.
-		if record, err := confighash.ParseRecord(old()[confighash.AnnotationSources]); err == nil {
-			state.Record, state.RecordErr = record, nil
+		text := old()[confighash.AnnotationSources]
+		if record, err := confighash.ParseRecord(text); err == nil {
+			state.Record, state.RecordErr, state.Form = record, nil, confighash.RecordForm(text)
 		}
 	}
 	return state

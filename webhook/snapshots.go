@@ -32,18 +32,19 @@ func NewSnapshots(client kubernetes.Interface, key confighash.Key) *Snapshots {
 
 // Ensure makes the snapshots of the sources' current data the observations saw, at
 // once: each is a read or two and a create, which would add up in line.
-func (s *Snapshots) Ensure(ctx context.Context, namespace string, observed []confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
-	return inParallel(ctx, s.slots, len(observed), func(ctx context.Context, i int) error {
-		return s.ensure(ctx, namespace, observed[i], owner, dryRun)
+func (s *Snapshots) Ensure(ctx context.Context, namespace string, wanted []confighash.Snapshot, owner *metav1.OwnerReference, dryRun bool) error {
+	return inParallel(ctx, s.slots, len(wanted), func(ctx context.Context, i int) error {
+		return s.ensure(ctx, namespace, wanted[i], owner, dryRun)
 	})
 }
 
 // ensure makes the snapshot of the source's current data o observed, unless it exists,
 // owned by owner when it is known (an update; a create's workload has no UID yet).
 // The data is read again, whole, and must still be the data o observed. Snapshots
-// are immutable and named by their data: one that exists is the one wanted.
-func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.Observation, owner *metav1.OwnerReference, dryRun bool) error {
-	name := confighash.SnapshotName(o.Name, o.Digest)
+// are immutable and named by their data: one that exists is the one wanted, if it is
+// a snapshot at all (confighash.IsSnapshot).
+func (s *Snapshots) ensure(ctx context.Context, namespace string, want confighash.Snapshot, owner *metav1.OwnerReference, dryRun bool) error {
+	o, name := want.Source, want.Pin.Snapshot()
 	meta := metav1.ObjectMeta{Name: name, Namespace: namespace,
 		Labels:      map[string]string{confighash.LabelSnapshotOf: confighash.SnapshotOf(o.Name)},
 		Annotations: map[string]string{confighash.LabelSnapshotOf: o.Name}}
@@ -54,27 +55,33 @@ func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.O
 	switch o.Kind {
 	case confighash.ConfigMap:
 		// Most often the snapshot exists: the other workloads a change reached made it.
-		if _, err = s.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return snapshotRead(name, err)
+		existing, readErr := s.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(readErr) {
+			return s.existing(o, name, readErr, func() bool {
+				return confighash.IsSnapshot(s.key, o.SourceRef, existing, ptr.Deref(existing.Immutable, false), confighash.SourceOfConfigMap(existing))
+			})
 		}
 		var cm *corev1.ConfigMap
 		if cm, err = s.client.CoreV1().ConfigMaps(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
 		}
-		if err = s.same(o, confighash.SourceOfConfigMap(cm)); err != nil || dryRun {
+		if err = s.same(want, namespace, confighash.SourceOfConfigMap(cm)); err != nil || dryRun {
 			return err
 		}
 		snapshot := &corev1.ConfigMap{ObjectMeta: meta, Immutable: ptr.To(true), Data: used(o.Reference, cm.Data), BinaryData: used(o.Reference, cm.BinaryData)}
 		_, err = s.client.CoreV1().ConfigMaps(namespace).Create(ctx, snapshot, metav1.CreateOptions{FieldManager: FieldManager})
 	case confighash.Secret:
-		if _, err = s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return snapshotRead(name, err)
+		existing, readErr := s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(readErr) {
+			return s.existing(o, name, readErr, func() bool {
+				return confighash.IsSnapshot(s.key, o.SourceRef, existing, ptr.Deref(existing.Immutable, false), confighash.SourceOfSecret(existing))
+			})
 		}
 		var sec *corev1.Secret
 		if sec, err = s.client.CoreV1().Secrets(namespace).Get(ctx, o.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read %s for its snapshot: %w", o.SourceRef, err)
 		}
-		if err = s.same(o, confighash.SourceOfSecret(sec)); err != nil || dryRun {
+		if err = s.same(want, namespace, confighash.SourceOfSecret(sec)); err != nil || dryRun {
 			return err
 		}
 		data := used(o.Reference, sec.Data)
@@ -93,19 +100,23 @@ func (s *Snapshots) ensure(ctx context.Context, namespace string, o confighash.O
 	return nil
 }
 
-// snapshotRead is the outcome of reading whether the snapshot exists: nil when it
-// does.
-func snapshotRead(name string, err error) error {
-	if err != nil {
+// existing is the outcome of reading whether the snapshot exists: nil when it does and
+// is one. An object under its name that is not (made beforehand, mutable, or holding
+// other data) is never pinned to: its pods would run whatever it holds.
+func (s *Snapshots) existing(o confighash.Observation, name string, err error, isSnapshot func() bool) error {
+	switch {
+	case err != nil:
 		return fmt.Errorf("read the snapshot %s: %w", name, err)
+	case !isSnapshot():
+		return fmt.Errorf("pin %s: %s exists but is not its snapshot (not immutable, not labelled %s=%s, or holding other data); it is not used", o.SourceRef, name, confighash.LabelSnapshotOf, confighash.SnapshotOf(o.Name))
 	}
 	return nil
 }
 
 // same checks that the source read holds the data the decision observed.
-func (s *Snapshots) same(o confighash.Observation, src confighash.Source) error {
-	if confighash.SourceDigest(s.key, o.Reference, src) != o.Digest {
-		return fmt.Errorf("%s changed while it was admitted; its snapshot waits for the next admission", o.SourceRef)
+func (s *Snapshots) same(want confighash.Snapshot, namespace string, src confighash.Source) error {
+	if !want.Copies(s.key, namespace, src) {
+		return fmt.Errorf("%s changed while it was admitted; its snapshot waits for the next admission", want.Source.SourceRef)
 	}
 	return nil
 }

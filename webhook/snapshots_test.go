@@ -13,9 +13,11 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// observed is what a decision observed of the source, using ref's keys.
-func observed(key confighash.Key, ref confighash.Reference, src confighash.Source) confighash.Observation {
-	return confighash.Observation{Reference: ref, Present: true, Counts: true, Digest: confighash.SourceDigest(key, ref, src)}
+// observed is the snapshot a decision in namespace ns wants of the source, using ref's
+// keys.
+func observed(key confighash.Key, ref confighash.Reference, src confighash.Source) confighash.Snapshot {
+	o := confighash.Observation{Reference: ref, Present: true, Counts: true, Digest: confighash.NamespacedDigest(key, "ns", ref, src)}
+	return confighash.Snapshot{Source: o, Pin: confighash.Pin{SourceRef: ref.SourceRef, Digest: o.Digest, Data: confighash.SnapshotDigest(key, "ns", ref, src), ByData: true}}
 }
 
 func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
@@ -28,18 +30,18 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	owner := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "u1"}
 
 	usedKey := observed(key, confighash.Reference{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app"}, Keys: []string{"used"}}, confighash.SourceOfConfigMap(cm))
-	if err := s.Ensure(ctx, "ns", []confighash.Observation{usedKey}, owner, true); err != nil {
+	if err := s.Ensure(ctx, "ns", []confighash.Snapshot{usedKey}, owner, true); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := client.CoreV1().ConfigMaps("ns").List(ctx, metav1.ListOptions{}); len(list.Items) != 1 {
 		t.Fatalf("a dry run made a snapshot: %d ConfigMaps", len(list.Items))
 	}
 	for range 2 {
-		if err := s.Ensure(ctx, "ns", []confighash.Observation{usedKey}, owner, false); err != nil {
+		if err := s.Ensure(ctx, "ns", []confighash.Snapshot{usedKey}, owner, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	snap, err := client.CoreV1().ConfigMaps("ns").Get(ctx, confighash.SnapshotName("app", usedKey.Digest), metav1.GetOptions{})
+	snap, err := client.CoreV1().ConfigMaps("ns").Get(ctx, usedKey.Pin.Snapshot(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,10 +50,10 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	}
 
 	cert := observed(key, confighash.Reference{SourceRef: confighash.SourceRef{Kind: confighash.Secret, Name: "tls"}, Keys: []string{"tls.crt"}}, confighash.SourceOfSecret(tls))
-	if err := s.Ensure(ctx, "ns", []confighash.Observation{cert}, nil, false); err != nil {
+	if err := s.Ensure(ctx, "ns", []confighash.Snapshot{cert}, nil, false); err != nil {
 		t.Fatal(err)
 	}
-	sec, err := client.CoreV1().Secrets("ns").Get(ctx, confighash.SnapshotName("tls", cert.Digest), metav1.GetOptions{})
+	sec, err := client.CoreV1().Secrets("ns").Get(ctx, cert.Pin.Snapshot(), metav1.GetOptions{})
 	if err != nil || sec.Type != corev1.SecretTypeTLS || len(sec.Data) != 2 {
 		t.Fatalf("TLS snapshot %+v, %v: want the same type, whole", sec, err)
 	}
@@ -62,7 +64,7 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Ensure(ctx, "ns", []confighash.Observation{decided}, nil, false); err == nil || !strings.Contains(err.Error(), "changed while it was admitted") {
+	if err := s.Ensure(ctx, "ns", []confighash.Snapshot{decided}, nil, false); err == nil || !strings.Contains(err.Error(), "changed while it was admitted") {
 		t.Fatalf("data changed since it was decided on: %v", err)
 	}
 }

@@ -280,7 +280,7 @@ func expectedHash(t testing.TB, c *cluster.Cluster, key confighash.Key, ns strin
 	if len(state.Problems) > 0 {
 		t.Fatalf("fixture has bad annotations: %v", state.Problems)
 	}
-	d, err := confighash.Decide(confighash.Input{Key: key, State: state, Mode: confighash.ModeOptedIn, Pods: confighash.Pods{Fresh: true}}, readSources{t, c, ns})
+	d, err := confighash.Decide(confighash.Input{Key: key, Namespace: ns, State: state, Mode: confighash.ModeOptedIn, Pods: confighash.Pods{Fresh: true}}, readSources{t, c, ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,8 +85,14 @@ type component struct {
 // waits until it is ready, and stops it at the end of the test.
 func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component {
 	t.Helper()
+	return startBinary(t, c, confighashBinary(t), args...)
+}
+
+// startBinary is startComponent with another build of confighash.
+func startBinary(t testing.TB, c *cluster.Cluster, binary string, args ...string) *component {
+	t.Helper()
 	ensureNamespaces(t, c, installNamespace)
-	p, err := spawnComponent(confighashBinary(t), c, filepath.Join(t.TempDir(), args[0]+".log"), args...)
+	p, err := spawnComponent(binary, c, filepath.Join(t.TempDir(), args[0]+".log"), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +230,7 @@ func ensureNamespaces(t testing.TB, c *cluster.Cluster, names ...string) {
 // webhookProcess is a running `confighash webhook`, registered with the API server.
 type webhookProcess struct {
 	*component
+	binary  string
 	args    []string
 	addr    string // admission server, 127.0.0.1:port
 	certDir string
@@ -235,7 +242,13 @@ type webhookProcess struct {
 // certificate, and registers it for labelled namespaces. Both go at the end of the test.
 func startWebhook(t testing.TB, c *cluster.Cluster, extra ...string) *webhookProcess {
 	t.Helper()
-	w := &webhookProcess{certDir: t.TempDir()}
+	return startWebhookBinary(t, c, confighashBinary(t), extra...)
+}
+
+// startWebhookBinary is startWebhook with another build of confighash.
+func startWebhookBinary(t testing.TB, c *cluster.Cluster, binary string, extra ...string) *webhookProcess {
+	t.Helper()
+	w := &webhookProcess{binary: binary, certDir: t.TempDir()}
 	// A webhook of a namespaced install reads nothing elsewhere: probe one of its own.
 	for _, arg := range extra {
 		if list, ok := strings.CutPrefix(arg, "--namespaces="); ok {
@@ -257,7 +270,7 @@ func startWebhook(t testing.TB, c *cluster.Cluster, extra ...string) *webhookPro
 		"--tls-poll-interval=200ms",
 		// No Service routes to it: nothing to wait for at shutdown.
 		"--shutdown-delay=0"}, extra...)
-	w.component = startComponent(t, c, w.args...)
+	w.component = startBinary(t, c, binary, w.args...)
 	w.register(t, c)
 	return w
 }
@@ -266,7 +279,7 @@ func startWebhook(t testing.TB, c *cluster.Cluster, extra ...string) *webhookPro
 // once the running one has been killed.
 func (w *webhookProcess) restart(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
-	w.component = startComponent(t, c, w.args...)
+	w.component = startBinary(t, c, w.binary, w.args...)
 }
 
 // issue writes a new serving certificate for 127.0.0.1, signed by the test CA.

@@ -284,7 +284,7 @@ func (l *Ledger) RecordSecretUpdate(s *corev1.Secret, at time.Time) {
 }
 
 func (l *Ledger) record(src Source, data confighash.Source, at time.Time) {
-	d := confighash.SourceDigest(l.key, confighash.Reference{SourceRef: src.Ref, AllKeys: true}, data)
+	d := confighash.NamespacedDigest(l.key, src.Namespace, confighash.Reference{SourceRef: src.Ref, AllKeys: true}, data)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.updates[src] = append(l.updates[src], update{at: at, digest: d})

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// previousRelease is the last commit whose digests are not bound to the namespace.
+const previousRelease = "4654d83"
+
+// previousBinary builds confighash as it was at previousRelease, from the repository's
+// history; without that commit (a shallow clone) the test skips.
+func previousBinary(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("the upgrade test builds the previous release from the git history, and there is none: %v", err)
+	}
+	repo := strings.TrimSpace(string(root))
+	if exec.Command("git", "-C", repo, "cat-file", "-e", previousRelease+"^{commit}").Run() != nil {
+		t.Skipf("the upgrade test builds the previous release %s, which this clone's history lacks (a shallow clone)", previousRelease)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, repo, previousRelease, dir).CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", previousRelease, err, out)
+	}
+	binary := filepath.Join(dir, "confighash-"+previousRelease)
+	build := exec.Command("go", "build", "-o", binary, "./cmd/confighash")
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build at %s: %v\n%s", previousRelease, err, out)
+	}
+	return binary
+}
+
+// TestAnUpgradeRollsNothingUntilAChange: workloads of every kind, admitted and rolled
+// once by a change under the previous release, are taken over by this one: nothing
+// rolls at the takeover, at a restart of the watcher, or at an unrelated write of each;
+// they keep their records until a change of a source they use rolls each of them
+// once, in the namespaced form.
+func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	previous := previousBinary(t)
+	hook := startWebhookBinary(t, c, previous)
+	watcher := startBinary(t, c, previous, watcherArgs()...)
+	waitFor(t, 10*time.Second, "the previous watcher to lead", func() bool { return watcher.metric(t, "confighash_watcher_leader") == 1 })
+	ns := labeledNamespace(t, c)
+	ctx := t.Context()
+	createEverySource(t, c, ns)
+	every := everyUseTemplate(nil)
+	pinned := envFromTemplate("app-config")
+	pinned.Spec.Volumes = secretVolumeTemplate("app-secret").Spec.Volumes
+	createDeployment(t, c, ns, deployment("every", 1, every))
+	createDeployment(t, c, ns, deployment("plain", 1, plainTemplate()))
+	createDeployment(t, c, ns, annotatedDeployment("pinned", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, pinned))
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("sts", every), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("ds", every), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("cron", every), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Rollouts: a Deployment's ReplicaSets, a StatefulSet's and a DaemonSet's
+	// ControllerRevisions, a CronJob's generation (a touch changes its metadata alone).
+	rollouts := func() map[string]int {
+		out := map[string]int{}
+		for _, name := range []string{"every", "plain", "pinned"} {
+			out[name] = replicaSets(t, c, ns, name)
+		}
+		for _, name := range []string{"sts", "ds"} {
+			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = len(list.Items)
+		}
+		cj, err := c.Client.BatchV1().CronJobs(ns).Get(ctx, "cron", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["cron"] = int(cj.Generation)
+		return out
+	}
+	want := map[string]int{"every": 1, "plain": 1, "pinned": 1, "sts": 1, "ds": 1, "cron": 1}
+	users := []string{"every", "pinned", "sts", "ds", "cron"} // of app-config
+	expect := func(when string) {
+		t.Helper()
+		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(rollouts(), want) })
+		waitQuiet(t, watcher)
+		time.Sleep(quietPeriod)
+		got := rollouts()
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: rollouts %v, want %v", when, got, want)
+		}
+		t.Logf("%s: rollouts %v", when, got)
+	}
+	// forms checks the version each user's record is written in.
+	forms := func(when, version string) {
+		t.Helper()
+		for _, name := range users {
+			if text := recordOf(t, c, ns, name); !strings.HasPrefix(text, version+" ") {
+				t.Errorf("%s: %s's record %q, want it in %s", when, name, text, version)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	expect("created under the previous release")
+	app := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
+	setKey(t, c, ns, app, "greeting", "v2")
+	for _, name := range users {
+		want[name]++
+	}
+	expect("after a change under the previous release")
+	forms("under the previous release", "v1")
+
+	watcher.stop(t)
+	hook.component.stop(t)
+	hook.binary = confighashBinary(t)
+	hook.restart(t, c)
+	watcher = startWatcher(t, c)
+	expect("at the takeover")
+
+	watcher.stop(t)
+	watcher = startWatcher(t, c)
+	expect("after a restart of the watcher")
+
+	label := []byte(`{"metadata":{"labels":{"team":"a"}}}`)
+	for _, name := range []string{"every", "plain", "pinned"} {
+		if _, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Patch(ctx, "sts", types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Patch(ctx, "ds", types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.BatchV1().CronJobs(ns).Patch(ctx, "cron", types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("after an unrelated write of each workload")
+	forms("until a rollout is due", "v1")
+
+	setKey(t, c, ns, app, "greeting", "v3")
+	for _, name := range users {
+		want[name]++
+	}
+	expect("after a change under this release")
+	forms("after a rollout under this release", "v2")
+}
+
+// recordOf returns the sources record of a workload of the test's kinds.
+func recordOf(t *testing.T, c *cluster.Cluster, ns, name string) string {
+	t.Helper()
+	var meta metav1.Object
+	var err error
+	switch name {
+	case "sts":
+		meta, err = c.Client.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	case "ds":
+		meta, err = c.Client.AppsV1().DaemonSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	case "cron":
+		meta, err = c.Client.BatchV1().CronJobs(ns).Get(t.Context(), name, metav1.GetOptions{})
+	default:
+		meta, err = c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta.GetAnnotations()[confighash.AnnotationSources]
+}
