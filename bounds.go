@@ -29,7 +29,7 @@ const (
 )
 
 // entries returns the non-empty, trimmed entries of a comma-separated list, at most
-// MaxSources of them: a longer list is a problem, and the rest is ignored.
+// MaxSources of them: a longer list names too many sources.
 func (r *policyReader) entries(annotation, value string) []string {
 	var out []string
 	for field := range strings.SplitSeq(value, ",") {
@@ -38,12 +38,22 @@ func (r *policyReader) entries(annotation, value string) []string {
 			continue
 		}
 		if len(out) == MaxSources {
-			r.problem(annotation, entry, fmt.Sprintf("the list has more than the %d entries allowed; this one and the rest are ignored", MaxSources))
+			r.overBound(annotation, value, fmt.Sprintf("the list has more than the %d entries allowed", MaxSources))
 			break
 		}
 		out = append(out, entry)
 	}
 	return out
+}
+
+// overBound records that the workload's annotations are over a bound on what they may
+// make confighash read: it is then left as it is, never hashed from what fits (DESIGN
+// rule 9).
+func (r *policyReader) overBound(annotation, value, reason string) {
+	if r.over == "" {
+		r.over = fmt.Sprintf("annotation %s: %s", annotation, reason)
+	}
+	r.problem(annotation, value, reason+"; the workload is left as it is")
 }
 
 // pattern compiles a name pattern, within the bounds on its length, its program and
@@ -54,7 +64,7 @@ func (r *policyReader) pattern(annotation, entry string, kind SourceKind) (NameP
 		return NamePattern{}, false
 	}
 	if r.compiled == maxPatterns {
-		r.problem(annotation, entry, fmt.Sprintf("a workload may have %d name patterns at most; ignored", maxPatterns))
+		r.overBound(annotation, entry, fmt.Sprintf("a workload may have %d name patterns at most", maxPatterns))
 		return NamePattern{}, false
 	}
 	// Parsed first, and sized from the parse before it is compiled: parsing keeps

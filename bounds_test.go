@@ -22,8 +22,9 @@ func hostilePatterns() string {
 }
 
 // TestAnnotationsAreBoundedBeforeTheyAreParsed: whatever a workload's annotations hold,
-// what confighash parses of them is bounded; the rest is a problem and ignored, and
-// the valid entries still count.
+// what confighash parses of them is bounded. A bad entry is a problem and ignored, and
+// the valid ones still count; a list, a value or patterns over a bound on their number
+// or size leave the workload as it is, never hashed from what fits.
 func TestAnnotationsAreBoundedBeforeTheyAreParsed(t *testing.T) {
 	names := func(n int) string {
 		list := make([]string, n)
@@ -45,23 +46,24 @@ func TestAnnotationsAreBoundedBeforeTheyAreParsed(t *testing.T) {
 		include     int // sources included by name
 		patterns    int
 		problem     string
+		left        bool // as it is
 	}{
 		{"a hostile pattern of 21 KB is refused unparsed",
-			map[string]string{ReloaderConfigMapReload: hostilePatterns() + ",plain"}, 1, 0, "bytes long at most"},
+			map[string]string{ReloaderConfigMapReload: hostilePatterns() + ",plain"}, 1, 0, "bytes long at most", false},
 		{"a short pattern with nested repetitions is refused before it is compiled",
-			map[string]string{ReloaderConfigMapReload: "(?:(?:[a-z]?){30}){30}x,app-.*"}, 0, 1, "too complex"},
+			map[string]string{ReloaderConfigMapReload: "(?:(?:[a-z]?){30}){30}x,app-.*"}, 0, 1, "too complex", false},
 		{"a pattern just within the bound compiles",
-			map[string]string{ReloaderConfigMapReload: "(?:[a-z]?){90}x"}, 0, 1, ""},
-		{"a workload's patterns beyond the bound are ignored, in all its lists",
-			map[string]string{ReloaderConfigMapReload: patterns(10), ReloaderSecretReload: patterns(10)}, 0, maxPatterns, "name patterns at most"},
-		{"a list keeps its first MaxSources entries",
-			map[string]string{AnnotationIncludeConfigMaps: names(MaxSources + 40)}, MaxSources, 0, "more than the 256 entries"},
-		{"a value longer than the bound is ignored whole",
-			map[string]string{AnnotationIncludeSecrets: strings.Repeat("a,", maxValueBytes/2+1)}, 0, 0, "longer than the 65536 bytes"},
+			map[string]string{ReloaderConfigMapReload: "(?:[a-z]?){90}x"}, 0, 1, "", false},
+		{"patterns beyond the bound, in all of a workload's lists, leave it as it is",
+			map[string]string{ReloaderConfigMapReload: patterns(10), ReloaderSecretReload: patterns(10)}, 0, maxPatterns, "name patterns at most", true},
+		{"a list of more than MaxSources entries leaves the workload as it is",
+			map[string]string{AnnotationIncludeConfigMaps: names(MaxSources + 40)}, MaxSources, 0, "more than the 256 entries", true},
+		{"a value longer than the bound is not parsed",
+			map[string]string{AnnotationIncludeSecrets: strings.Repeat("a,", maxValueBytes/2+1)}, 0, 0, "longer than the 65536 bytes", true},
 		{"the values of a workload are bounded in all",
 			map[string]string{AnnotationIncludeConfigMaps: names(MaxSources), AnnotationIncludeSecrets: strings.Repeat("s", 60<<10) + ",a",
 				AnnotationExcludeConfigMaps: strings.Repeat("e", 60<<10), AnnotationExcludeSecrets: strings.Repeat("e", 60<<10)},
-			MaxSources + 1, 0, "more than the 131072 bytes allowed in all"},
+			MaxSources + 1, 0, "more than the 131072 bytes allowed in all", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,6 +74,10 @@ func TestAnnotationsAreBoundedBeforeTheyAreParsed(t *testing.T) {
 			}
 			if len(p.Include) != tt.include || len(p.Patterns) != tt.patterns {
 				t.Errorf("%d included, %d patterns; want %d and %d", len(p.Include), len(p.Patterns), tt.include, tt.patterns)
+			}
+			_, err := Decide(Input{State: State{Policy: p.ForEveryWorkload()}, Mode: ModeEvery}, listed(nil))
+			if left := errors.Is(err, ErrTooManySources); left != tt.left {
+				t.Errorf("Decide() = %v, want left as it is: %v", err, tt.left)
 			}
 			found := tt.problem == "" && len(problems) == 0
 			for _, pr := range problems {

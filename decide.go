@@ -202,6 +202,9 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	if d.Policy, d.Acts = s.PolicyIn(in.Mode); !d.Acts {
 		return d, nil
 	}
+	if d.Policy.over != "" {
+		return d, fmt.Errorf("%w: %s; it is left as it is", ErrTooManySources, d.Policy.over)
+	}
 	names, err := d.Policy.patternNames(s.Record, sources)
 	if err != nil {
 		return d, err

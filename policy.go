@@ -42,6 +42,9 @@ type Policy struct {
 	decided SourceKinds
 	// only is AnnotationOnly's kind, if set.
 	only SourceKind
+	// over says which bound on what annotations may make confighash read they are
+	// over, if any: the workload is then left as it is (see policyReader.overBound).
+	over string
 }
 
 // ForEveryWorkload returns the policy in a namespace that opts every workload in (see
@@ -76,7 +79,7 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
 	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
-		p.reloader == q.reloader && p.only == q.only && p.kinds == q.kinds &&
+		p.reloader == q.reloader && p.only == q.only && p.kinds == q.kinds && p.over == q.over &&
 		p.Discover == q.Discover && p.decided == q.decided && slices.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&
 		slices.EqualFunc(p.Patterns, q.Patterns, func(a, b NamePattern) bool { return a.Kind == b.Kind && a.Expr.String() == b.Expr.String() })
@@ -155,6 +158,7 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	}
 	p.Include = sortedRefs(p.Include)
 	p.Exclude = sortedRefs(p.Exclude)
+	p.over = r.over
 	return p, r.problems
 }
 
@@ -164,6 +168,8 @@ type policyReader struct {
 	problems           []Problem
 	// read counts the bytes of the values read so far; compiled, the name patterns.
 	read, compiled int
+	// over is the first bound the annotations are over, if any.
+	over string
 }
 
 func (r *policyReader) get(name string) (string, bool) {
@@ -175,10 +181,10 @@ func (r *policyReader) get(name string) (string, bool) {
 	}
 	switch {
 	case len(v) > maxValueBytes:
-		r.problem(name, v, fmt.Sprintf("longer than the %d bytes allowed; ignored", maxValueBytes))
+		r.overBound(name, v, fmt.Sprintf("longer than the %d bytes allowed", maxValueBytes))
 		return "", false
 	case r.read+len(v) > maxPolicyBytes:
-		r.problem(name, v, fmt.Sprintf("confighash's annotations on the workload hold more than the %d bytes allowed in all; ignored", maxPolicyBytes))
+		r.overBound(name, v, fmt.Sprintf("confighash's annotations on the workload hold more than the %d bytes allowed in all", maxPolicyBytes))
 		return "", false
 	}
 	r.read += len(v)

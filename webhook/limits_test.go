@@ -102,8 +102,8 @@ func TestAdmissionAtTheLimits(t *testing.T) {
 		hashed      bool
 		warning     string
 	}{
-		{"5,000 included names", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(manyNames, ",")}, corev1.PodSpec{}, nil, false, "uses or names 5000 ConfigMaps and Secrets, more than the 256 allowed"},
-		{"an annotation of 256 KiB", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(longNames, ",")}, corev1.PodSpec{}, nil, false, "more than the 256 allowed"},
+		{"5,000 included names", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(manyNames, ",")}, corev1.PodSpec{}, nil, false, "not hashed: too many sources: annotation confighash.dev/include-secrets: the list has more than the 256 entries allowed"},
+		{"an annotation of 256 KiB", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(longNames, ",")}, corev1.PodSpec{}, nil, false, "longer than the 65536 bytes allowed; the workload is left as it is"},
 		{"a ConfigMap of 10,000 keys", inject, corev1.PodSpec{Volumes: []corev1.Volume{{Name: "b", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "big"}}}}}},
 			[]kruntime.Object{bigConfigMap}, true, ""},
 		{"a 1 MiB Secret", inject, secretVolumes("large"), []kruntime.Object{secret("large", map[string][]byte{"blob": make([]byte, 1<<20)})}, true, ""},
