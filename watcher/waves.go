@@ -86,6 +86,9 @@ type admission struct {
 	source  confighash.SourceRef // whose change the wave rolls
 	release string
 	at      time.Time
+	// slotFreed is set once its pods stayed Pending too long: it no longer counts
+	// against MaxRolling.
+	slotFreed bool
 }
 
 func newWaves() *waves {
@@ -139,6 +142,9 @@ func (w *Watcher) unhold(key workloadKey) {
 	counts := ws.setHeld(key, "")
 	delete(ws.noted, key)
 	delete(ws.waiting[key.Namespace], key)
+	if ws.capped[key.Namespace] == key {
+		delete(ws.capped, key.Namespace) // it waits for room no more
+	}
 	ws.mu.Unlock()
 	if counts != nil {
 		w.cfg.Metrics.Held(counts)
@@ -165,10 +171,7 @@ func (w *Watcher) dismiss(key workloadKey) bool {
 	delete(w.waves.admitted, key)
 	delete(w.waves.failing, key)
 	w.waves.generation++
-	for ns, k := range w.waves.capped {
-		w.queue.Add(k)
-		delete(w.waves.capped, ns)
-	}
+	w.wakeCapped()
 	return true
 }
 
@@ -205,11 +208,12 @@ func (w *Watcher) settle(ctx context.Context, v *view) error {
 	if !known && v.Status == rollingOut && v.Release == v.Hash && v.Selector != "" {
 		// Pods that cannot start change no status of the workload: look again soon,
 		// until they are known to fail.
-		why, err := w.failingPods(ctx, v)
+		why, pending, err := w.failingPods(ctx, v)
 		if err != nil {
 			return err
 		}
 		w.queue.AddAfter(keyOf(v), podCheckInterval)
+		w.pendingTooLong(v, pending)
 		if why != "" {
 			w.waves.mu.Lock()
 			w.waves.failing[keyOf(v)] = failing{hash: v.Hash, why: why}
@@ -236,13 +240,13 @@ func (w *Watcher) settle(ctx context.Context, v *view) error {
 const podCheckInterval = 5 * time.Second
 
 // failingPods returns why a pod of the workload's latest template cannot start, "" if
-// none is known to fail.
-func (w *Watcher) failingPods(ctx context.Context, v *view) (string, error) {
+// none is known to fail, and since when one has been Pending.
+func (w *Watcher) failingPods(ctx context.Context, v *view) (string, time.Time, error) {
 	pods, err := w.cfg.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v.Selector})
 	if err != nil {
-		return "", fmt.Errorf("list the pods of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+		return "", time.Time{}, fmt.Errorf("list the pods of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
 	}
-	return failingPod(pods.Items, v.Hash), nil
+	return failingPod(pods.Items, v.Hash), pendingSince(pods.Items, v.Hash), nil
 }
 
 // paced releases the workload's due change, or holds it: while a halted wave holds
@@ -472,11 +476,7 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 		slices.SortStableFunc(st.pending, func(a, b *view) int {
 			return boolOrder(a.Failed == "", b.Failed == "")
 		})
-		n := min(wv.size, len(st.pending))
-		if w.cfg.MaxRolling > 0 && len(ws.admitted)+n > w.cfg.MaxRolling {
-			n = max(0, w.cfg.MaxRolling-len(ws.admitted))
-			ws.capped[key.Namespace] = key
-		}
+		n := w.room(key, min(wv.size, len(st.pending)))
 		for _, u := range st.pending[:n] {
 			uk := keyOf(u)
 			ws.admitted[uk] = admission{source: wv.source, release: st.due[u], at: now}
