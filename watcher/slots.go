@@ -53,6 +53,15 @@ func (w *Watcher) room(key workloadKey, n int) int {
 	return max(0, free)
 }
 
+// stopWaiting forgets that the workload's namespace waits for room, if it waited
+// for this workload's wave: it is released, no longer due, or its wave waits for its
+// own. Under the waves' lock.
+func (ws *waves) stopWaiting(key workloadKey) {
+	if ws.capped[key.Namespace] == key {
+		delete(ws.capped, key.Namespace)
+	}
+}
+
 // wakeCapped queues the namespaces that wait for room: there may be some now. Under
 // the waves' lock.
 func (w *Watcher) wakeCapped() {

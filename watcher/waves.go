@@ -142,9 +142,7 @@ func (w *Watcher) unhold(key workloadKey) {
 	counts := ws.setHeld(key, "")
 	delete(ws.noted, key)
 	delete(ws.waiting[key.Namespace], key)
-	if ws.capped[key.Namespace] == key {
-		delete(ws.capped, key.Namespace) // it waits for room no more
-	}
+	ws.stopWaiting(key)
 	ws.mu.Unlock()
 	if counts != nil {
 		w.cfg.Metrics.Held(counts)
@@ -472,7 +470,9 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 		// Once the wave has settled, so that one alert names all that failed.
 		return false, w.halt(ctx, key, wv, st)
 	}
-	if st.rolling == 0 {
+	if st.rolling > 0 {
+		ws.stopWaiting(key) // its wave waits for its own, not for room
+	} else {
 		slices.SortStableFunc(st.pending, func(a, b *view) int {
 			return boolOrder(a.Failed == "", b.Failed == "")
 		})
