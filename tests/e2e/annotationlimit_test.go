@@ -7,8 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -30,13 +28,7 @@ func TestRecordNeverTakesAWorkloadOverTheAnnotationLimit(t *testing.T) {
 	// 50 bytes short of the bound: the record ("confighash.dev/sources" and about 90
 	// bytes) does not fit.
 	d.Annotations[padding] = strings.Repeat("x", confighash.MaxAnnotationBytes-50-len(padding)-len(confighash.AnnotationInject)-len("true"))
-	warned := &warnings{}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.WarningHandler = warned
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, warned := warnedClient(t, c)
 	created, err := client.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("a Deployment 50 bytes under the annotation limit is refused: %v", err)
