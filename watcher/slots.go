@@ -74,7 +74,7 @@ func (w *Watcher) wakeCapped() {
 // been Pending since then for longer than PendingTimeout. It still counts in its
 // wave, which waits for it until it rolls out or times out.
 func (w *Watcher) pendingTooLong(v *view, since time.Time) {
-	if since.IsZero() || time.Since(since) < w.cfg.PendingTimeout {
+	if w.cfg.MaxRolling == 0 || since.IsZero() || time.Since(since) < w.cfg.PendingTimeout {
 		return
 	}
 	w.waves.mu.Lock()
