@@ -26,7 +26,7 @@ func TestResumeNamesAWorkloadWhoseHeldMarkerIsMalformed(t *testing.T) {
 		{"a blank marker", " "},
 		{"an empty marker", ""},
 		{"a marker without its hash", "ConfigMap/app@12"},
-		{"a marker without the source's version", "ConfigMap/app v1:abc"},
+		{"a marker without the version of the source", "ConfigMap/app v1:abc"},
 		{"a marker of another kind of source", "Pod/app@12 v1:abc"},
 		{"a marker of three parts", "ConfigMap/app@12 v1:abc more"},
 		{"a huge marker", "ConfigMap/app@12 v1:" + strings.Repeat("a", 200_000)},
