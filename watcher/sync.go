@@ -164,6 +164,17 @@ func overBound(err error) bool {
 	return errors.Is(err, confighash.ErrTooManySources) || errors.Is(err, confighash.ErrAnnotationsTooLarge)
 }
 
+// notDecided returns the error of a decision, none for a bound the workload is over,
+// which no retry changes: that is an Event.
+func (w *Watcher) notDecided(key workloadKey, v *view, err error) error {
+	if !overBound(err) {
+		return err
+	}
+	w.warnAboutAnnotations(key, v, err)
+	w.progress.unreached(key)
+	return nil
+}
+
 // warnAboutAnnotations sends one Event per version of the workload for its bad
 // annotations and for a bound it is over.
 func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
