@@ -39,12 +39,16 @@ type State struct {
 	// Held and Failed, the source change of a halted wave it holds the workload for, or
 	// that failed in it (AnnotationRelease, AnnotationHeld, AnnotationFailed).
 	Release, Held, Failed string
+	// Others are the bytes of its annotations apart from those the webhook writes,
+	// when they are many (see annotationBytesOf).
+	Others AnnotationBytes
 }
 
 // Read reads a workload's state, its annotations in this vocabulary.
 func (v Vocabulary) Read(w *Workload) State {
 	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted],
-		Release: w.Annotations[AnnotationRelease], Held: w.Annotations[AnnotationHeld], Failed: w.Annotations[AnnotationFailed]}
+		Release: w.Annotations[AnnotationRelease], Held: w.Annotations[AnnotationHeld], Failed: w.Annotations[AnnotationFailed],
+		Others: annotationBytesOf(w)}
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
 	s.Pins = TemplatePins(w.Template)
 	if !s.Policy.OptOut {
@@ -97,7 +101,7 @@ func (s State) Equal(o State) bool {
 		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
 		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) && s.Form == o.Form &&
 		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
-		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed
+		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed && s.Others == o.Others
 }
 
 func errorText(err error) string {
@@ -276,7 +280,7 @@ func Decide(in Input, sources Sources) (Decision, error) {
 	d.Unproven = unproven
 	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) && form == s.Form &&
 		Settled(s.Hash, s.Adopted, hash) && len(unproven) == 0 && slices.Equal(d.Pins, s.Pins)
-	return d, nil
+	return d, d.fits(s.Others)
 }
 
 // gated reports whether only the watcher releases the workload's changes: waves or

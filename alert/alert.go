@@ -83,7 +83,8 @@ type Config struct {
 	Quiet, MaxWait time.Duration
 	// MaxWorkloads is how many workloads an alert names before "and N more"; 20.
 	MaxWorkloads int
-	// Queue is how many alerts may wait to be sent; beyond it they are dropped; 64.
+	// Queue is how many alerts may wait to be sent; 64. Beyond it those of the
+	// namespace with the most waiting are dropped.
 	Queue int
 	// Timeout bounds each request; 10 s. Attempts bounds the tries of one alert on a
 	// 429 or a 5xx; 3.
@@ -159,7 +160,7 @@ type batch struct {
 type Notifier struct {
 	cfg    Config
 	client *http.Client
-	queue  chan Alert
+	queue  *queue
 
 	mu       sync.Mutex
 	batches  map[string]*batch
@@ -179,7 +180,7 @@ func New(cfg Config) (*Notifier, error) {
 	return &Notifier{
 		cfg:     cfg,
 		client:  &http.Client{Transport: transport, Timeout: cfg.Timeout},
-		queue:   make(chan Alert, cfg.Queue),
+		queue:   newQueue(cfg.Queue),
 		batches: map[string]*batch{},
 	}, nil
 }
@@ -258,16 +259,16 @@ func (n *Notifier) flush(now time.Time) {
 		a := b.alert
 		a.Time = now.UTC()
 		a.Explain = explainCommand(a)
-		select {
-		case n.queue <- a:
+		dropped := n.queue.push(a)
+		if dropped == nil {
 			n.dropping = false
-		default:
-			n.cfg.Metrics.Dropped(n.cfg.Sink)
-			if !n.dropping {
-				n.dropping = true
-				n.cfg.Log.Warn().Str("sink", string(n.cfg.Sink)).Int("queue", n.cfg.Queue).
-					Msg("alerts dropped: the sink is slower than the changes; counted in confighash_alerts_dropped_total")
-			}
+			continue
+		}
+		n.cfg.Metrics.Dropped(n.cfg.Sink)
+		if !n.dropping {
+			n.dropping = true
+			n.cfg.Log.Warn().Str("sink", string(n.cfg.Sink)).Int("queue", n.cfg.Queue).Str("namespace", dropped.Namespace).
+				Msg("alerts dropped: the sink is slower than the changes of the namespace with the most alerts waiting; counted in confighash_alerts_dropped_total")
 		}
 	}
 }

@@ -19,16 +19,17 @@ const maxRetryAfter = 30 * time.Second
 // closed, until none is queued.
 func (n *Notifier) send(ctx context.Context, stopping <-chan struct{}) {
 	for {
-		var a Alert
-		select {
-		case <-ctx.Done():
-			return
-		case a = <-n.queue:
-		case <-stopping:
+		a, ok := n.queue.pop()
+		if !ok {
 			select {
-			case a = <-n.queue:
-			default:
+			case <-ctx.Done():
 				return
+			case <-n.queue.ready:
+				continue
+			case <-stopping:
+				if a, ok = n.queue.pop(); !ok {
+					return
+				}
 			}
 		}
 		log := n.cfg.Log.With().Str("sink", string(n.cfg.Sink)).Str("what", string(a.What)).Str("namespace", a.Namespace).Logger()

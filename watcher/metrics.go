@@ -24,6 +24,9 @@ type Recorder interface {
 	Held(counts map[string]int)
 	// Halted records a wave halted on a failure.
 	Halted()
+	// PendingTooLong records a workload whose new pods stayed Pending too long: its
+	// --max-rolling slot went to others.
+	PendingTooLong()
 	// Relisted records a workload informer that listed again, because a namespace's
 	// mode came to act on workloads it kept only the key of.
 	Relisted()
@@ -55,6 +58,7 @@ func (NoopRecorder) Resynced(int)                        {}
 func (NoopRecorder) QueueDepth(int)                      {}
 func (NoopRecorder) Held(map[string]int)                 {}
 func (NoopRecorder) Halted()                             {}
+func (NoopRecorder) PendingTooLong()                     {}
 func (NoopRecorder) Relisted()                           {}
 func (NoopRecorder) SnapshotSwept()                      {}
 
@@ -67,6 +71,7 @@ type PrometheusRecorder struct {
 	depth       prometheus.Gauge
 	held        *prometheus.GaugeVec
 	halts       prometheus.Counter
+	pending     prometheus.Counter
 	relists     prometheus.Counter
 	swept       prometheus.Counter
 }
@@ -105,6 +110,10 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "watcher", Name: "wave_halts_total",
 			Help: "Waves halted because a workload they rolled failed.",
 		}),
+		pending: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "pending_too_long_total",
+			Help: "Workloads a wave let roll whose new pods stayed Pending longer than --pending-timeout: their --max-rolling slot went to others.",
+		}),
 		relists: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "workload_relists_total",
 			Help: "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all).",
@@ -114,7 +123,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Help: "Snapshots of pinned workloads deleted because nothing owned or named them: a create refused after the webhook made them, or pins that moved on before the watcher saw them.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.relists, r.swept} {
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.pending, r.relists, r.swept} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -143,6 +152,7 @@ func (r *PrometheusRecorder) Converged(d time.Duration) { r.convergence.Observe(
 func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(drifted)) }
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }
 func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
+func (r *PrometheusRecorder) PendingTooLong()           { r.pending.Inc() }
 func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }
 func (r *PrometheusRecorder) SnapshotSwept()            { r.swept.Inc() }
 

@@ -33,7 +33,7 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 	}
 	counted := d.Unproven
 	if d, err = w.decide(v, confighash.Pods{Held: held}); err != nil {
-		return err
+		return w.notDecided(key, v, err)
 	}
 	if d.Record == nil {
 		return fmt.Errorf("%s %s/%s: sources still unproven: %v", v.Kind.Kind, v.Namespace, v.Name, d.Unproven)

@@ -76,7 +76,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	d, err := w.decide(v, confighash.Pods{})
 	w.warnAboutAnnotations(key, v, err)
 	switch {
-	case errors.Is(err, confighash.ErrTooManySources):
+	case overBound(err):
 		w.progress.unreached(key) // the warning stays sent for this version
 		return nil
 	case err != nil:
@@ -158,10 +158,27 @@ func (w *Watcher) admitted(key workloadKey, v *view, d confighash.Decision, trig
 	return nil
 }
 
+// overBound reports whether the decision leaves the workload as it is for a bound: too
+// many sources, or annotations the API server would refuse.
+func overBound(err error) bool {
+	return errors.Is(err, confighash.ErrTooManySources) || errors.Is(err, confighash.ErrAnnotationsTooLarge)
+}
+
+// notDecided returns the error of a decision, none for a bound the workload is over,
+// which no retry changes: that is an Event.
+func (w *Watcher) notDecided(key workloadKey, v *view, err error) error {
+	if !overBound(err) {
+		return err
+	}
+	w.warnAboutAnnotations(key, v, err)
+	w.progress.unreached(key)
+	return nil
+}
+
 // warnAboutAnnotations sends one Event per version of the workload for its bad
-// annotations and for too many sources.
+// annotations and for a bound it is over.
 func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
-	tooMany := errors.Is(err, confighash.ErrTooManySources)
+	tooMany := overBound(err)
 	if len(v.Problems) == 0 && !tooMany || !w.progress.warnOnce(key, v.ResourceVersion) {
 		return
 	}

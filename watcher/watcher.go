@@ -68,6 +68,9 @@ type Config struct {
 	// MaxRolling caps the workloads waves let roll at once, across all namespaces;
 	// 0: no cap beyond each wave's size.
 	MaxRolling int
+	// PendingTimeout is how long the new pods of a workload a wave let roll may stay
+	// Pending before its MaxRolling slot goes to others.
+	PendingTimeout time.Duration
 	// Watched limits the watcher to these namespaces, for an install bound by
 	// RoleBindings; empty means the whole cluster.
 	Watched []string
@@ -118,6 +121,9 @@ func (c *Config) defaults() error {
 	}
 	if c.WaveTimeout <= 0 {
 		c.WaveTimeout = DefaultWaveTimeout
+	}
+	if c.PendingTimeout <= 0 {
+		c.PendingTimeout = DefaultPendingTimeout
 	}
 	if c.NamespaceSelectors.OptedIn == nil {
 		c.NamespaceSelectors = namespaces.DefaultSelectors()

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/alert"
 )
 
 // Pacing: the watcher releases a gated workload's due change when its rollout window
@@ -51,8 +50,9 @@ type waves struct {
 	// shows it.
 	marked map[workloadKey]string
 	// failing is why the pods of a template a wave let roll cannot start, by the
-	// template's hash.
+	// template's hash; halting, the waves whose halt is being written.
 	failing map[workloadKey]failing
+	halting map[waveID]bool
 	// generation moves whenever admitted, failing or marked change; memo is valid
 	// while no generation moved.
 	generation uint64
@@ -86,11 +86,15 @@ type admission struct {
 	source  confighash.SourceRef // whose change the wave rolls
 	release string
 	at      time.Time
+	// slotFreed is set once its pods stayed Pending too long: it no longer counts
+	// against MaxRolling.
+	slotFreed bool
 }
 
 func newWaves() *waves {
 	return &waves{admitted: map[workloadKey]admission{}, waiting: map[string]map[workloadKey]bool{}, capped: map[string]workloadKey{},
-		held: map[workloadKey]heldReason{}, heldBy: map[heldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}, failing: map[workloadKey]failing{}}
+		held: map[workloadKey]heldReason{}, heldBy: map[heldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}, failing: map[workloadKey]failing{},
+		halting: map[waveID]bool{}}
 }
 
 // setHeld notes why the workload is held, none to forget it, and returns how many are
@@ -138,6 +142,7 @@ func (w *Watcher) unhold(key workloadKey) {
 	counts := ws.setHeld(key, "")
 	delete(ws.noted, key)
 	delete(ws.waiting[key.Namespace], key)
+	ws.stopWaiting(key)
 	ws.mu.Unlock()
 	if counts != nil {
 		w.cfg.Metrics.Held(counts)
@@ -164,10 +169,7 @@ func (w *Watcher) dismiss(key workloadKey) bool {
 	delete(w.waves.admitted, key)
 	delete(w.waves.failing, key)
 	w.waves.generation++
-	for ns, k := range w.waves.capped {
-		w.queue.Add(k)
-		delete(w.waves.capped, ns)
-	}
+	w.wakeCapped()
 	return true
 }
 
@@ -204,11 +206,12 @@ func (w *Watcher) settle(ctx context.Context, v *view) error {
 	if !known && v.Status == rollingOut && v.Release == v.Hash && v.Selector != "" {
 		// Pods that cannot start change no status of the workload: look again soon,
 		// until they are known to fail.
-		why, err := w.failingPods(ctx, v)
+		why, pending, err := w.failingPods(ctx, v)
 		if err != nil {
 			return err
 		}
 		w.queue.AddAfter(keyOf(v), podCheckInterval)
+		w.pendingTooLong(v, pending)
 		if why != "" {
 			w.waves.mu.Lock()
 			w.waves.failing[keyOf(v)] = failing{hash: v.Hash, why: why}
@@ -217,15 +220,16 @@ func (w *Watcher) settle(ctx context.Context, v *view) error {
 		}
 	}
 	w.waves.mu.Lock()
-	defer w.waves.mu.Unlock()
 	a, ok := w.waves.admitted[keyOf(v)]
 	if !ok {
+		w.waves.mu.Unlock()
 		return nil
 	}
 	wv := &wave{source: a.source, users: w.users(v.Namespace, a.source)}
 	if st := w.stand(wv, time.Now()); len(st.failed) > 0 && st.rolling == 0 {
-		return w.halt(ctx, wv, st)
+		return w.halt(ctx, keyOf(v), wv, st)
 	}
+	w.waves.mu.Unlock()
 	return nil
 }
 
@@ -234,26 +238,13 @@ func (w *Watcher) settle(ctx context.Context, v *view) error {
 const podCheckInterval = 5 * time.Second
 
 // failingPods returns why a pod of the workload's latest template cannot start, "" if
-// none is known to fail.
-func (w *Watcher) failingPods(ctx context.Context, v *view) (string, error) {
+// none is known to fail, and since when one has been Pending.
+func (w *Watcher) failingPods(ctx context.Context, v *view) (string, time.Time, error) {
 	pods, err := w.cfg.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v.Selector})
 	if err != nil {
-		return "", fmt.Errorf("list the pods of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+		return "", time.Time{}, fmt.Errorf("list the pods of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
 	}
-	return failingPod(pods.Items, v.Hash), nil
-}
-
-// marker is what AnnotationHeld and AnnotationFailed hold: the change, then the hash
-// the workload was held from or failed at.
-func marker(change, hash string) string { return change + " " + hash }
-
-// markedHash returns the hash of a marker, "" for none.
-func markedHash(text string) string {
-	fields := strings.Fields(text)
-	if len(fields) == 0 {
-		return ""
-	}
-	return fields[len(fields)-1]
+	return failingPod(pods.Items, v.Hash), pendingSince(pods.Items, v.Hash), nil
 }
 
 // paced releases the workload's due change, or holds it: while a halted wave holds
@@ -476,21 +467,16 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 	}
 	st := w.standing(wv, waveID{key.Namespace, wv.source}, now)
 	if len(st.failed) > 0 && st.rolling == 0 {
-		// Once the wave has settled, so that one alert names all that failed. Under
-		// the lock: the others of the wave wait for the markers.
-		err := w.halt(ctx, wv, st)
-		ws.mu.Unlock()
-		return false, err
+		// Once the wave has settled, so that one alert names all that failed.
+		return false, w.halt(ctx, key, wv, st)
 	}
-	if st.rolling == 0 {
+	if st.rolling > 0 {
+		ws.stopWaiting(key) // its wave waits for its own, not for room
+	} else {
 		slices.SortStableFunc(st.pending, func(a, b *view) int {
 			return boolOrder(a.Failed == "", b.Failed == "")
 		})
-		n := min(wv.size, len(st.pending))
-		if w.cfg.MaxRolling > 0 && len(ws.admitted)+n > w.cfg.MaxRolling {
-			n = max(0, w.cfg.MaxRolling-len(ws.admitted))
-			ws.capped[key.Namespace] = key
-		}
+		n := w.room(key, min(wv.size, len(st.pending)))
 		for _, u := range st.pending[:n] {
 			uk := keyOf(u)
 			ws.admitted[uk] = admission{source: wv.source, release: st.due[u], at: now}
@@ -527,53 +513,4 @@ func boolOrder(a, b bool) int {
 		return -1
 	}
 	return 1
-}
-
-// halt marks the failed users and holds the pending ones, in the API server so that
-// a restart keeps the halt, and says so once: an Event on each, an alert. Under the
-// waves' lock.
-func (w *Watcher) halt(ctx context.Context, wv *wave, st standing) error {
-	ns := wv.users[0].Namespace
-	rv := ""
-	if src, ok := w.sources.Lookup(ns, wv.source); ok {
-		rv = src.ResourceVersion
-	}
-	change := confighash.Trigger{SourceRef: wv.source, ResourceVersion: rv}.String()
-	var failedNames []string
-	for _, u := range st.failed {
-		failedNames = append(failedNames, u.Kind.Kind+"/"+u.Name)
-	}
-	summary := fmt.Sprintf("the rollout of %s failed in %s; %d workloads held until %s changes again or is resumed",
-		change, strings.Join(failedNames, ", "), len(st.pending), wv.source)
-	// The held first: a halt cut short is taken up again while the failed ones are
-	// not yet marked, and the alert goes once all is marked.
-	for _, u := range st.pending {
-		if _, err := w.patch(ctx, u, annotationPatch(confighash.AnnotationHeld, marker(change, st.due[u]))); err != nil {
-			return err
-		}
-		w.waves.marked[keyOf(u)] = st.due[u]
-		w.waves.generation++
-		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
-	}
-	for _, u := range st.failed {
-		if _, err := w.patch(ctx, u, annotationPatch(confighash.AnnotationFailed, marker(change, u.Hash))); err != nil {
-			return err
-		}
-		w.waves.marked[keyOf(u)] = u.Hash
-		w.waves.generation++
-		why := u.Status.String()
-		if f := w.waves.failing[keyOf(u)]; f.hash == u.Hash {
-			why = f.why
-		}
-		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, why, summary))
-	}
-	for _, u := range st.failed {
-		w.alert(alert.Halted, u, []confighash.Trigger{{SourceRef: wv.source, ResourceVersion: rv}}, summary)
-	}
-	w.cfg.Metrics.Halted()
-	return nil
-}
-
-func annotationPatch(name string, value any) map[string]any {
-	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{name: value}}}
 }

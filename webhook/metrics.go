@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,18 @@ func (NoopRecorder) SourceRead(confighash.SourceKind, string)               {}
 func (NoopRecorder) VersionRead(confighash.SourceKind)                      {}
 func (NoopRecorder) BadRequest(string)                                      {}
 func (NoopRecorder) Panic()                                                 {}
+
+// ResultAnnotationsTooLarge: the hash or the record would take the workload over the
+// API server's bound on annotations: allowed unchanged.
+const ResultAnnotationsTooLarge Result = "annotations_too_large"
+
+// overBound returns the result of an admission left unchanged for a bound, by which.
+func overBound(err error) Result {
+	if errors.Is(err, confighash.ErrAnnotationsTooLarge) {
+		return ResultAnnotationsTooLarge
+	}
+	return ResultTooLarge
+}
 
 // Where a source is read from.
 const (
@@ -97,7 +110,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		r.duration.WithLabelValues(op)
 	}
 	for _, k := range confighash.Builtin {
-		for _, res := range []Result{ResultPatched, ResultUnchanged, ResultSkipped, ResultError, ResultDeferred, ResultTooLarge} {
+		for _, res := range []Result{ResultPatched, ResultUnchanged, ResultSkipped, ResultError, ResultDeferred, ResultTooLarge, ResultAnnotationsTooLarge} {
 			r.mutations.WithLabelValues(k.Kind, string(res))
 		}
 	}

@@ -218,8 +218,8 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		d, err = confighash.Decide(in, sources)
 	}
 	switch {
-	case errors.Is(err, confighash.ErrTooManySources):
-		result = ResultTooLarge
+	case errors.Is(err, confighash.ErrTooManySources), errors.Is(err, confighash.ErrAnnotationsTooLarge):
+		result = overBound(err)
 		return nil, append(warnings, warningPrefix+"not hashed: "+err.Error())
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fail(fmt.Sprintf("the sources could not be read within %v, the hash was not updated; the watcher will update it", Budget))

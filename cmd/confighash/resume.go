@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,21 +61,36 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, confighash.AnnotationHeld))
 	resumed := 0
+	var malformed []error
 	err = listWorkloads(ctx, dyn, ns, kinds, func(k confighash.Kind, u *unstructured.Unstructured) error {
-		marker, ok := u.GetAnnotations()[confighash.AnnotationHeld]
-		if !ok || !held(k.Kind, u.GetName(), marker) {
+		text, ok := u.GetAnnotations()[confighash.AnnotationHeld]
+		if !ok {
+			return nil
+		}
+		change, err := parseHeld(text)
+		if err != nil {
+			// Whoever may edit the workload writes the marker: name it, and go on.
+			if held.selects(k.Kind, u.GetName(), nil) {
+				malformed = append(malformed, fmt.Errorf("%s %s/%s: %w", k.Kind, ns, u.GetName(), err))
+			}
+			return nil
+		}
+		if !held.selects(k.Kind, u.GetName(), &change.SourceRef) {
 			return nil
 		}
 		api := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns)
 		if _, err := api.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "confighash-resume"}); err != nil {
 			return fmt.Errorf("resume %s %s/%s: %w", k.Kind, ns, u.GetName(), err)
 		}
-		fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), strings.Fields(marker)[0])
+		fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), change)
 		resumed++
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if len(malformed) > 0 {
+		return badInput("%v; remove it with kubectl annotate ... %s-", errors.Join(malformed...), confighash.AnnotationHeld)
 	}
 	if resumed == 0 {
 		return badInput("nothing in %s is held for %s", ns, positional[0])
@@ -83,22 +99,58 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	return nil
 }
 
+// maxHeld bounds a held marker: a source's kind, name (253) and resourceVersion, then
+// a hash, with room to spare. It is read before it is split.
+const maxHeld = 512
+
+// parseHeld reads a held marker, as the watcher writes it: the change that halted
+// (kind/name@resourceVersion), a space, then the hash the workload was held from.
+func parseHeld(text string) (confighash.Trigger, error) {
+	if len(text) > maxHeld {
+		return confighash.Trigger{}, fmt.Errorf("%s is %d bytes, more than a marker's %d", confighash.AnnotationHeld, len(text), maxHeld)
+	}
+	change, hash, ok := strings.Cut(text, " ")
+	if !ok || hash == "" || strings.ContainsAny(hash, " ") {
+		return confighash.Trigger{}, fmt.Errorf("%s %q: want kind/name@version hash", confighash.AnnotationHeld, text)
+	}
+	triggers, err := confighash.ParseTriggers(change)
+	if err != nil || len(triggers) != 1 {
+		return confighash.Trigger{}, fmt.Errorf("%s %q: want kind/name@version hash", confighash.AnnotationHeld, text)
+	}
+	return triggers[0], nil
+}
+
+// heldTarget is what a resume selects: the workloads held for a change of a source, or
+// one workload.
+type heldTarget struct {
+	source     *confighash.SourceRef
+	kind, name string
+}
+
+// selects reports whether the target selects the workload held for a change of
+// source; nil when the marker could not say which source: a source target may be it.
+func (t heldTarget) selects(kind, name string, source *confighash.SourceRef) bool {
+	if t.source == nil {
+		return kind == t.kind && name == t.name
+	}
+	return source == nil || *source == *t.source
+}
+
 // heldMatcher returns what selects the held workloads to resume: those held for a
 // change of a source, or one workload.
-func heldMatcher(target string, kinds confighash.Kinds) (func(kind, name, marker string) bool, error) {
+func heldMatcher(target string, kinds confighash.Kinds) (heldTarget, error) {
 	kindName, name, ok := strings.Cut(target, "/")
 	if !ok || name == "" {
-		return nil, badInput("%q: want kind/name", target)
+		return heldTarget{}, badInput("%q: want kind/name", target)
 	}
 	for _, source := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		if strings.EqualFold(kindName, string(source)) {
-			prefix := string(source) + "/" + name + "@"
-			return func(_, _, marker string) bool { return strings.HasPrefix(marker, prefix) }, nil
+			return heldTarget{source: &confighash.SourceRef{Kind: source, Name: name}}, nil
 		}
 	}
 	kind, ok := workloadKind(kindName, kinds)
 	if !ok {
-		return nil, badInput("%q: want configmap/name, secret/name, or a workload such as deployment/name", target)
+		return heldTarget{}, badInput("%q: want configmap/name, secret/name, or a workload such as deployment/name", target)
 	}
-	return func(k, n, _ string) bool { return k == kind.Kind && n == name }, nil
+	return heldTarget{kind: kind.Kind, name: name}, nil
 }

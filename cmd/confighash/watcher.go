@@ -40,6 +40,7 @@ type watcherConfig struct {
 	workers, healAfter          int
 	waveThreshold, maxRolling   int
 	waveTimeout, snapshotSweep  time.Duration
+	pendingTimeout              time.Duration
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
@@ -66,6 +67,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.alerts.cluster, "cluster-name", "", "the cluster's name in alerts")
 	fs.IntVar(&c.waveThreshold, "wave-threshold", 0, "a change rolls in waves only when it reaches more workloads than this, or than the wave size")
 	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
+	fs.DurationVar(&c.pendingTimeout, "pending-timeout", watcher.DefaultPendingTimeout, "how long the new pods of a workload a wave rolled may stay Pending before its --max-rolling slot goes to other workloads")
 	fs.DurationVar(&c.waveTimeout, "wave-timeout", watcher.DefaultWaveTimeout, "how long a workload a wave rolled may take to roll out before it counts as failed and halts the wave")
 	fs.DurationVar(&c.snapshotSweep, "snapshot-sweep", 10*time.Minute, "how often to delete the snapshots of pinned workloads that nothing has owned or named for this long (left by a create the API server refused); 0: never")
 	fs.IntVar(&c.healAfter, "heal-after", 3, "touches the webhook may leave unconverged before the watcher writes the hash itself")
@@ -175,7 +177,8 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
-		Events: events, Metrics: recorder, Log: log,
+		PendingTimeout: cfg.pendingTimeout,
+		Events:         events, Metrics: recorder, Log: log,
 	}
 	if notifier != nil {
 		wcfg.Alerts = notifier

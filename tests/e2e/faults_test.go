@@ -270,13 +270,7 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	s := f.stream(t, 500*time.Millisecond, 13)
 
 	slow.slow.Store(true)
-	warned := &warnings{}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.WarningHandler = warned
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, warned := warnedClient(t, c)
 	for i := range late {
 		name := fmt.Sprintf("late-%d", i)
 		start := time.Now()
@@ -313,6 +307,19 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	if got := w.metric(t, `confighash_watcher_touches_total{result="adopted"}`); got != late {
 		t.Errorf("%v Deployments adopted, want the %d created unhashed", got, late)
 	}
+}
+
+// warnedClient returns a client whose warnings from the API server are collected.
+func warnedClient(t testing.TB, c *cluster.Cluster) (*kubernetes.Clientset, *warnings) {
+	t.Helper()
+	warned := &warnings{}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.WarningHandler = warned
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, warned
 }
 
 // warnings collects the API server's warnings to a client.

@@ -28,6 +28,12 @@ import (
 // one pod at a time and giving up after deadline, and waits until all have rolled out.
 func pacedApps(t *testing.T, c *cluster.Cluster, ns string, n int, deadline int32) []string {
 	t.Helper()
+	return pacedAppsWith(t, c, ns, n, deadline, func(*corev1.PodSpec) {})
+}
+
+// pacedAppsWith is pacedApps, with the pod spec changed by spec.
+func pacedAppsWith(t *testing.T, c *cluster.Cluster, ns string, n int, deadline int32, spec func(*corev1.PodSpec)) []string {
+	t.Helper()
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
 	names := make([]string, n)
 	for i := range n {
@@ -37,6 +43,7 @@ func pacedApps(t *testing.T, c *cluster.Cluster, ns string, n int, deadline int3
 		d.Spec.Selector.MatchLabels = map[string]string{"app": names[i]}
 		one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
 		d.Spec.Replicas = ptrInt32(1)
+		spec(&d.Spec.Template.Spec)
 		d.Spec.ProgressDeadlineSeconds = ptrInt32(deadline)
 		d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}}
