@@ -186,3 +186,26 @@ func checkPatternPrograms(t *testing.T, p Policy) {
 		}
 	}
 }
+
+// TestARecordIsBounded: a sources record is anyone's to write who may edit the
+// workload; one with more entries than a workload can have is not a record, so the
+// watcher never keeps more of it.
+func TestARecordIsBounded(t *testing.T) {
+	entries := func(n int) string {
+		var b strings.Builder
+		b.WriteString("v2")
+		for i := range n {
+			fmt.Fprintf(&b, " configmap/c%d=absent", i)
+		}
+		return b.String()
+	}
+	if r, err := ParseRecord(entries(maxRecordEntries)); err != nil || len(r) != maxRecordEntries {
+		t.Fatalf("a record of %d entries: %d entries, %v", maxRecordEntries, len(r), err)
+	}
+	if _, err := ParseRecord(entries(maxRecordEntries + 1)); !errors.Is(err, ErrBadRecord) {
+		t.Fatalf("a record of %d entries: %v, want ErrBadRecord", maxRecordEntries+1, err)
+	}
+	if r, err := ParseRecord("\tv2 "); err != nil || r == nil || len(r) != 0 {
+		t.Fatalf("an empty record: %#v, %v", r, err)
+	}
+}

@@ -240,19 +240,35 @@ func RecordForm(text string) Form {
 // ErrBadRecord is returned by ParseRecord for text that is not a sources record.
 var ErrBadRecord = errors.New("bad sources record")
 
+var errNoVersion = fmt.Errorf("%w: want version %s or %s first", ErrBadRecord, recordVersions[FormShared], recordVersions[FormNamespaced])
+
+// maxRecordEntries bounds a record: the sources a workload may use or name, and as many
+// again that stopped counting since its last rollout. Anyone who may edit the workload
+// may write the annotation, and the watcher keeps a parsed record per workload.
+const maxRecordEntries = 2 * MaxSources
+
 // ParseRecord parses a record's text format.
 func ParseRecord(s string) (Record, error) {
-	fields := strings.Fields(s)
-	if len(fields) == 0 || fields[0] != recordVersions[FormShared] && fields[0] != recordVersions[FormNamespaced] {
-		return nil, fmt.Errorf("%w: want version %s or %s first", ErrBadRecord, recordVersions[FormShared], recordVersions[FormNamespaced])
-	}
-	r := make(Record, 0, len(fields)-1)
-	for _, f := range fields[1:] {
+	r := Record{} // an empty record is still one: the workload was met
+	versioned := false
+	for f := range strings.FieldsSeq(s) {
+		switch {
+		case !versioned && f != recordVersions[FormShared] && f != recordVersions[FormNamespaced]:
+			return nil, errNoVersion
+		case !versioned:
+			versioned = true
+			continue
+		case len(r) == maxRecordEntries:
+			return nil, fmt.Errorf("%w: more than %d entries", ErrBadRecord, maxRecordEntries)
+		}
 		e, err := parseEntry(f)
 		if err != nil {
 			return nil, fmt.Errorf("%w: entry %q: %v", ErrBadRecord, f, err)
 		}
 		r = append(r, e)
+	}
+	if !versioned {
+		return nil, errNoVersion
 	}
 	slices.SortFunc(r, func(a, b RecordEntry) int { return a.Compare(b.SourceRef) })
 	for i := 1; i < len(r); i++ {
