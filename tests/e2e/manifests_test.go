@@ -345,6 +345,9 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	ensureNamespaces(t, c, "confighash")
 	rbac := rbacOnly(t, kustomize(t, c, "manifests"))
 	applyForTest(t, c, rbac)
+	// Before the components start, so that its cleanup, which deletes the base's RBAC
+	// too, comes after they stop.
+	applyForTest(t, c, rbacOnly(t, kustomize(t, c, "manifests/variants/self-signed")))
 	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
 	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
 
@@ -379,8 +382,6 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 
 	// The self-signed variant's webhook may also set its own configuration's caBundle,
 	// and no other's.
-	selfSigned := rbacOnly(t, kustomize(t, c, "manifests/variants/self-signed"))
-	applyForTest(t, c, selfSigned)
 	for name, want := range map[string]bool{"confighash": true, "someone-else": false} {
 		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: "system:serviceaccount:confighash:confighash-webhook",
