@@ -143,7 +143,7 @@ func snapshotMeta(name, source string) metav1.ObjectMeta {
 // TestWatcherServiceAccountMakesOnlyTheWatchersWrites: with the install's RBAC and
 // policies, in a namespace other than confighash, the watcher's ServiceAccount touches,
 // heals, renames a pinned workload's sources to their snapshots, owns and deletes
-// snapshots; it cannot scale a Deployment, change an image or a schedule, write other
+// snapshots, creates its hash key; it cannot scale a Deployment, change an image or a schedule, write other
 // annotations or labels, point a pod at another object, delete or change a ConfigMap
 // that is not a snapshot, or create a Secret other than its hash key. Each refused
 // write passed its RBAC before the policy.
@@ -196,6 +196,11 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		{"a revision made an owner of a snapshot", true, patchConfigMap(w, ns, "cfg-0123456789abcdef", owner)},
 		{"a snapshot none owns deleted", true, func(ctx context.Context, dryRun []string) error {
 			return w.CoreV1().ConfigMaps(ns).Delete(ctx, "cfg-fedcba9876543210", metav1.DeleteOptions{DryRun: dryRun})
+		}},
+
+		{"its hash key, created in its namespace", true, func(ctx context.Context, dryRun []string) error {
+			_, err := w.CoreV1().Secrets(home).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}}, metav1.CreateOptions{DryRun: dryRun})
+			return err
 		}},
 
 		{"a Deployment's replicas set", false, patchDeployment(w, ns, "web", merge, `{"spec":{"replicas":5}}`)},
