@@ -116,9 +116,10 @@ var installVariants = map[string]struct {
 }
 
 // chartOptional turns on the chart's objects and values that the kustomizations do not
-// have: among them the CSI integration, and extra kinds, one at a template path of its
-// own.
+// have: among them the CSI integration, the client certificate check, and extra kinds,
+// one at a template path of its own.
 var chartOptional = []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "enableCSIIntegration=true",
+	"--set", "webhook.clientCA.configMap=confighash-client-ca", "--set", "webhook.clientCA.allowedNames={kube-apiserver-webhook-client}",
 	"--set-json", `extraKinds=[{"apiVersion":"serving.knative.dev/v1","kind":"Service","resource":"services","template":"spec.template"},` +
 		`{"apiVersion":"apps.example.com/v1","kind":"Web","resource":"webs","template":"spec.workload.template"}]`}
 
