@@ -154,8 +154,16 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 	ns := namespace(t, c, nil)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
+	// Every kind of use a pinned pod spec renames: a Secret volume, envFrom, an env
+	// key, a ConfigMap volume and a projected one.
 	tmpl := secretVolumeTemplate("db")
 	tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
+	cfgRef := corev1.LocalObjectReference{Name: "cfg"}
+	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: cfgRef, Key: "k"}}}}
+	tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
+		corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: cfgRef}}},
+		corev1.Volume{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: cfgRef}}}}}})
 	createDeployment(t, c, ns, deployment("web", 1, tmpl))
 	web, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
@@ -190,6 +198,9 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		{"a pinned workload's sources renamed to their snapshots, with its pins, as the webhook does in a touch", true,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"db-0123456789abcdef"},`+
 				`{"op":"replace","path":"/spec/template/spec/containers/0/envFrom/0/configMapRef/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"/spec/template/spec/volumes/1/configMap/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"/spec/template/spec/volumes/2/projected/sources/0/configMap/name","value":"cfg-0123456789abcdef"},`+
 				`{"op":"add","path":"/spec/template/metadata/annotations/confighash.dev~1pinned","value":"configmap/cfg=0123456789abcdef secret/db=0123456789abcdef"}]`)},
 		{"a pinned source renamed to its next snapshot", true,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"db-fedcba9876543210"}]`)},
@@ -214,6 +225,12 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 			patchDeployment(w, ns, "web", merge, `{"spec":{"template":{"metadata":{"annotations":{"example.com/x":"1"}}}}}`)},
 		{"a pinned source pointed at another object's snapshot", false,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"other-0123456789abcdef"}]`)},
+		{"an environment variable's key changed", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/key","value":"other"}]`)},
+		{"a projected volume pointed at another ConfigMap", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/2/projected/sources/0/configMap/name","value":"other"}]`)},
+		{"a ConfigMap volume pointed at another ConfigMap", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/1/configMap/name","value":"other"}]`)},
 		{"an environment variable added", false,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"add","path":"/spec/template/spec/containers/0/env","value":[{"name":"X","value":"1"}]}]`)},
 		{"a CronJob's schedule changed", false, func(ctx context.Context, dryRun []string) error {
