@@ -33,6 +33,8 @@ type webhookConfig struct {
 	dnsNames          string
 	configuration     string
 	shutdownDelay     time.Duration
+	clientCAFile      string
+	clientNames       string
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
@@ -44,6 +46,8 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.certPoll, "tls-poll-interval", 10*time.Second, "how often to check the certificate files for a renewal")
 	fs.StringVar(&c.selfSignedSecret, "tls-self-signed-secret", "", "without cert-manager: keep a self-signed CA and serving certificate in this Secret of --namespace, created when absent, and write the CA into the caBundle of --webhook-configuration; the --tls-*-file flags are then unused")
 	fs.StringVar(&c.dnsNames, "tls-dns-names", "", "comma-separated names of the self-signed certificate; default: the Service confighash-webhook.<namespace>.svc and .svc.cluster.local")
+	fs.StringVar(&c.clientCAFile, "client-ca-file", "", "CA bundle (PEM) of the client certificate the API server presents (AdmissionConfiguration); when set, a caller without a certificate it signed is refused before anything is read")
+	fs.StringVar(&c.clientNames, "client-allowed-names", "", "comma-separated common or DNS names a client certificate must carry, with --client-ca-file; empty: any it signed")
 	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
 }
 
@@ -158,6 +162,12 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// HTTP/1.1 only: the API server's webhook client does not need HTTP/2, and
 		// HTTP/2 brings its own resource-exhaustion issues.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+	if cfg.clientCAFile != "" {
+		names := strings.FieldsFunc(cfg.clientNames, func(r rune) bool { return r == ',' || r == ' ' })
+		if err := certs.RequireClients(admission.TLSConfig, cfg.clientCAFile, names); err != nil {
+			return fmt.Errorf("--client-ca-file: %w", err)
+		}
 	}
 	admissionServer, err := listen("admission", cfg.listen, admission, true)
 	if err != nil {

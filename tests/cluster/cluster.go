@@ -175,6 +175,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range="+network.ServiceCIDR.String(),
 		"--authorization-mode=Node,RBAC",
+		"--admission-control-config-file="+c.path(admissionConfigFile),
 		"--allow-privileged=true",
 		endpoints,
 		"--profiling=false",
@@ -339,6 +340,10 @@ func (c *Cluster) writePKI(network Network, apiPort int) error {
 		}
 	}
 
+	if err := c.writeWebhookClient(validity); err != nil {
+		return err
+	}
+
 	c.Kubeconfig = c.path("kubeconfig")
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["confighash"] = &clientcmdapi.Cluster{
@@ -352,6 +357,50 @@ func (c *Cluster) writePKI(network Network, apiPort int) error {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil
+}
+
+// admissionConfigFile gives the API server a client certificate for webhooks, signed
+// by a CA of its own (WebhookClientCA): a webhook that asks for one gets it, as where
+// a cluster's AdmissionConfiguration names a kubeConfigFile.
+const admissionConfigFile = "admission-config.yaml"
+
+// WebhookClientCA is the file of the CA that signed the client certificate the API
+// server presents to webhooks; empty for a cluster started before it had one.
+func (c *Cluster) WebhookClientCA() string {
+	if _, err := os.Stat(c.path("webhook-client-ca.crt")); err != nil {
+		return ""
+	}
+	return c.path("webhook-client-ca.crt")
+}
+
+// writeWebhookClient writes the webhook client CA, its certificate for the API server,
+// the kubeconfig that presents it to every webhook ("*") and the AdmissionConfiguration
+// that names it.
+func (c *Cluster) writeWebhookClient(validity time.Duration) error {
+	ca, err := certs.NewAuthority("confighash-webhook-client-ca", validity)
+	if err != nil {
+		return err
+	}
+	client, err := ca.Issue(certs.Leaf{CommonName: "kube-apiserver-webhook-client", Client: true, Validity: validity})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.path("webhook-client-ca.crt"), ca.CertPEM, 0o644); err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.AuthInfos["*"] = &clientcmdapi.AuthInfo{ClientCertificateData: client.CertPEM, ClientKeyData: client.KeyPEM}
+	if err := clientcmd.WriteToFile(*cfg, c.path("webhook-client.kubeconfig")); err != nil {
+		return fmt.Errorf("write webhook client kubeconfig: %w", err)
+	}
+	webhooks := fmt.Sprintf(`  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %q
+`, c.path("webhook-client.kubeconfig"))
+	config := "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n" +
+		"- name: MutatingAdmissionWebhook\n" + webhooks + "- name: ValidatingAdmissionWebhook\n" + webhooks
+	return os.WriteFile(c.path(admissionConfigFile), []byte(config), 0o644)
 }
 
 // firstIP is the first address of a range, which the kubernetes Service gets.

@@ -116,9 +116,10 @@ var installVariants = map[string]struct {
 }
 
 // chartOptional turns on the chart's objects and values that the kustomizations do not
-// have: among them the CSI integration, and extra kinds, one at a template path of its
-// own.
+// have: among them the CSI integration, the client certificate check, and extra kinds,
+// one at a template path of its own.
 var chartOptional = []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "enableCSIIntegration=true",
+	"--set", "webhook.clientCA.configMap=confighash-client-ca", "--set", "webhook.clientCA.allowedNames={kube-apiserver-webhook-client}",
 	"--set-json", `extraKinds=[{"apiVersion":"serving.knative.dev/v1","kind":"Service","resource":"services","template":"spec.template"},` +
 		`{"apiVersion":"apps.example.com/v1","kind":"Web","resource":"webs","template":"spec.workload.template"}]`}
 
@@ -345,6 +346,9 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	ensureNamespaces(t, c, "confighash")
 	rbac := rbacOnly(t, kustomize(t, c, "manifests"))
 	applyForTest(t, c, rbac)
+	// Before the components start, so that its cleanup, which deletes the base's RBAC
+	// too, comes after they stop.
+	applyForTest(t, c, rbacOnly(t, kustomize(t, c, "manifests/variants/self-signed")))
 	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
 	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
 
@@ -379,8 +383,6 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 
 	// The self-signed variant's webhook may also set its own configuration's caBundle,
 	// and no other's.
-	selfSigned := rbacOnly(t, kustomize(t, c, "manifests/variants/self-signed"))
-	applyForTest(t, c, selfSigned)
 	for name, want := range map[string]bool{"confighash": true, "someone-else": false} {
 		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: "system:serviceaccount:confighash:confighash-webhook",

@@ -1,0 +1,453 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/certs"
+	"github.com/confighash/confighash/tests/cluster"
+)
+
+// policyCase is one write made with a component's credentials: one its code makes,
+// which must pass, or one it never makes, which its policy must refuse.
+type policyCase struct {
+	what    string
+	allowed bool
+	write   func(ctx context.Context, dryRun []string) error
+}
+
+// installElsewhere applies the RBAC and admission policies of the self-signed
+// variant, installed by an overlay into a new namespace, not confighash, and returns
+// that namespace.
+func installElsewhere(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	home := namespace(t, c, nil)
+	base, err := filepath.Abs(filepath.Join("..", "..", "manifests", "variants", "self-signed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := t.TempDir()
+	// kustomize takes a base by a relative path only.
+	if base, err = filepath.Rel(overlay, base); err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n", home, base)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := c.Kubectl(t.Context(), nil, "kustomize", overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyForTest(t, c, rbacOnly(t, rendered))
+	return home
+}
+
+// impersonate returns a client that acts as the ServiceAccount, with its groups.
+func impersonate(t *testing.T, c *cluster.Cluster, ns, sa string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// checkPolicyCases waits until the API server enforces the policies (each refused
+// write, dry run, is refused), then makes each write for real, in order.
+func checkPolicyCases(t *testing.T, cases []policyCase) {
+	t.Helper()
+	dryRun := []string{metav1.DryRunAll}
+	enforced := func() bool {
+		for _, pc := range cases {
+			if !pc.allowed && !refusedByPolicy(pc.write(t.Context(), dryRun)) {
+				return false
+			}
+		}
+		return true
+	}
+	// Bounded: a policy the API server never enforces shows below, case by case.
+	for deadline := time.Now().Add(30 * time.Second); !enforced() && time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, pc := range cases {
+		err := pc.write(t.Context(), nil)
+		switch {
+		case pc.allowed && err != nil:
+			t.Errorf("%s: refused: %v", pc.what, err)
+		case !pc.allowed && !refusedByPolicy(err):
+			t.Errorf("%s: got %v, want a refusal by a ValidatingAdmissionPolicy", pc.what, err)
+		}
+	}
+}
+
+// refusedByPolicy says whether a write was refused by an admission policy, not by RBAC:
+// each write the tests refuse is one the component's RBAC allows.
+func refusedByPolicy(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy") &&
+		!strings.Contains(err.Error(), "resulted in error") // a refusal the policy's message explains
+}
+
+func patchDeployment(client kubernetes.Interface, ns, name string, pt types.PatchType, patch string) func(context.Context, []string) error {
+	return func(ctx context.Context, dryRun []string) error {
+		_, err := client.AppsV1().Deployments(ns).Patch(ctx, name, pt, []byte(patch), metav1.PatchOptions{DryRun: dryRun})
+		return err
+	}
+}
+
+func patchConfigMap(client kubernetes.Interface, ns, name, patch string) func(context.Context, []string) error {
+	return func(ctx context.Context, dryRun []string) error {
+		_, err := client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: dryRun})
+		return err
+	}
+}
+
+// snapshotMeta is the metadata the webhook gives the snapshot of a source.
+func snapshotMeta(name, source string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name,
+		Labels:      map[string]string{confighash.LabelSnapshotOf: confighash.SnapshotOf(source)},
+		Annotations: map[string]string{confighash.LabelSnapshotOf: source}}
+}
+
+// TestWatcherServiceAccountMakesOnlyTheWatchersWrites: with the install's RBAC and
+// policies, in a namespace other than confighash, the watcher's ServiceAccount touches,
+// heals, renames a pinned workload's sources to their snapshots, owns and deletes
+// snapshots, creates its hash key; it cannot scale a Deployment, change an image or a schedule, write other
+// annotations or labels, point a pod at another object, delete or change a ConfigMap
+// that is not a snapshot, or create a Secret other than its hash key. Each refused
+// write passed its RBAC before the policy.
+func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	home := installElsewhere(t, c)
+	ns := namespace(t, c, nil)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
+	// Every kind of use a pinned pod spec renames: a Secret volume, envFrom, an env
+	// key, a ConfigMap volume and a projected one.
+	tmpl := secretVolumeTemplate("db")
+	tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
+	cfgRef := corev1.LocalObjectReference{Name: "cfg"}
+	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: cfgRef, Key: "k"}}}}
+	tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
+		corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: cfgRef}}},
+		corev1.Volume{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: cfgRef}}}}}})
+	createDeployment(t, c, ns, deployment("web", 1, tmpl))
+	web, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cron := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly"}, Spec: batchv1.CronJobSpec{
+		Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: envFromTemplate("cfg")}},
+	}}
+	cron.Spec.JobTemplate.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cron, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cfg-0123456789abcdef", "cfg-fedcba9876543210"} {
+		snapshot := &corev1.ConfigMap{ObjectMeta: snapshotMeta(name, "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "0"}}
+		if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, snapshot, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := impersonate(t, c, home, "confighash-watcher")
+	merge, jsonPatch := types.MergePatchType, types.JSONPatchType
+	owner := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":%q}]}}`, web.UID)
+	checkPolicyCases(t, []policyCase{
+		{"a touch (a confighash.dev/ annotation on the metadata)", true,
+			patchDeployment(w, ns, "web", merge, `{"metadata":{"annotations":{"confighash.dev/trigger":"ConfigMap/cfg@1"}}}`)},
+		{"a heal (the pod template's hash and the record)", true,
+			patchDeployment(w, ns, "web", merge, `{"metadata":{"annotations":{"confighash.dev/sources":"configmap/cfg=0123456789abcdef"}},"spec":{"template":{"metadata":{"annotations":{"confighash.dev/hash":"v1:00"}}}}}`)},
+		{"a heal of a CronJob's pod template", true, func(ctx context.Context, dryRun []string) error {
+			_, err := w.BatchV1().CronJobs(ns).Patch(ctx, "nightly", merge, []byte(`{"spec":{"jobTemplate":{"spec":{"template":{"metadata":{"annotations":{"confighash.dev/hash":"v1:00"}}}}}}}`), metav1.PatchOptions{DryRun: dryRun})
+			return err
+		}},
+		{"a pinned workload's sources renamed to their snapshots, with its pins, as the webhook does in a touch", true,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"db-0123456789abcdef"},`+
+				`{"op":"replace","path":"/spec/template/spec/containers/0/envFrom/0/configMapRef/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"/spec/template/spec/volumes/1/configMap/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"/spec/template/spec/volumes/2/projected/sources/0/configMap/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"add","path":"/spec/template/metadata/annotations/confighash.dev~1pinned","value":"configmap/cfg=0123456789abcdef secret/db=0123456789abcdef"}]`)},
+		{"a pinned source renamed to its next snapshot", true,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"db-fedcba9876543210"}]`)},
+		{"a revision made an owner of a snapshot", true, patchConfigMap(w, ns, "cfg-0123456789abcdef", owner)},
+		{"a snapshot none owns deleted", true, func(ctx context.Context, dryRun []string) error {
+			return w.CoreV1().ConfigMaps(ns).Delete(ctx, "cfg-fedcba9876543210", metav1.DeleteOptions{DryRun: dryRun})
+		}},
+
+		{"its hash key, created in its namespace", true, func(ctx context.Context, dryRun []string) error {
+			_, err := w.CoreV1().Secrets(home).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}}, metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}},
+
+		{"a Deployment's replicas set", false, patchDeployment(w, ns, "web", merge, `{"spec":{"replicas":5}}`)},
+		{"a pod template's image changed", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"example.com/evil:1"}]`)},
+		{"an annotation of another domain on the metadata", false,
+			patchDeployment(w, ns, "web", merge, `{"metadata":{"annotations":{"example.com/owner":"evil"}}}`)},
+		{"a label on the pod template", false,
+			patchDeployment(w, ns, "web", merge, `{"spec":{"template":{"metadata":{"labels":{"evil":"1"}}}}}`)},
+		{"an annotation of another domain on the pod template", false,
+			patchDeployment(w, ns, "web", merge, `{"spec":{"template":{"metadata":{"annotations":{"example.com/x":"1"}}}}}`)},
+		{"a pinned source pointed at another object's snapshot", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"other-0123456789abcdef"}]`)},
+		{"an environment variable's key changed", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/key","value":"other"}]`)},
+		{"a projected volume pointed at another ConfigMap", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/2/projected/sources/0/configMap/name","value":"other"}]`)},
+		{"a ConfigMap volume pointed at another ConfigMap", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/1/configMap/name","value":"other"}]`)},
+		{"an environment variable added", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"add","path":"/spec/template/spec/containers/0/env","value":[{"name":"X","value":"1"}]}]`)},
+		{"a CronJob's schedule changed", false, func(ctx context.Context, dryRun []string) error {
+			_, err := w.BatchV1().CronJobs(ns).Patch(ctx, "nightly", merge, []byte(`{"spec":{"schedule":"* * * * *"}}`), metav1.PatchOptions{DryRun: dryRun})
+			return err
+		}},
+		{"a plain ConfigMap deleted", false, func(ctx context.Context, dryRun []string) error {
+			return w.CoreV1().ConfigMaps(ns).Delete(ctx, "cfg", metav1.DeleteOptions{DryRun: dryRun})
+		}},
+		{"a plain Secret deleted", false, func(ctx context.Context, dryRun []string) error {
+			return w.CoreV1().Secrets(ns).Delete(ctx, "db", metav1.DeleteOptions{DryRun: dryRun})
+		}},
+		{"a ConfigMap's data updated", false, patchConfigMap(w, ns, "cfg", `{"data":{"k":"evil"}}`)},
+		{"owner references set on a ConfigMap that is not a snapshot", false, patchConfigMap(w, ns, "cfg", owner)},
+		{"a snapshot's label changed", false, patchConfigMap(w, ns, "cfg-0123456789abcdef", `{"metadata":{"labels":{"confighash.dev/snapshot-of":"other"}}}`)},
+		{"a Secret other than its hash key created in its namespace", false, func(ctx context.Context, dryRun []string) error {
+			_, err := w.CoreV1().Secrets(home).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "stolen"}}, metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}},
+	})
+}
+
+// TestWebhookServiceAccountMakesOnlyTheWebhooksWrites: with the install's RBAC and
+// policies, in a namespace other than confighash, the webhook's ServiceAccount creates
+// a snapshot of a ConfigMap and of a TLS Secret, its hash key and sets its webhook
+// configuration's caBundle; it cannot create a bootstrap token or service account
+// token Secret, an object under a name that is not a snapshot's or not its source's,
+// its hash key elsewhere, or change its webhook configuration otherwise. Each refused
+// write passed its RBAC before the policy.
+func TestWebhookServiceAccountMakesOnlyTheWebhooksWrites(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	home := installElsewhere(t, c)
+	ns := namespace(t, c, nil)
+	// Its configuration, calling nothing: no namespace carries the label it selects.
+	configs := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	_, err := configs.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "confighash"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "hash.confighash.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/mutate")},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"confighash-policies-test": "never"}},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = configs.Delete(context.Background(), "confighash", metav1.DeleteOptions{}) })
+
+	wh := impersonate(t, c, home, "confighash-webhook")
+	configMap := func(in string, cm *corev1.ConfigMap) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			_, err := wh.CoreV1().ConfigMaps(in).Create(ctx, cm, metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}
+	}
+	secret := func(in string, s *corev1.Secret) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			_, err := wh.CoreV1().Secrets(in).Create(ctx, s, metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}
+	}
+	patchConfiguration := func(patch string) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			_, err := wh.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, "confighash", types.JSONPatchType, []byte(patch), metav1.PatchOptions{DryRun: dryRun})
+			return err
+		}
+	}
+	caBundle, err := certs.NewAuthority("new-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{"k": []byte("v")}
+	tlsData := map[string][]byte{corev1.TLSCertKey: []byte("c"), corev1.TLSPrivateKeyKey: []byte("k")}
+	bootstrap := map[string][]byte{"token-id": []byte("abcdef"), "token-secret": []byte("0123456789abcdef")}
+	checkPolicyCases(t, []policyCase{
+		{"the snapshot of a ConfigMap", true,
+			configMap(ns, &corev1.ConfigMap{ObjectMeta: snapshotMeta("cfg-0123456789abcdef", "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "v"}})},
+		{"the snapshot of a TLS Secret", true,
+			secret(ns, &corev1.Secret{ObjectMeta: snapshotMeta("tls-0123456789abcdef", "tls"), Immutable: ptr.To(true), Type: corev1.SecretTypeTLS, Data: tlsData})},
+		{"the snapshot of a source whose name is longer than a label value", true,
+			secret(ns, &corev1.Secret{ObjectMeta: snapshotMeta(strings.Repeat("a", 70)+"-0123456789abcdef", strings.Repeat("a", 70)), Immutable: ptr.To(true), Data: data})},
+		{"its hash key, in its own namespace", true, secret(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Data: data})},
+		{"the caBundle of its webhook configuration", true,
+			patchConfiguration(fmt.Sprintf(`[{"op":"add","path":"/webhooks/0/clientConfig/caBundle","value":%q}]`, base64.StdEncoding.EncodeToString(caBundle.CertPEM)))},
+
+		{"an immutable, labelled bootstrap token Secret in kube-system", false,
+			secret(metav1.NamespaceSystem, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-abcdef", Labels: map[string]string{confighash.LabelSnapshotOf: "x"}},
+				Immutable: ptr.To(true), Type: corev1.SecretTypeBootstrapToken, Data: bootstrap})},
+		{"a bootstrap token Secret with a snapshot's name, label and annotation", false,
+			secret(ns, &corev1.Secret{ObjectMeta: snapshotMeta("tok-0123456789abcdef", "tok"), Immutable: ptr.To(true), Type: corev1.SecretTypeBootstrapToken, Data: bootstrap})},
+		{"a service account token Secret as a snapshot", false,
+			secret(ns, &corev1.Secret{ObjectMeta: func() metav1.ObjectMeta {
+				m := snapshotMeta("sa-0123456789abcdef", "sa")
+				m.Annotations[corev1.ServiceAccountNameKey] = "default"
+				return m
+			}(), Immutable: ptr.To(true), Type: corev1.SecretTypeServiceAccountToken})},
+		{"a snapshot whose name is not of the snapshot form", false,
+			configMap(ns, &corev1.ConfigMap{ObjectMeta: snapshotMeta("cfg", "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "v"}})},
+		{"a snapshot named for another source than it says", false,
+			configMap(ns, &corev1.ConfigMap{ObjectMeta: snapshotMeta("app-0123456789abcdef", "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "v"}})},
+		{"a snapshot labelled for another source than it says", false,
+			configMap(ns, &corev1.ConfigMap{ObjectMeta: func() metav1.ObjectMeta {
+				m := snapshotMeta("cfg-1111111111111111", "cfg")
+				m.Labels[confighash.LabelSnapshotOf] = "app"
+				return m
+			}(), Immutable: ptr.To(true)})},
+		{"its hash key's name, outside its namespace", false, secret(ns, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Data: data})},
+		{"its webhook configuration's failure policy", false,
+			patchConfiguration(`[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Fail"}]`)},
+		{"its webhook configuration's URL", false,
+			patchConfiguration(`[{"op":"replace","path":"/webhooks/0/clientConfig/url","value":"https://evil.example.com/"}]`)},
+	})
+}
+
+// TestWebhookWithAClientCAAnswersOnlyTheAPIServer: given the CA of the client
+// certificate the API server presents (AdmissionConfiguration), the webhook still
+// hashes what the API server sends it, and a forged pinned review POSTed without that
+// certificate, or with one of another CA, is refused during the handshake and makes no
+// snapshot; the same review with the API server's certificate makes one.
+func TestWebhookWithAClientCAAnswersOnlyTheAPIServer(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ca := c.WebhookClientCA()
+	if ca == "" {
+		t.Skip("the control plane was started without a client certificate for webhooks; start it again")
+	}
+	wh := startWebhook(t, c, "--client-ca-file="+ca, "--client-allowed-names=kube-apiserver-webhook-client")
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
+	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	if templateHash(t, c, ns, "web") == "" {
+		t.Fatal("no hash: the API server's admission did not reach the webhook")
+	}
+
+	forged := deployment("forged", 1, secretVolumeTemplate("db"))
+	forged.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+	forged.Namespace = ns
+	forged.Annotations[confighash.AnnotationPin] = "true"
+	object, err := json.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "forged", Operation: admissionv1.Create, Namespace: ns, Name: "forged",
+			Kind:     metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+			Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+			Object:   runtime.RawExtension{Raw: object},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(cert *tls.Certificate) error {
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(wh.ca.CertPEM)
+		tlsConfig := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		if cert != nil {
+			tlsConfig.Certificates = []tls.Certificate{*cert}
+		}
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+		resp, err := client.Post("https://"+wh.addr+"/mutate", "application/json", bytes.NewReader(review))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
+	}
+	snapshots := func() int {
+		l, err := c.Client.CoreV1().Secrets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+
+	other, err := certs.NewAuthority("another-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherClient, err := other.Issue(certs.Leaf{CommonName: "kube-apiserver-webhook-client", Client: true, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCert, err := tls.X509KeyPair(otherClient.CertPEM, otherClient.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, cert := range map[string]*tls.Certificate{"no client certificate": nil, "another CA's certificate": &otherCert} {
+		if err := post(cert); err == nil {
+			t.Errorf("a review with %s was answered", what)
+		}
+	}
+	if n := snapshots(); n != 0 {
+		t.Fatalf("forged reviews without the API server's certificate made %d snapshots", n)
+	}
+
+	kubeconfig, err := clientcmd.LoadFromFile(filepath.Join(c.Dir, "webhook-client.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiServer, err := tls.X509KeyPair(kubeconfig.AuthInfos["*"].ClientCertificateData, kubeconfig.AuthInfos["*"].ClientKeyData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := post(&apiServer); err != nil {
+		t.Fatalf("the review with the API server's certificate: %v", err)
+	}
+	if n := snapshots(); n != 1 {
+		t.Fatalf("the review with the API server's certificate made %d snapshots, want 1: the forged review could not have made one", n)
+	}
+}
