@@ -33,6 +33,8 @@ type webhookConfig struct {
 	dnsNames          string
 	configuration     string
 	shutdownDelay     time.Duration
+	snapshotMaxCount  int
+	snapshotMaxBytes  int64
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
@@ -44,6 +46,8 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.certPoll, "tls-poll-interval", 10*time.Second, "how often to check the certificate files for a renewal")
 	fs.StringVar(&c.selfSignedSecret, "tls-self-signed-secret", "", "without cert-manager: keep a self-signed CA and serving certificate in this Secret of --namespace, created when absent, and write the CA into the caBundle of --webhook-configuration; the --tls-*-file flags are then unused")
 	fs.StringVar(&c.dnsNames, "tls-dns-names", "", "comma-separated names of the self-signed certificate; default: the Service confighash-webhook.<namespace>.svc and .svc.cluster.local")
+	fs.IntVar(&c.snapshotMaxCount, "snapshot-max-count", 1000, "most snapshots of pinned workloads per namespace; beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
+	fs.Int64Var(&c.snapshotMaxBytes, "snapshot-max-bytes", 64<<20, "most bytes of data the snapshots of pinned workloads hold per namespace (keys and values); beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
 	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
 }
 
@@ -97,6 +101,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if cfg.certPoll <= 0 {
 		return fmt.Errorf("--tls-poll-interval must be positive, got %v", cfg.certPoll)
 	}
+	if cfg.snapshotMaxCount < 0 || cfg.snapshotMaxBytes < 0 {
+		return fmt.Errorf("--snapshot-max-count and --snapshot-max-bytes must not be negative, got %d and %d", cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
+	}
 	e, err := cfg.connect(ctx, "webhook", stderr)
 	if err != nil {
 		return err
@@ -135,10 +142,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
+	snapshotCap := webhook.NewSnapshotCap(client, cfg.watched, cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
-		Snapshots: webhook.NewSnapshots(e.client, e.key),
+		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap),
 	})
 	if err != nil {
 		return err
@@ -163,7 +171,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops, err := listenOps(cfg.ops, reg, cfg.profiling, serving.Ready, sources.Synced, gate.HasSynced, func() bool { return !draining.Load() })
+	ops, err := listenOps(cfg.ops, reg, cfg.profiling, serving.Ready, sources.Synced, snapshotCap.Synced, gate.HasSynced, func() bool { return !draining.Load() })
 	if err != nil {
 		return err
 	}
@@ -178,6 +186,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serving.Run(ctx) })
 	g.Go(func() error { return sources.Run(ctx) })
+	g.Go(func() error { return snapshotCap.Run(ctx) })
 	gate.Run(ctx)
 	g.Go(func() error { return admissionServer.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
