@@ -132,12 +132,13 @@ func (w *Watcher) sweepOne(ctx context.Context, s *sweep, kind confighash.Source
 	return true
 }
 
-// ownerHolds reports whether an owner of the snapshot holds it: a revision (only the watcher
-// makes one an owner, of the snapshots its template names), or the workload the owner
-// reference names, with that UID, unless it is one confighash acts on that neither
-// names the snapshot nor may use its source. The webhook takes an owner's UID from the
-// review it is sent: one whose UID is not the named workload's, or whose workload has
-// nothing to do with the snapshot, came from a forged review, and holds nothing.
+// ownerHolds reports whether an owner of the snapshot holds it: a revision (only the
+// watcher makes one an owner, of the snapshots its template names), or the workload
+// the owner reference names, with that UID, whose template names the snapshot or which
+// may use its source (acted on or not: one no longer opted in may still name it). The
+// webhook takes an update's owner UID from the review it is sent: one that is not the
+// named workload's, or whose workload has nothing to do with the snapshot, came from a
+// forged review, and holds nothing.
 func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object) bool {
 	source := confighash.SourceRef{Kind: kind, Name: snapshot.GetAnnotations()[confighash.LabelSnapshotOf]}
 	for _, ref := range snapshot.GetOwnerReferences() {
@@ -148,7 +149,7 @@ func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object)
 		if v == nil || v.UID != ref.UID {
 			continue
 		}
-		if !w.acts(v) || v.Pins.Names(kind, snapshot.GetName()) || v.mayUse(source) ||
+		if v.Pins.Names(kind, snapshot.GetName()) || v.mayUse(source) ||
 			slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }) {
 			return true
 		}
