@@ -7,9 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -292,5 +299,83 @@ func TestTheSweepDeletesOnlySnapshotsConfighashMade(t *testing.T) {
 	}
 	if got := w.metric(t, "confighash_watcher_snapshots_swept_total"); got != 0 {
 		t.Errorf("confighash_watcher_snapshots_swept_total = %v, want 0", got)
+	}
+}
+
+// countedAPIServer serves the API server to one client through a proxy on loopback
+// that counts its requests, but for watches, Leases and Events.
+type countedAPIServer struct {
+	kubeconfig string
+	calls      atomic.Int64
+}
+
+func startCountedAPIServer(t *testing.T, c *cluster.Cluster) *countedAPIServer {
+	t.Helper()
+	target, err := url.Parse(c.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := rest.TransportFor(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = transport
+	proxy.FlushInterval = -1 // watches stream
+	p := &countedAPIServer{kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "true" && !strings.Contains(r.URL.Path, "/leases") && !strings.Contains(r.URL.Path, "/events") {
+			p.calls.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["counted"] = &clientcmdapi.Cluster{Server: srv.URL}
+	cfg.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
+	cfg.Contexts["counted"] = &clientcmdapi.Context{Cluster: "counted", AuthInfo: "proxy"}
+	cfg.CurrentContext = "counted"
+	if err := clientcmd.WriteToFile(*cfg, p.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestTheSweepsCallsDoNotGrowWithSnapshotsTimesWorkloads: 100 sealed snapshots of a
+// ConfigMap that 10 Deployments use, owned and named by nothing, are swept with a
+// bounded number of API calls: each Deployment's revisions are read once a sweep, not
+// once per snapshot, and a sweep makes at most 200 calls. (Before, each sweep read
+// every user's revisions for every snapshot: 2 + 100 x 10 x 2 calls.)
+func TestTheSweepsCallsDoNotGrowWithSnapshotsTimesWorkloads(t *testing.T) {
+	const sweep, snapshots, users = 2 * time.Second, 100, 10
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "app", map[string]string{"k": "v"})
+	for i := range users {
+		createDeployment(t, c, ns, annotatedDeployment(fmt.Sprintf("user-%d", i), map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("app")))
+	}
+	key := hashKey(t, c)
+	for i := range snapshots {
+		name := fmt.Sprintf("app-%016x", i)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{confighash.LabelSnapshotOf: "app"},
+			Annotations: map[string]string{confighash.LabelSnapshotOf: "app", confighash.AnnotationSnapshotSeal: confighash.SnapshotSeal(key, confighash.ConfigMap, ns, name)}},
+			Data: map[string]string{"k": fmt.Sprint(i)}}
+		if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectRollouts(t, c, ns, map[string]int{"user-0": 1})
+	api := startCountedAPIServer(t, c)
+	start := time.Now()
+	startWatcher(t, c, "--snapshot-sweep="+sweep.String(), "--kubeconfig="+api.kubeconfig)
+	waitFor(t, 30*sweep, "the snapshots to be swept", func() bool { return len(snapshotNames(t, c, ns, confighash.ConfigMap)) == 0 })
+	calls, sweeps := api.calls.Load(), time.Since(start)/sweep
+	t.Logf("%d snapshots with %d users swept in about %d sweeps with %d API calls", snapshots, users, sweeps, calls)
+	if limit := int64(sweeps+1) * 200; calls > limit {
+		t.Errorf("%d API calls in about %d sweeps, more than 200 a sweep", calls, sweeps)
 	}
 }
