@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +29,20 @@ type SnapshotCap struct {
 
 	mu   sync.Mutex
 	used map[string]snapshotUsage // by namespace
+	// reserved are the snapshots admitted and not seen by the informers yet, by
+	// namespace and name, so that admissions at the same moment cannot pass the cap
+	// together; each is dropped once seen, or after reservedFor.
+	reserved map[string]map[string]reservation
 }
+
+type reservation struct {
+	bytes int64
+	at    time.Time
+}
+
+// reservedFor is how long a reservation holds at most: longer than an admission, and
+// than the informers take to see a create.
+const reservedFor = time.Minute
 
 type snapshotUsage struct {
 	count int
@@ -38,7 +52,7 @@ type snapshotUsage struct {
 // NewSnapshotCap returns the cap of maxCount snapshots and maxBytes bytes of data per
 // namespace, counted in the given namespaces or the whole cluster; 0 is no cap.
 func NewSnapshotCap(client kubernetes.Interface, namespaces []string, maxCount int, maxBytes int64) *SnapshotCap {
-	c := &SnapshotCap{maxCount: maxCount, maxBytes: maxBytes, used: map[string]snapshotUsage{}}
+	c := &SnapshotCap{maxCount: maxCount, maxBytes: maxBytes, used: map[string]snapshotUsage{}, reserved: map[string]map[string]reservation{}}
 	labelled := func(o *metav1.ListOptions) { o.LabelSelector = confighash.LabelSnapshotOf }
 	for _, newInformer := range []func(ns string) cache.SharedIndexInformer{
 		func(ns string) cache.SharedIndexInformer {
@@ -73,6 +87,7 @@ func (c *SnapshotCap) add(obj any, sign int) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.release(s.namespace, s.name)
 	u := c.used[s.namespace]
 	u.count += sign
 	u.bytes += int64(sign) * s.bytes
@@ -81,6 +96,14 @@ func (c *SnapshotCap) add(obj any, sign int) {
 		return
 	}
 	c.used[s.namespace] = u
+}
+
+// release drops the reservation of a snapshot; c.mu is held.
+func (c *SnapshotCap) release(namespace, name string) {
+	delete(c.reserved[namespace], name)
+	if len(c.reserved[namespace]) == 0 {
+		delete(c.reserved, namespace)
+	}
 }
 
 // Run runs the informers until ctx is done.
@@ -112,16 +135,41 @@ type SnapshotCapError struct {
 
 func (e *SnapshotCapError) Error() string { return e.msg }
 
-// admits checks that count more snapshots of this many bytes fit in the namespace.
-func (c *SnapshotCap) admits(namespace string, count int, bytes int64) error {
+// reserve reserves room in the namespace for the snapshots, by name and bytes, or
+// returns a *SnapshotCapError when they do not fit; a dry run only checks.
+func (c *SnapshotCap) reserve(namespace string, snapshots map[string]int64, dryRun bool) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	u := c.used[namespace]
-	c.mu.Unlock()
+	for name, r := range c.reserved[namespace] {
+		if time.Since(r.at) > reservedFor {
+			c.release(namespace, name)
+			continue
+		}
+		u.count, u.bytes = u.count+1, u.bytes+r.bytes
+	}
+	var count int
+	var bytes int64
+	for name, b := range snapshots {
+		if _, held := c.reserved[namespace][name]; !held {
+			count, bytes = count+1, bytes+b
+		}
+	}
 	switch {
 	case c.maxCount > 0 && u.count+count > c.maxCount:
 		return &SnapshotCapError{"count", fmt.Sprintf("the namespace has %d snapshots, and %d more would exceed its cap of %d", u.count, count, c.maxCount)}
 	case c.maxBytes > 0 && u.bytes+bytes > c.maxBytes:
 		return &SnapshotCapError{"bytes", fmt.Sprintf("the namespace's snapshots hold %d bytes, and %d more would exceed its cap of %d", u.bytes, bytes, c.maxBytes)}
+	}
+	if dryRun {
+		return nil
+	}
+	if c.reserved[namespace] == nil {
+		c.reserved[namespace] = map[string]reservation{}
+	}
+	now := time.Now()
+	for name, b := range snapshots {
+		c.reserved[namespace][name] = reservation{b, now}
 	}
 	return nil
 }

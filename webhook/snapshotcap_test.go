@@ -15,7 +15,7 @@ import (
 )
 
 func TestTheSnapshotCapCountsEachNamespaceApart(t *testing.T) {
-	c := &SnapshotCap{maxCount: 2, maxBytes: 100, used: map[string]snapshotUsage{}}
+	c := &SnapshotCap{maxCount: 2, maxBytes: 100, used: map[string]snapshotUsage{}, reserved: map[string]map[string]reservation{}}
 	snapshot := func(ns, name, value string) any {
 		s, _ := toSnapshotSize(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"k": value}})
 		return s
@@ -37,7 +37,7 @@ func TestTheSnapshotCapCountsEachNamespaceApart(t *testing.T) {
 		{"a full namespace admits nothing more", "b", 1, 1, "bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := c.admits(tc.namespace, tc.count, tc.bytes)
+			err := c.reserve(tc.namespace, sizes(tc.count, tc.bytes), true)
 			switch {
 			case tc.limit == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -48,9 +48,31 @@ func TestTheSnapshotCapCountsEachNamespaceApart(t *testing.T) {
 	}
 	// A snapshot deleted (as the informers' tombstone carries it) frees its room.
 	c.add(snapshot("b", "one", strings.Repeat("x", 99)), -1)
-	if err := c.admits("b", 2, 100); err != nil {
+	if err := c.reserve("b", sizes(2, 100), true); err != nil {
 		t.Errorf("after its one snapshot went, namespace b: %v", err)
 	}
+	// Admissions at the same moment: the first reserves the room, the second finds none
+	// until the informers see the first's snapshot, which then counts once.
+	if err := c.reserve("c", sizes(2, 10), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.reserve("c", map[string]int64{"other": 1}, false); !errors.As(err, &capped) {
+		t.Errorf("a second admission beyond the room the first reserved: %v", err)
+	}
+	c.add(snapshot("c", "s0", "x"), 1)
+	c.add(snapshot("c", "s1", "x"), 1)
+	if u, held := c.used["c"], len(c.reserved["c"]); u.count != 2 || u.bytes != 4 || held != 0 {
+		t.Errorf("once seen, the snapshots count %d, %d bytes, with %d reservations left; want 2, 4 bytes and none", u.count, u.bytes, held)
+	}
+}
+
+// sizes returns n snapshots s0, s1... of these bytes in all.
+func sizes(n int, bytes int64) map[string]int64 {
+	out := map[string]int64{}
+	for i := range n {
+		out[fmt.Sprintf("s%d", i)] = bytes / int64(n)
+	}
+	return out
 }
 
 // BenchmarkSnapshotCapAtRest reports the heap the cap's informers hold per snapshot:

@@ -47,18 +47,17 @@ func (s *Snapshots) Ensure(ctx context.Context, namespace string, observed []con
 	if err != nil {
 		return err
 	}
-	var count int
-	var bytes int64
+	sizes := map[string]int64{}
 	for _, m := range made {
 		if m != nil {
-			count, bytes = count+1, bytes+m.bytes
+			sizes[m.name()] = m.bytes
 		}
 	}
-	if count == 0 {
+	if len(sizes) == 0 {
 		return nil
 	}
 	if s.limit != nil {
-		if err := s.limit.admits(namespace, count, bytes); err != nil {
+		if err := s.limit.reserve(namespace, sizes, dryRun); err != nil {
 			return err
 		}
 	}
@@ -132,19 +131,23 @@ func (s *Snapshots) prepare(ctx context.Context, namespace string, o confighash.
 	return nil, fmt.Errorf("%s cannot be pinned", o.SourceRef)
 }
 
+func (m *snapshot) name() string {
+	if m.configMap != nil {
+		return m.configMap.Name
+	}
+	return m.secret.Name
+}
+
 // create makes the snapshot; one made meanwhile by another admission is the same.
 func (s *Snapshots) create(ctx context.Context, m *snapshot) error {
 	var err error
-	var name string
 	if m.configMap != nil {
-		name = m.configMap.Name
 		_, err = s.client.CoreV1().ConfigMaps(m.configMap.Namespace).Create(ctx, m.configMap, metav1.CreateOptions{FieldManager: FieldManager})
 	} else {
-		name = m.secret.Name
 		_, err = s.client.CoreV1().Secrets(m.secret.Namespace).Create(ctx, m.secret, metav1.CreateOptions{FieldManager: FieldManager})
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("make the snapshot %s of %s: %w", name, m.of, err)
+		return fmt.Errorf("make the snapshot %s of %s: %w", m.name(), m.of, err)
 	}
 	return nil
 }

@@ -113,7 +113,6 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 	const sweep, maxCount, forged = 2 * time.Second, 10, 1000
 	c := cluster.Require(t, testCluster)
 	wh := startWebhook(t, c, fmt.Sprintf("--snapshot-max-count=%d", maxCount))
-	w := startWatcher(t, c, "--snapshot-sweep="+sweep.String())
 	ns := labeledNamespace(t, c)
 	value := bytes.Repeat([]byte("s"), 30<<10)
 	big := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "big"}, Type: "example.com/big", Data: map[string][]byte{"v": value}}
@@ -192,6 +191,8 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 		}
 	}
 
+	// Started now, so that what the reviews wrote is counted whole first.
+	w := startWatcher(t, c, "--snapshot-sweep="+sweep.String())
 	waitFor(t, 15*sweep, "the forged snapshots to be swept", func() bool {
 		n, _ := snapshotsHeld(t, c, ns)
 		return n == 0
