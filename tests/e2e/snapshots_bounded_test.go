@@ -87,6 +87,22 @@ func (f *forger) post(t *testing.T, op admissionv1.Operation, ns string, obj, ol
 	return answer.Response.Warnings
 }
 
+// ownedBy counts the namespace's labelled Secrets an owner reference with this UID owns.
+func ownedBy(t *testing.T, c *cluster.Cluster, ns string, uid types.UID) int {
+	t.Helper()
+	list, err := c.Client.CoreV1().Secrets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range list.Items {
+		if slices.ContainsFunc(s.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == uid }) {
+			n++
+		}
+	}
+	return n
+}
+
 // snapshotsHeld returns the namespace's labelled Secrets and the bytes of their data.
 func snapshotsHeld(t *testing.T, c *cluster.Cluster, ns string) (count int, size int) {
 	t.Helper()
@@ -106,9 +122,10 @@ func snapshotsHeld(t *testing.T, c *cluster.Cluster, ns string) (count int, size
 // CREATE reviews posted straight to the webhook, each naming one more absent key of a
 // 30 KB non-Opaque Secret (copied whole) and carrying the UID of an existing Deployment,
 // leave at most the namespace's cap of snapshots (10 here), each holding the Secret's
-// real data; a review of a Secret that does not exist makes nothing. No forged UID owns
-// a snapshot: a forged CREATE gives none, and a forged UPDATE whose UID is not the
-// named workload's holds nothing, so the sweep deletes them all.
+// real data; a review of a Secret that does not exist makes nothing. A forged CREATE's
+// UID owns nothing, and the owner a forged UPDATE gives, an existing Deployment by its
+// name and UID that uses nothing of the Secret, holds nothing: the sweep deletes them
+// all.
 func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testing.T) {
 	const sweep, maxCount, forged = 2 * time.Second, 10, 1000
 	c := cluster.Require(t, testCluster)
@@ -138,9 +155,19 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 		d.Namespace, d.UID = ns, stored.UID
 		var old runtime.Object
 		if op == admissionv1.Update {
-			old = d.DeepCopy()
+			// An update of its image: its pods start anew, with the current data.
+			was := d.DeepCopy()
+			was.Spec.Template.Spec.Containers[0].Image = "example.com/app:0"
+			old = was
 		}
 		return f.post(t, op, ns, d, old)
+	}
+
+	// The victim's own name and UID, in an update: the webhook takes an update's UID
+	// as the owner, but the victim uses nothing of big.
+	post(admissionv1.Update, "victim", "big", "y")
+	if owned := ownedBy(t, c, ns, stored.UID); owned != 1 {
+		t.Fatalf("the forged update made %d snapshots owned by the victim, want 1", owned)
 	}
 
 	var mu sync.Mutex
@@ -165,8 +192,6 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 	close(work)
 	wg.Wait()
 	post(admissionv1.Create, "ghost-user", "ghost", "v")
-	// The victim's own name and UID: it uses nothing of big.
-	post(admissionv1.Update, "victim", "big", "y")
 
 	count, size := snapshotsHeld(t, c, ns)
 	t.Logf("%d forged pinned reviews left %d snapshots holding %d bytes; %d were admitted unpinned", forged, count, size, capped)
@@ -184,11 +209,9 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 		if s.Annotations[confighash.LabelSnapshotOf] != "big" || !bytes.Equal(s.Data["v"], value) {
 			t.Errorf("the snapshot %s is of %q with %d bytes, want a copy of big", s.Name, s.Annotations[confighash.LabelSnapshotOf], len(s.Data["v"]))
 		}
-		for _, o := range s.OwnerReferences {
-			if o.UID == stored.UID && o.Name != "victim" {
-				t.Errorf("the snapshot %s is owned by %s/%s with the victim's UID, from a forged create", s.Name, o.Kind, o.Name)
-			}
-		}
+	}
+	if owned := ownedBy(t, c, ns, stored.UID); owned != 1 {
+		t.Errorf("%d snapshots are owned by the victim's UID, want the forged update's alone: a create's UID owns nothing", owned)
 	}
 
 	// Started now, so that what the reviews wrote is counted whole first.
