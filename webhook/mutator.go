@@ -228,13 +228,11 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return nil, warnings
 	}
 	var notPinned string
-	if len(d.Snapshots) > 0 {
-		if d, notPinned, err = m.snapshots(ctx, ar, u, w, in, sources, d); err != nil {
-			return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
-		}
-		if notPinned != "" {
-			warnings = append(warnings, warningPrefix+"not pinned this time: "+notPinned)
-		}
+	if d, notPinned, err = m.snapshots(ctx, ar, u, w, in, sources, d); err != nil {
+		return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
+	}
+	if notPinned != "" {
+		warnings = append(warnings, warningPrefix+"not pinned this time: "+notPinned)
 	}
 	if d.Record != nil {
 		out := written{record: d.Record.String(), hash: d.Hash, adopted: d.Adopted, notPinned: notPinned, renames: confighash.Repin(w.Template, d.Pins)}

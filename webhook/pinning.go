@@ -12,12 +12,15 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// snapshots makes the snapshots the decision needs. Beyond the namespace's snapshot
+// snapshots makes the snapshots the decision needs, if any. Beyond the namespace's snapshot
 // cap it makes none and decides again, unpinned for this admission: the hash is written
 // as usual, nothing partial, and notPinned says why (the watcher tells it in an Event,
 // as sideEffects None keeps admission from writing one).
 func (m *Mutator) snapshots(ctx context.Context, ar *kwhmodel.AdmissionReview, u *unstructured.Unstructured, w *confighash.Workload,
 	in confighash.Input, sources confighash.Sources, d confighash.Decision) (_ confighash.Decision, notPinned string, _ error) {
+	if len(d.Snapshots) == 0 {
+		return d, "", nil
+	}
 	if m.cfg.Snapshots == nil {
 		return d, "", errors.New("pin the workload: this webhook makes no snapshots")
 	}
