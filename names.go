@@ -81,6 +81,10 @@ const (
 	// the workload owned it); the webhook makes again those whose source still holds
 	// their data, and removes it.
 	AnnotationRemakeSnapshots = Domain + "/remake-snapshots"
+	// AnnotationNotPinned is written by the webhook on a pinned workload it admitted
+	// unpinned, its namespace's snapshots being at their cap: why. The watcher tells it
+	// in an Event; the next admission that pins removes it.
+	AnnotationNotPinned = Domain + "/not-pinned"
 	// LabelSnapshotOf is on every snapshot: the source it is a copy of (SnapshotOf its
 	// name); the annotation of the same name holds the name whole.
 	LabelSnapshotOf = Domain + "/snapshot-of"

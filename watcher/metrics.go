@@ -32,6 +32,8 @@ type Recorder interface {
 	Relisted()
 	// SnapshotSwept records a snapshot deleted because nothing owned or named it.
 	SnapshotSwept()
+	// SweepCalls records the API calls one sweep of snapshots made.
+	SweepCalls(n int)
 }
 
 // TouchResult is the outcome of one write to a workload.
@@ -61,6 +63,7 @@ func (NoopRecorder) Halted()                             {}
 func (NoopRecorder) PendingTooLong()                     {}
 func (NoopRecorder) Relisted()                           {}
 func (NoopRecorder) SnapshotSwept()                      {}
+func (NoopRecorder) SweepCalls(int)                      {}
 
 // PrometheusRecorder records to Prometheus.
 type PrometheusRecorder struct {
@@ -74,6 +77,7 @@ type PrometheusRecorder struct {
 	pending     prometheus.Counter
 	relists     prometheus.Counter
 	swept       prometheus.Counter
+	sweepCalls  prometheus.Counter
 }
 
 var _ Recorder = (*PrometheusRecorder)(nil)
@@ -118,12 +122,16 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "watcher", Name: "workload_relists_total",
 			Help: "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all).",
 		}),
+		sweepCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "snapshot_sweep_requests_total",
+			Help: "API calls the sweeps of snapshots made: lists, reads of revisions and deletes, at most 200 a sweep.",
+		}),
 		swept: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "snapshots_swept_total",
 			Help: "Snapshots of pinned workloads deleted because nothing owned or named them: a create refused after the webhook made them, or pins that moved on before the watcher saw them.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.pending, r.relists, r.swept} {
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.pending, r.relists, r.swept, r.sweepCalls} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -155,6 +163,7 @@ func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
 func (r *PrometheusRecorder) PendingTooLong()           { r.pending.Inc() }
 func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }
 func (r *PrometheusRecorder) SnapshotSwept()            { r.swept.Inc() }
+func (r *PrometheusRecorder) SweepCalls(n int)          { r.sweepCalls.Add(float64(n)) }
 
 func (r *PrometheusRecorder) Held(counts map[string]int) {
 	for _, reason := range heldReasons {

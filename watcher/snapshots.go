@@ -19,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/sourcecache"
 )
 
 // Snapshots of a pinned workload are owned by each revision whose pod template names
@@ -232,7 +231,8 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 			switch {
 			case !changed:
 				continue
-			case len(refs) == 0 && len(w.naming(v.Namespace, kind, s.GetName())) == 0:
+			case len(refs) == 0 && len(w.naming(v.Namespace, kind, s.GetName())) == 0 &&
+				confighash.Sealed(w.cfg.Key, kind, s.GetNamespace(), s.GetName(), s.GetAnnotations()):
 				if w.madeSnapshot(ctx, kind, s) {
 					err = w.deleteSnapshot(ctx, kind, s)
 				}
@@ -326,82 +326,6 @@ func (w *Watcher) deleteSnapshot(ctx context.Context, kind confighash.SourceKind
 		return w.cfg.Client.CoreV1().ConfigMaps(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
 	}
 	return w.cfg.Client.CoreV1().Secrets(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
-}
-
-// sweepSnapshots deletes, in the namespaces confighash acts in, the snapshots that
-// have had no owner for longer than the sweep interval and that no workload it acts
-// on names, in its template or in a revision. They come from a create the API server
-// refused after the webhook had made them, or from a workload whose pins moved on
-// before the watcher first saw it. One a revision still names gets its owners from
-// its workload's check instead.
-func (w *Watcher) sweepSnapshots(ctx context.Context) {
-	candidates := map[types.UID]bool{}
-	defer func() { w.sweepCandidates = candidates }()
-	namespaces := w.cfg.Watched
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
-		resource := sourcecache.Resource(kind)
-		for _, ns := range namespaces {
-			list, err := w.cfg.Metadata.Resource(resource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf})
-			if err != nil {
-				w.cfg.Log.Warn().Err(err).Str("kind", string(kind)).Msg("list snapshots to sweep")
-				continue
-			}
-			for i := range list.Items {
-				s := &list.Items[i]
-				if len(s.OwnerReferences) > 0 || time.Since(s.CreationTimestamp.Time) < w.cfg.SnapshotSweep || w.gate.Mode(s.Namespace) == confighash.ModeOff {
-					continue
-				}
-				if w.snapshotNamed(ctx, kind, s) {
-					continue
-				}
-				// Deleted at the sweep after the one that first found it so: a create
-				// admitted meanwhile that names it is seen, and its workload owns it.
-				candidates[s.UID] = true
-				if !w.sweepCandidates[s.UID] || !w.madeSnapshot(ctx, kind, s) {
-					continue
-				}
-				if err := w.deleteSnapshot(ctx, kind, s); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-					w.cfg.Log.Warn().Err(err).Str("namespace", s.Namespace).Str("snapshot", s.Name).Msg("delete a snapshot nothing names")
-					continue
-				}
-				w.cfg.Metrics.SnapshotSwept()
-				w.cfg.Log.Info().Str("namespace", s.Namespace).Str("kind", string(kind)).Str("snapshot", s.Name).Msg("deleted a snapshot nothing owned or named")
-			}
-		}
-	}
-}
-
-// snapshotNamed reports whether a workload confighash acts on in the snapshot's
-// namespace names it, in its template or in one of its revisions; a workload whose
-// revision names it is checked again, to own it. On an error it answers yes: the
-// snapshot waits for the next sweep.
-func (w *Watcher) snapshotNamed(ctx context.Context, kind confighash.SourceKind, s metav1.Object) bool {
-	if naming := w.naming(s.GetNamespace(), kind, s.GetName()); len(naming) > 0 {
-		for _, v := range naming {
-			w.recheckOwners(v)
-		}
-		return true
-	}
-	source := confighash.SourceRef{Kind: kind, Name: s.GetAnnotations()[confighash.LabelSnapshotOf]}
-	users := w.inNamespace(s.GetNamespace(), func(v *view) bool {
-		return keepsRevisions(v.Kind.Kind) && (v.mayUse(source) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }))
-	})
-	for _, v := range users {
-		revs, err := w.pinnedRevisions(ctx, v)
-		if err != nil {
-			return true
-		}
-		for _, r := range revs {
-			if r.pins.Names(kind, s.GetName()) {
-				w.recheckOwners(v)
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // recheckOwners checks the workload's snapshots' owners again.

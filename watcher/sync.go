@@ -175,11 +175,18 @@ func (w *Watcher) notDecided(key workloadKey, v *view, err error) error {
 	return nil
 }
 
-// warnAboutAnnotations sends one Event per version of the workload for its bad
-// annotations and for a bound it is over.
+// warnAboutAnnotations sends, once per version of the workload, an Event for its bad
+// annotations and for a bound it is over, and one for a pinned workload the webhook
+// admitted unpinned (it writes no Event inside admission).
 func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
 	tooMany := overBound(err)
-	if len(v.Problems) == 0 && !tooMany || !w.progress.warnOnce(key, v.ResourceVersion) {
+	if len(v.Problems) == 0 && !tooMany && v.NotPinned == "" || !w.progress.warnOnce(key, v.ResourceVersion) {
+		return
+	}
+	if v.NotPinned != "" {
+		w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "NotPinned", "admitted unpinned: "+v.NotPinned)
+	}
+	if len(v.Problems) == 0 && !tooMany {
 		return
 	}
 	msgs := make([]string, len(v.Problems))

@@ -168,9 +168,11 @@ type Watcher struct {
 	relists *relists
 	// owners are the owners given the snapshots of pinned workloads.
 	owners *owners
-	// sweepCandidates are the snapshots the last sweep found owned and named by
-	// nothing; only the sweep reads and writes it.
+	// sweepCandidates are the snapshots a sweep found owned and named by nothing, and
+	// sweepFrom, per kind and namespace, where the next sweep goes on from when the
+	// last one spent its calls; only the sweep reads and writes them.
 	sweepCandidates map[types.UID]bool
+	sweepFrom       map[string]string
 	// workloadsGeneration moves whenever a workload informer takes in an object, before
 	// it holds it, and when a relist swaps a store in; namespacesGeneration when a
 	// namespace's mode or pacing changes. Waves' memos hold while neither moves.

@@ -37,6 +37,8 @@ type view struct {
 	Status rollout
 	// Selector selects its pods; "" for a kind whose pods a wave does not wait for.
 	Selector string
+	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).
+	NotPinned string
 }
 
 var (
@@ -87,6 +89,7 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			State:           vocabulary.Read(w),
 			Status:          rolloutOf(o),
 			Selector:        selectorOf(o),
+			NotPinned:       meta.GetAnnotations()[confighash.AnnotationNotPinned],
 		}, nil
 	}
 }

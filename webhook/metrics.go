@@ -22,6 +22,9 @@ type Recorder interface {
 	BadRequest(reason string)
 	// Panic records a recovered panic.
 	Panic()
+	// SnapshotsCapped records a pinned workload admitted unpinned, its namespace's
+	// snapshots being at their cap: "count" or "bytes".
+	SnapshotsCapped(limit string)
 }
 
 // NoopRecorder records nothing.
@@ -34,6 +37,7 @@ func (NoopRecorder) SourceRead(confighash.SourceKind, string)               {}
 func (NoopRecorder) VersionRead(confighash.SourceKind)                      {}
 func (NoopRecorder) BadRequest(string)                                      {}
 func (NoopRecorder) Panic()                                                 {}
+func (NoopRecorder) SnapshotsCapped(string)                                 {}
 
 // ResultAnnotationsTooLarge: the hash or the record would take the workload over the
 // API server's bound on annotations: allowed unchanged.
@@ -66,6 +70,7 @@ type PrometheusRecorder struct {
 	versions    *prometheus.CounterVec
 	badRequests *prometheus.CounterVec
 	panics      prometheus.Counter
+	capped      *prometheus.CounterVec
 }
 
 var _ Recorder = (*PrometheusRecorder)(nil)
@@ -98,8 +103,12 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "webhook", Name: "panics_total",
 			Help: "Panics recovered while handling a request; the request was allowed unchanged.",
 		}),
+		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "snapshots_capped_total",
+			Help: "Pinned workloads admitted unpinned because their namespace's snapshots were at their cap, by the cap reached: count or bytes.",
+		}, []string{"limit"}),
 	}
-	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.versions, r.badRequests, r.panics} {
+	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.versions, r.badRequests, r.panics, r.capped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -123,6 +132,9 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, reason := range badRequestReasons {
 		r.badRequests.WithLabelValues(reason)
 	}
+	for _, limit := range []string{"count", "bytes"} {
+		r.capped.WithLabelValues(limit)
+	}
 	return r, nil
 }
 
@@ -142,3 +154,5 @@ func (r *PrometheusRecorder) VersionRead(kind confighash.SourceKind) {
 func (r *PrometheusRecorder) BadRequest(reason string) { r.badRequests.WithLabelValues(reason).Inc() }
 
 func (r *PrometheusRecorder) Panic() { r.panics.Inc() }
+
+func (r *PrometheusRecorder) SnapshotsCapped(limit string) { r.capped.WithLabelValues(limit).Inc() }

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
@@ -228,21 +227,15 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	case !d.Acts:
 		return nil, warnings
 	}
-	if len(d.Snapshots) > 0 && m.cfg.Snapshots == nil {
-		return fail("pinned, but this webhook makes no snapshots; the hash was not updated")
+	var notPinned string
+	if d, notPinned, err = m.snapshots(ctx, ar, u, w, in, sources, d); err != nil {
+		return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
 	}
-	var owner *metav1.OwnerReference
-	if uid := u.GetUID(); uid != "" {
-		// Until its revisions own them: the watcher sees to it, and to those that none does.
-		owner = &metav1.OwnerReference{APIVersion: w.Kind.GroupVersion().String(), Kind: w.Kind.Kind, Name: w.Name, UID: uid}
-	}
-	if len(d.Snapshots) > 0 {
-		if err := m.cfg.Snapshots.Ensure(ctx, w.Namespace, d.Snapshots, owner, ar.DryRun); err != nil {
-			return fail(fmt.Sprintf("could not %v; the hash was not updated", err))
-		}
+	if notPinned != "" {
+		warnings = append(warnings, warningPrefix+"not pinned this time: "+notPinned)
 	}
 	if d.Record != nil {
-		out := written{record: d.Record.Text(d.Form), hash: d.Hash, adopted: d.Adopted, renames: confighash.Repin(w.Template, d.Pins)}
+		out := written{record: d.Record.Text(d.Form), hash: d.Hash, adopted: d.Adopted, notPinned: notPinned, renames: confighash.Repin(w.Template, d.Pins)}
 		if len(d.Pins) > 0 {
 			out.pins = d.Pins.String()
 		}

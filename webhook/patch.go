@@ -27,6 +27,9 @@ type written struct {
 	// otherwise it is removed. renames are the names the template changes.
 	pins    string
 	renames []confighash.Rename
+	// notPinned, on the metadata of a pinned workload admitted unpinned, says why;
+	// otherwise it is removed.
+	notPinned string
 }
 
 // annotationPatch returns the operations that write w: the record and the adoption on
@@ -74,6 +77,9 @@ func annotationPatch(u *unstructured.Unstructured, kind confighash.Kind, w writt
 	}
 	// The watcher's request to make snapshots again is done with once admitted.
 	if err := set([]string{"metadata"}, confighash.AnnotationRemakeSnapshots, ""); err != nil {
+		return nil, err
+	}
+	if err := set([]string{"metadata"}, confighash.AnnotationNotPinned, w.notPinned); err != nil {
 		return nil, err
 	}
 	if w.hash == "" {

@@ -25,7 +25,7 @@ func TestASnapshotCopiesTheKeysUsedOnceAndNeverOnADryRun(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app"}, Data: map[string]string{"used": "1", "other": "2"}}
 	tls := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tls"}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}}
 	client := fake.NewClientset(cm, tls)
-	s := NewSnapshots(client, key)
+	s := NewSnapshots(client, key, nil)
 	ctx := t.Context()
 	owner := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "u1"}
 

@@ -35,6 +35,8 @@ type webhookConfig struct {
 	shutdownDelay     time.Duration
 	clientCAFile      string
 	clientNames       string
+	snapshotMaxCount  int
+	snapshotMaxBytes  int64
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
@@ -48,6 +50,8 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.dnsNames, "tls-dns-names", "", "comma-separated names of the self-signed certificate; default: the Service confighash-webhook.<namespace>.svc and .svc.cluster.local")
 	fs.StringVar(&c.clientCAFile, "client-ca-file", "", "CA bundle (PEM) of the client certificate the API server presents (AdmissionConfiguration); when set, a caller without a certificate it signed is refused before anything is read")
 	fs.StringVar(&c.clientNames, "client-allowed-names", "", "comma-separated common or DNS names a client certificate must carry, with --client-ca-file; empty: any it signed")
+	fs.IntVar(&c.snapshotMaxCount, "snapshot-max-count", 1000, "most snapshots of pinned workloads per namespace; beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
+	fs.Int64Var(&c.snapshotMaxBytes, "snapshot-max-bytes", 64<<20, "most bytes of data the snapshots of pinned workloads hold per namespace (keys and values); beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
 	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
 }
 
@@ -101,6 +105,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if cfg.certPoll <= 0 {
 		return fmt.Errorf("--tls-poll-interval must be positive, got %v", cfg.certPoll)
 	}
+	if cfg.snapshotMaxCount < 0 || cfg.snapshotMaxBytes < 0 {
+		return fmt.Errorf("--snapshot-max-count and --snapshot-max-bytes must not be negative, got %d and %d", cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
+	}
 	e, err := cfg.connect(ctx, "webhook", stderr)
 	if err != nil {
 		return err
@@ -139,10 +146,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
+	snapshotCap := webhook.NewSnapshotCap(client, cfg.watched, cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
-		Snapshots: webhook.NewSnapshots(e.client, e.key),
+		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap),
 	})
 	if err != nil {
 		return err
@@ -173,7 +181,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops, err := listenOps(cfg.ops, reg, cfg.profiling, serving.Ready, sources.Synced, gate.HasSynced, func() bool { return !draining.Load() })
+	ops, err := listenOps(cfg.ops, reg, cfg.profiling, serving.Ready, sources.Synced, snapshotCap.Synced, gate.HasSynced, func() bool { return !draining.Load() })
 	if err != nil {
 		return err
 	}
@@ -188,6 +196,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serving.Run(ctx) })
 	g.Go(func() error { return sources.Run(ctx) })
+	g.Go(func() error { return snapshotCap.Run(ctx) })
 	gate.Run(ctx)
 	g.Go(func() error { return admissionServer.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })

@@ -96,7 +96,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{3}, 32))
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
 	mutator, err := webhook.New(webhook.Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader,
-		Snapshots: webhook.NewSnapshots(c.Client, key)})
+		Snapshots: webhook.NewSnapshots(c.Client, key, nil)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,200 @@
+package watcher
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// The sweep deletes, in the namespaces confighash acts in, the snapshots confighash
+// made (sealed, confighash.Sealed) that have had no owner holding them for longer than
+// the sweep interval and that no workload it acts on names, in its template or in a
+// revision. They come from a create the API server refused after the webhook had made
+// them, from a workload whose pins moved on before the watcher first saw it, or from
+// a review a client forged and posted to the webhook. One a revision still names gets
+// its owners from its workload's check instead. A sweep makes at most sweepCalls API
+// calls, whatever the number of snapshots and workloads: the next goes on from where
+// it stopped.
+
+// sweepCalls bounds the API calls of one sweep: pages listed, revisions read (two calls
+// per workload, once a sweep) and deletes.
+const sweepCalls = 200
+
+// sweepPage is how many snapshots one list call returns.
+const sweepPage = 500
+
+// sweep is one sweep's state.
+type sweep struct {
+	calls int
+	// revisions are the workloads' revisions read in this sweep, by workload UID.
+	revisions map[types.UID][]revisionPins
+}
+
+// spend reports whether n more calls fit in the sweep, and counts them.
+func (s *sweep) spend(n int) bool {
+	if s.calls+n > sweepCalls {
+		return false
+	}
+	s.calls += n
+	return true
+}
+
+// sweepSnapshots sweeps each kind of each namespace in turn, until the calls are spent.
+func (w *Watcher) sweepSnapshots(ctx context.Context) {
+	s := &sweep{revisions: map[types.UID][]revisionPins{}}
+	defer func() { w.cfg.Metrics.SweepCalls(s.calls) }()
+	if w.sweepCandidates == nil {
+		w.sweepCandidates, w.sweepFrom = map[types.UID]bool{}, map[string]string{}
+	}
+	namespaces := w.cfg.Watched
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
+		for _, ns := range namespaces {
+			if !w.sweepList(ctx, s, kind, ns) {
+				return
+			}
+		}
+	}
+}
+
+// sweepList sweeps the snapshots of a kind in a namespace, a page at a time, from where
+// the last sweep stopped. It reports false when the calls ran out first.
+func (w *Watcher) sweepList(ctx context.Context, s *sweep, kind confighash.SourceKind, namespace string) bool {
+	at := string(kind) + "/" + namespace
+	from := w.sweepFrom[at]
+	opts := metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf, Limit: sweepPage}
+	for {
+		if !s.spend(1) {
+			return false
+		}
+		list, err := w.cfg.Metadata.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, opts)
+		if err != nil {
+			w.cfg.Log.Warn().Err(err).Str("kind", string(kind)).Msg("list snapshots to sweep")
+			return true
+		}
+		for i := range list.Items {
+			item := &list.Items[i]
+			// Lists are in key order: what the last sweep looked at is behind.
+			if key := item.Namespace + "/" + item.Name; key > from {
+				if !w.sweepOne(ctx, s, kind, item) {
+					return false
+				}
+				w.sweepFrom[at] = key
+			}
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			delete(w.sweepFrom, at)
+			return true
+		}
+	}
+}
+
+// sweepOne deletes the snapshot if it is the second sweep in a row to find it made by
+// confighash, old enough, and held and named by nothing. It reports false when the
+// calls ran out before it could tell.
+func (w *Watcher) sweepOne(ctx context.Context, s *sweep, kind confighash.SourceKind, item *metav1.PartialObjectMetadata) bool {
+	if time.Since(item.CreationTimestamp.Time) < w.cfg.SnapshotSweep || w.gate.Mode(item.Namespace) == confighash.ModeOff ||
+		!confighash.Sealed(w.cfg.Key, kind, item.Namespace, item.Name, item.Annotations) || w.ownerHolds(kind, item) {
+		delete(w.sweepCandidates, item.UID)
+		return true
+	}
+	named, ok := w.sweptNamed(ctx, s, kind, item)
+	switch {
+	case !ok:
+		return false
+	case named:
+		delete(w.sweepCandidates, item.UID)
+		return true
+	case !w.sweepCandidates[item.UID]:
+		// Deleted at the sweep after the one that first found it so: a create admitted
+		// meanwhile that names it is seen, and its workload owns it.
+		w.sweepCandidates[item.UID] = true
+		return true
+	case !s.spend(2): // a read of its data, and the delete
+		return false
+	case !w.madeSnapshot(ctx, kind, item):
+		// Sealed, but mutable or holding other data: a copy someone made of a snapshot.
+		delete(w.sweepCandidates, item.UID)
+		return true
+	}
+	delete(w.sweepCandidates, item.UID)
+	if err := w.deleteSnapshot(ctx, kind, item); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		w.cfg.Log.Warn().Err(err).Str("namespace", item.Namespace).Str("snapshot", item.Name).Msg("delete a snapshot nothing names")
+		return true
+	}
+	w.cfg.Metrics.SnapshotSwept()
+	w.cfg.Log.Info().Str("namespace", item.Namespace).Str("kind", string(kind)).Str("snapshot", item.Name).Msg("deleted a snapshot nothing owned or named")
+	return true
+}
+
+// ownerHolds reports whether an owner of the snapshot holds it: a revision (only the
+// watcher makes one an owner, of the snapshots its template names), or the workload
+// the owner reference names, with that UID, whose template names the snapshot or which
+// may use its source (acted on or not: one no longer opted in may still name it). The
+// webhook takes an update's owner UID from the review it is sent: one that is not the
+// named workload's, or whose workload has nothing to do with the snapshot, came from a
+// forged review, and holds nothing.
+func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object) bool {
+	source := confighash.SourceRef{Kind: kind, Name: snapshot.GetAnnotations()[confighash.LabelSnapshotOf]}
+	for _, ref := range snapshot.GetOwnerReferences() {
+		if ref.APIVersion == "apps/v1" && (ref.Kind == "ReplicaSet" || ref.Kind == "ControllerRevision") {
+			return true
+		}
+		v := w.lookup(workloadKey{ref.Kind, snapshot.GetNamespace(), ref.Name})
+		if v == nil || v.UID != ref.UID {
+			continue
+		}
+		if v.Pins.Names(kind, snapshot.GetName()) || v.mayUse(source) ||
+			slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }) {
+			return true
+		}
+	}
+	return false
+}
+
+// sweptNamed reports whether a workload confighash acts on in the snapshot's namespace
+// names it, in its template or in one of its revisions, each workload's revisions read
+// once a sweep; a workload whose revision names it is checked again, to own it. On an
+// error it answers yes: the snapshot waits for the next sweep. ok is false when the
+// calls ran out before it could tell.
+func (w *Watcher) sweptNamed(ctx context.Context, s *sweep, kind confighash.SourceKind, snapshot metav1.Object) (named, ok bool) {
+	if naming := w.naming(snapshot.GetNamespace(), kind, snapshot.GetName()); len(naming) > 0 {
+		for _, v := range naming {
+			w.recheckOwners(v)
+		}
+		return true, true
+	}
+	source := confighash.SourceRef{Kind: kind, Name: snapshot.GetAnnotations()[confighash.LabelSnapshotOf]}
+	users := w.inNamespace(snapshot.GetNamespace(), func(v *view) bool {
+		return keepsRevisions(v.Kind.Kind) && (v.mayUse(source) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }))
+	})
+	for _, v := range users {
+		revs, read := s.revisions[v.UID]
+		if !read {
+			if !s.spend(2) { // the workload, and its revisions
+				return false, false
+			}
+			var err error
+			if revs, err = w.pinnedRevisions(ctx, v); err != nil {
+				return true, true
+			}
+			s.revisions[v.UID] = revs
+		}
+		for _, r := range revs {
+			if r.pins.Names(kind, snapshot.GetName()) {
+				w.recheckOwners(v)
+				return true, true
+			}
+		}
+	}
+	return false, true
+}
