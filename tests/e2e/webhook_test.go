@@ -384,7 +384,7 @@ func TestDeploymentCreatedBeforeItsSecretRollsOnce(t *testing.T) {
 	ns := labeledNamespace(t, c)
 
 	created, _ := createBeforeItsSecret(t, c, ns)
-	if got, want := created.Annotations[confighash.AnnotationSources], "v1 secret/issued-tls=absent"; got != want {
+	if got, want := created.Annotations[confighash.AnnotationSources], "v2 secret/issued-tls=absent"; got != want {
 		t.Fatalf("sources record = %q, want %q", got, want)
 	}
 	// The pods could not start without the Secret: its arrival does not roll them.
