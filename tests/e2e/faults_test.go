@@ -209,6 +209,27 @@ type slowAPIServer struct {
 
 func startSlowAPIServer(t testing.TB, c *cluster.Cluster, delay time.Duration) *slowAPIServer {
 	t.Helper()
+	p := &slowAPIServer{delay: delay}
+	p.kubeconfig = proxyAPIServer(t, c, func(r *http.Request) bool {
+		if !p.slow.Load() || r.URL.Query().Get("watch") == "true" {
+			return true
+		}
+		p.held.Add(1)
+		select {
+		case <-time.After(p.delay):
+			return true
+		case <-r.Context().Done():
+			return false
+		}
+	})
+	return p
+}
+
+// proxyAPIServer serves the API server to one client through a plain-HTTP proxy on
+// loopback, which passes on each request that pass, called first, lets through, and
+// returns that client's kubeconfig.
+func proxyAPIServer(t testing.TB, c *cluster.Cluster, pass func(*http.Request) bool) string {
+	t.Helper()
 	target, err := url.Parse(c.Config.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -220,31 +241,25 @@ func startSlowAPIServer(t testing.TB, c *cluster.Cluster, delay time.Duration) *
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.Transport = transport
 	proxy.FlushInterval = -1 // watches stream
-	p := &slowAPIServer{kubeconfig: filepath.Join(t.TempDir(), "kubeconfig"), delay: delay}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p.slow.Load() && r.URL.Query().Get("watch") != "true" {
-			p.held.Add(1)
-			select {
-			case <-time.After(p.delay):
-			case <-r.Context().Done():
-				return
-			}
+		if pass(r) {
+			proxy.ServeHTTP(w, r)
 		}
-		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
 	})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["slow"] = &clientcmdapi.Cluster{Server: srv.URL}
+	cfg.Clusters["proxied"] = &clientcmdapi.Cluster{Server: srv.URL}
 	cfg.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
-	cfg.Contexts["slow"] = &clientcmdapi.Context{Cluster: "slow", AuthInfo: "proxy"}
-	cfg.CurrentContext = "slow"
-	if err := clientcmd.WriteToFile(*cfg, p.kubeconfig); err != nil {
+	cfg.Contexts["proxied"] = &clientcmdapi.Context{Cluster: "proxied", AuthInfo: "proxy"}
+	cfg.CurrentContext = "proxied"
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return kubeconfig
 }
 
 // TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals: for about 25 s every read
@@ -309,12 +324,16 @@ func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
 	}
 }
 
-// warnedClient returns a client whose warnings from the API server are collected.
-func warnedClient(t testing.TB, c *cluster.Cluster) (*kubernetes.Clientset, *warnings) {
+// warnedClient returns a client whose warnings from the API server are collected,
+// acting as the user impersonated, if any.
+func warnedClient(t testing.TB, c *cluster.Cluster, as ...rest.ImpersonationConfig) (*kubernetes.Clientset, *warnings) {
 	t.Helper()
 	warned := &warnings{}
 	cfg := rest.CopyConfig(c.Config)
 	cfg.WarningHandler = warned
+	if len(as) > 0 {
+		cfg.Impersonate = as[0]
+	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

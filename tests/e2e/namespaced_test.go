@@ -8,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -96,13 +94,7 @@ func TestAnObjectUnderASnapshotsNameIsNotUsedUnlessItIsTheSnapshot(t *testing.T)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	key := hashKey(t, c)
-	warned := &warnings{}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.WarningHandler = warned
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, warned := warnedClient(t, c)
 	for _, tc := range []struct {
 		name      string
 		immutable bool

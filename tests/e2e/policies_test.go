@@ -72,15 +72,10 @@ func installElsewhere(t *testing.T, c *cluster.Cluster) string {
 // impersonate returns a client that acts as the ServiceAccount, with its groups.
 func impersonate(t *testing.T, c *cluster.Cluster, ns, sa string) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(c.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{
+	client, _ := warnedClient(t, c, rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + ns + ":" + sa,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	return client
 }
 

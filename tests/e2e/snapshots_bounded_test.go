@@ -7,10 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -23,10 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
@@ -242,13 +234,7 @@ func TestAPinnedWorkloadBeyondTheCapIsAdmittedUnpinned(t *testing.T) {
 	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate("first")))
 	waitFor(t, 10*time.Second, "the first snapshot", func() bool { return len(snapshotNames(t, c, ns, confighash.ConfigMap)) == 1 })
 
-	warned := &warnings{}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.WarningHandler = warned
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, warned := warnedClient(t, c)
 	created, err := client.AppsV1().Deployments(ns).Create(t.Context(), annotatedDeployment("api", pinned, envFromTemplate("second")), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -334,36 +320,13 @@ type countedAPIServer struct {
 
 func startCountedAPIServer(t *testing.T, c *cluster.Cluster) *countedAPIServer {
 	t.Helper()
-	target, err := url.Parse(c.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	transport, err := rest.TransportFor(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.Transport = transport
-	proxy.FlushInterval = -1 // watches stream
-	p := &countedAPIServer{kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p := &countedAPIServer{}
+	p.kubeconfig = proxyAPIServer(t, c, func(r *http.Request) bool {
 		if r.URL.Query().Get("watch") != "true" && !strings.Contains(r.URL.Path, "/leases") && !strings.Contains(r.URL.Path, "/events") {
 			p.calls.Add(1)
 		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
+		return true
 	})
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["counted"] = &clientcmdapi.Cluster{Server: srv.URL}
-	cfg.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
-	cfg.Contexts["counted"] = &clientcmdapi.Context{Cluster: "counted", AuthInfo: "proxy"}
-	cfg.CurrentContext = "counted"
-	if err := clientcmd.WriteToFile(*cfg, p.kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 	return p
 }
 

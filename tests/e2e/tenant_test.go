@@ -89,13 +89,5 @@ func tenantClient(t testing.TB, c *cluster.Cluster, user string, namespaces ...s
 			t.Fatal(err)
 		}
 	}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	warned := &warnings{}
-	cfg.WarningHandler = warned
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, warned
+	return warnedClient(t, c, rest.ImpersonationConfig{UserName: user})
 }
