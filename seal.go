@@ -3,7 +3,6 @@ package confighash
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 )
 
@@ -21,8 +20,7 @@ const sealPrefix = "confighash.dev/snapshot-seal/v1\x00"
 func SnapshotSeal(key Key, kind SourceKind, namespace, name string) string {
 	msg := []byte(sealPrefix)
 	for _, f := range []string{string(kind), namespace, name} {
-		msg = binary.AppendUvarint(msg, uint64(len(f)))
-		msg = append(msg, f...)
+		msg = appendString(msg, f)
 	}
 	var sum [sha256.Size]byte
 	key.sum(msg, &sum)

@@ -10,12 +10,18 @@ import (
 	"github.com/confighash/confighash"
 )
 
+// snapshotSource is the source a snapshot is of: its annotation holds the name whole,
+// where the label may hold it cut.
+func snapshotSource(kind confighash.SourceKind, s metav1.Object) confighash.SourceRef {
+	return confighash.SourceRef{Kind: kind, Name: s.GetAnnotations()[confighash.LabelSnapshotOf]}
+}
+
 // madeSnapshot reports whether s, an object labelled as a snapshot, is one
 // (confighash.IsSnapshot): only those are deleted, never an object a user made,
 // restored from a snapshot's YAML or changed, that carries the label. One listed by
 // its metadata alone is read whole; one that cannot be read is kept for now.
 func (w *Watcher) madeSnapshot(ctx context.Context, kind confighash.SourceKind, s metav1.Object) bool {
-	source := confighash.SourceRef{Kind: kind, Name: s.GetAnnotations()[confighash.LabelSnapshotOf]}
+	source := snapshotSource(kind, s)
 	switch obj := s.(type) {
 	case *corev1.ConfigMap:
 		return confighash.IsSnapshot(w.cfg.Key, source, obj, ptr.Deref(obj.Immutable, false), confighash.SourceOfConfigMap(obj))

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -144,7 +143,7 @@ func (w *Watcher) sweepOne(ctx context.Context, s *sweep, kind confighash.Source
 // named workload's, or whose workload has nothing to do with the snapshot, came from a
 // forged review, and holds nothing.
 func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object) bool {
-	source := confighash.SourceRef{Kind: kind, Name: snapshot.GetAnnotations()[confighash.LabelSnapshotOf]}
+	source := snapshotSource(kind, snapshot)
 	for _, ref := range snapshot.GetOwnerReferences() {
 		if ref.APIVersion == "apps/v1" && (ref.Kind == "ReplicaSet" || ref.Kind == "ControllerRevision") {
 			return true
@@ -153,8 +152,7 @@ func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object)
 		if v == nil || v.UID != ref.UID {
 			continue
 		}
-		if v.Pins.Names(kind, snapshot.GetName()) || v.mayUse(source) ||
-			slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }) {
+		if v.Pins.Names(kind, snapshot.GetName()) || v.mayHold(source) {
 			return true
 		}
 	}
@@ -173,10 +171,8 @@ func (w *Watcher) sweptNamed(ctx context.Context, s *sweep, kind confighash.Sour
 		}
 		return true, true
 	}
-	source := confighash.SourceRef{Kind: kind, Name: snapshot.GetAnnotations()[confighash.LabelSnapshotOf]}
-	users := w.inNamespace(snapshot.GetNamespace(), func(v *view) bool {
-		return keepsRevisions(v.Kind.Kind) && (v.mayUse(source) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == source }))
-	})
+	source := snapshotSource(kind, snapshot)
+	users := w.inNamespace(snapshot.GetNamespace(), func(v *view) bool { return keepsRevisions(v.Kind.Kind) && v.mayHold(source) })
 	for _, v := range users {
 		revs, read := s.revisions[v.UID]
 		if !read {

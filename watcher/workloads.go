@@ -116,6 +116,12 @@ func (v *view) mayUse(ref confighash.SourceRef) bool {
 		slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
 }
 
+// mayHold reports whether the workload's pods may hold the source's data, and its
+// revisions name its snapshots: it may use the source, or its record still holds it.
+func (v *view) mayHold(ref confighash.SourceRef) bool {
+	return v.mayUse(ref) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == ref })
+}
+
 // newWorkloadInformers returns the informers of each kind, for the given namespaces or
 // the whole cluster: the built-in kinds with their types, the others as unstructured
 // objects, each only if the API server serves it.
