@@ -35,10 +35,13 @@ type State struct {
 	Adopted string
 	// Pins are the snapshots its pod template names (AnnotationPinned).
 	Pins Pins
-	// Release is the hash the watcher last released a gated workload to roll to;
-	// Held and Failed, the source change of a halted wave it holds the workload for, or
-	// that failed in it (AnnotationRelease, AnnotationHeld, AnnotationFailed).
-	Release, Held, Failed string
+	// Release is the hash the watcher last released a gated workload to roll to
+	// (AnnotationRelease).
+	Release string
+	// Held and Failed are the markers of a halted wave: the change it holds the
+	// workload for, or that failed in it (AnnotationHeld, AnnotationFailed). One that
+	// cannot be read is none: it holds nothing.
+	Held, Failed Marker
 	// Others are the bytes of its annotations apart from those the webhook writes,
 	// when they are many (see annotationBytesOf).
 	Others AnnotationBytes
@@ -47,8 +50,9 @@ type State struct {
 // Read reads a workload's state, its annotations in this vocabulary.
 func (v Vocabulary) Read(w *Workload) State {
 	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted],
-		Release: w.Annotations[AnnotationRelease], Held: w.Annotations[AnnotationHeld], Failed: w.Annotations[AnnotationFailed],
-		Others: annotationBytesOf(w)}
+		Release: w.Annotations[AnnotationRelease], Others: annotationBytesOf(w)}
+	s.Held, _ = ParseMarker(w.Annotations[AnnotationHeld])
+	s.Failed, _ = ParseMarker(w.Annotations[AnnotationFailed])
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
 	s.Pins = TemplatePins(w.Template)
 	if !s.Policy.OptOut {
@@ -116,10 +120,10 @@ type Pods struct {
 	// Fresh is set when the pods that will run are created after this admission: a new
 	// workload, or a changed pod template. They read the current data.
 	Fresh bool
-	// Held tells, for sources new to the record, whether the running pods provably
+	// Proven tells, for sources new to the record, whether the running pods provably
 	// hold their current data (see Running.Holds). A source it does not name is
 	// unproven: the webhook knows nothing of the running pods, the watcher finds out.
-	Held map[SourceRef]bool
+	Proven map[SourceRef]bool
 }
 
 // Sources is how the decision sees the ConfigMaps and Secrets of the workload's
@@ -167,7 +171,7 @@ type Decision struct {
 	// Form is the form of Record's digests: the state's, until a rollout is due.
 	Form Form
 	// Unproven are the sources that started to count, left out of Record until the
-	// running pods are known to hold their current data (Pods.Held).
+	// running pods are known to hold their current data (Pods.Proven).
 	Unproven []SourceRef
 	// Converged is set when the workload already carries Record and Hash, or is
 	// adopted at Record's hash, and nothing is unproven.
@@ -237,11 +241,11 @@ func Decide(in Input, sources Sources) (Decision, error) {
 		prev = s.Record.returnedTo(s.Pins)
 	}
 	first := !s.met() && !in.Pods.Fresh
-	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, held: in.Pods.Held}
+	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, proven: in.Pods.Proven}
 	next, unproven := st.next(prev, d.Observations)
 	if !st.rolling && next.Hash(in.Key) != prev.Hash(in.Key) {
 		// A rollout is due: the new pods will hold every source's current data.
-		rolling := step{rolling: true, held: in.Pods.Held}
+		rolling := step{rolling: true, proven: in.Pods.Proven}
 		rolled, rolledUnproven := rolling.next(prev, d.Observations)
 		rolled, rolledObservations, rolledForm := in.namespaced(rolled, d.Observations, form, current)
 		if release := rolled.Hash(in.Key); prev != nil && in.State.Release != release && d.gated(current) {

@@ -73,7 +73,7 @@ func (w *world) settle() {
 		for _, ref := range d.Unproven {
 			held[ref] = true
 		}
-		w.admit(Pods{Held: held})
+		w.admit(Pods{Proven: held})
 	}
 }
 
@@ -214,10 +214,10 @@ func TestAWorkloadMetForTheFirstTime(t *testing.T) {
 	if d := decide(Pods{}); d.Record != nil || !slices.Equal(d.Unproven, []SourceRef{cfg}) || d.Converged {
 		t.Fatalf("unknown pods: record %v, unproven %v; want nothing written, cfg unproven", d.Record, d.Unproven)
 	}
-	if d := decide(Pods{Held: map[SourceRef]bool{cfg: true}}); d.Hash != "" || d.Adopted != d.Record.Hash(testKey) || len(d.Unproven) > 0 {
+	if d := decide(Pods{Proven: map[SourceRef]bool{cfg: true}}); d.Hash != "" || d.Adopted != d.Record.Hash(testKey) || len(d.Unproven) > 0 {
 		t.Fatalf("pods with the current data: hash %q, adopted %q; want adopted at the record's hash, no template hash", d.Hash, d.Adopted)
 	}
-	if d := decide(Pods{Held: map[SourceRef]bool{cfg: false}}); d.Hash == "" || d.Adopted != "" {
+	if d := decide(Pods{Proven: map[SourceRef]bool{cfg: false}}); d.Hash == "" || d.Adopted != "" {
 		t.Fatalf("pods that may hold older data: hash %q, adopted %q; want a hash, a rollout", d.Hash, d.Adopted)
 	}
 	if d := decide(Pods{Fresh: true}); d.Hash == "" || d.Hash != d.Record.Hash(testKey) {

@@ -102,7 +102,7 @@ func Explain(in ExplainInput) (e Explanation) {
 	w := in.Workload
 	state := in.Vocabulary.Read(w)
 	e = Explanation{Kind: w.Kind.Kind, Namespace: w.Namespace, Name: w.Name, TemplateHash: state.Hash, Adopted: state.Adopted,
-		Held: state.Held, Failed: state.Failed}
+		Held: state.Held.String(), Failed: state.Failed.String()}
 	for _, p := range state.Problems {
 		e.Problems = append(e.Problems, p.Error())
 	}
@@ -170,10 +170,9 @@ func Explain(in ExplainInput) (e Explanation) {
 // heldWhy says why a change due has not rolled, as the watcher decides it.
 func heldWhy(d Decision, state State, now time.Time, e *Explanation) string {
 	changed := ListRefs(d.Held) + " changed"
-	fields := strings.Fields(state.Held)
 	switch {
-	case len(fields) > 0 && fields[len(fields)-1] == d.Release:
-		return fmt.Sprintf("%s; its wave halted when the rollout of %s failed: it rolls at the next change of that source, or when resumed (confighash resume, or remove %s)", changed, fields[0], AnnotationHeld)
+	case state.Held.Hash == d.Release:
+		return fmt.Sprintf("%s; its wave halted when the rollout of %s failed: it rolls at the next change of that source, or when resumed (confighash resume, or remove %s)", changed, state.Held.Change, AnnotationHeld)
 	case !d.Pacing.Windows.Open(now):
 		opens := d.Pacing.Windows.NextOpen(now)
 		e.NextOpening = &opens

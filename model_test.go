@@ -270,7 +270,7 @@ func (m *model) converge() int {
 				i := strings.Index("abcd", o.Name)
 				held[o.SourceRef] = m.held[i] == pendingValue || o.Present && m.held[i] == m.sources[i].value
 			}
-			if d = m.decide(Pods{Held: held}); d.Record == nil {
+			if d = m.decide(Pods{Proven: held}); d.Record == nil {
 				m.t.Fatalf("with every source's pods known, nothing to record: unproven %v", d.Unproven)
 			}
 			m.state.Record, m.state.Form, m.state.Adopted = d.Record, d.Form, d.Adopted

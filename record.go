@@ -71,9 +71,9 @@ type step struct {
 	// rolling: the pods are about to be replaced (a new workload, a changed pod
 	// template, or a rollout due), so they will hold the current data of every source.
 	rolling bool
-	// held tells, for a source new to the record, whether the running pods hold its
+	// proven tells, for a source new to the record, whether the running pods hold its
 	// current data; a source it does not name is unproven.
-	held map[SourceRef]bool
+	proven map[SourceRef]bool
 }
 
 // next returns the record after observing the sources, from the previous record
@@ -123,12 +123,12 @@ func (s step) next(prev Record, observations []Observation) (Record, []SourceRef
 		} else {
 			ref = o.SourceRef
 		}
-		held, known := s.held[ref]
+		proven, known := s.proven[ref]
 		var e RecordEntry
 		switch {
 		case o == nil || !o.Counts:
 			switch {
-			case o != nil && o.Present && (s.rolling || p == nil && held):
+			case o != nil && o.Present && (s.rolling || p == nil && proven):
 				e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true, Baseline: true, Uncounted: true}
 			case s.rolling || p == nil || !p.Seen:
 				continue
@@ -151,7 +151,7 @@ func (s step) next(prev Record, observations []Observation) (Record, []SourceRef
 		case p != nil && p.Seen && p.Digest == o.Digest:
 			e = *p
 			e.Absent, e.Uncounted, e.Declining, e.Declined = false, false, false, Digest{}
-		case s.rolling || known && !held || p != nil && p.Seen && !(p.Uncounted && p.Baseline):
+		case s.rolling || known && !proven || p != nil && p.Seen && !(p.Uncounted && p.Baseline):
 			e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true}
 		case known:
 			e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true, Baseline: true}

@@ -34,7 +34,7 @@ func TestNext(t *testing.T) {
 		{"nothing changed: nothing rolls", step{}, entry(RecordEntry{Digest: d1, Seen: true}), present(d1, false), entry(RecordEntry{Digest: d1, Seen: true}), false},
 		{"used data changed: rolls", step{}, entry(RecordEntry{Digest: d1, Seen: true}), present(d2, false), entry(RecordEntry{Digest: d2, Seen: true}), true},
 		{
-			"a required source never seen appears, held by the pods that waited for it: a baseline, no rollout", step{held: held},
+			"a required source never seen appears, held by the pods that waited for it: a baseline, no rollout", step{proven: held},
 			entry(RecordEntry{Absent: true}), present(d1, false),
 			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
 		},
@@ -54,7 +54,7 @@ func TestNext(t *testing.T) {
 			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
 		},
 		{
-			"an optional source never seen appears: rolls, the pods ran without it", step{held: stale},
+			"an optional source never seen appears: rolls, the pods ran without it", step{proven: stale},
 			entry(RecordEntry{Absent: true}), present(d1, true),
 			entry(RecordEntry{Digest: d1, Seen: true}), true,
 		},
@@ -139,12 +139,12 @@ func TestNext(t *testing.T) {
 			Record{}, false,
 		},
 		{
-			"a source starts to count and the pods hold its data: a baseline, no rollout", step{held: held},
+			"a source starts to count and the pods hold its data: a baseline, no rollout", step{proven: held},
 			Record{}, present(d1, false),
 			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
 		},
 		{
-			"a source starts to count and the pods may hold older data: rolls", step{held: stale},
+			"a source starts to count and the pods may hold older data: rolls", step{proven: stale},
 			Record{}, present(d1, false),
 			entry(RecordEntry{Digest: d1, Seen: true}), true,
 		},
@@ -154,7 +154,7 @@ func TestNext(t *testing.T) {
 			Record{}, false,
 		},
 		{
-			"a source that does not count, with pods that hold its data: an uncounted baseline", step{held: held},
+			"a source that does not count, with pods that hold its data: an uncounted baseline", step{proven: held},
 			Record{}, uncounted(d1),
 			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true, Uncounted: true}), false,
 		},
@@ -181,7 +181,7 @@ func TestNextLeavesOutOnlyUnprovenSources(t *testing.T) {
 		{Reference: Reference{SourceRef: a}, Present: true, Counts: true, Digest: Digest{1}},
 		{Reference: Reference{SourceRef: b}, Present: true, Counts: true, Digest: Digest{2}},
 	}
-	got, unproven := step{held: map[SourceRef]bool{b: true}}.next(Record{}, obs)
+	got, unproven := step{proven: map[SourceRef]bool{b: true}}.next(Record{}, obs)
 	if want := (Record{{SourceRef: b, Digest: Digest{2}, Seen: true, Baseline: true}}); !slices.Equal(got, want) || !slices.Equal(unproven, []SourceRef{a}) {
 		t.Fatalf("next() = %s, unproven %v; want %s and %v unproven", got, unproven, want, a)
 	}

@@ -27,12 +27,12 @@ import (
 // otherwise; a workload met for the first time is adopted or rolled. The webhook
 // writes the hash from the record at the admission of this write.
 func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
-	held, err := w.held(ctx, v, d.Observations)
+	proven, err := w.proven(ctx, v, d.Observations)
 	if err != nil {
 		return fmt.Errorf("find out what the pods of %s %s/%s hold: %w", v.Kind.Kind, v.Namespace, v.Name, err)
 	}
 	counted := d.Unproven
-	if d, err = w.decide(v, confighash.Pods{Held: held}); err != nil {
+	if d, err = w.decide(v, confighash.Pods{Proven: proven}); err != nil {
 		return w.notDecided(key, v, err)
 	}
 	if d.Record == nil {
@@ -51,26 +51,26 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 		confighash.AnnotationSources: d.Record.Text(d.Form), confighash.AnnotationAdopted: adopted,
 		confighash.AnnotationTrigger: confighash.FormatTriggers(trig),
 	}}})
-	return w.admitted(key, v, d, trig, counted, admitted, err)
+	return w.verify(key, v, d, trig, counted, admitted, err)
 }
 
-// held tells, for each source that exists, whether the workload's running pods
+// proven tells, for each source that exists, whether the workload's running pods
 // provably hold its current data: it was written before their revision was created,
 // or, for a required source, it was never written after its creation, since the pods
 // could not start without it. A CronJob's next run reads the current data.
-func (w *Watcher) held(ctx context.Context, v *view, observations []confighash.Observation) (map[confighash.SourceRef]bool, error) {
-	held := map[confighash.SourceRef]bool{}
+func (w *Watcher) proven(ctx context.Context, v *view, observations []confighash.Observation) (map[confighash.SourceRef]bool, error) {
+	proven := map[confighash.SourceRef]bool{}
 	written := map[confighash.SourceRef]confighash.Written{}
 	var versions []string
 	for _, o := range observations {
 		if !o.Present {
 			continue
 		}
-		held[o.SourceRef] = v.Kind.Kind == confighash.CronJob.Kind
+		proven[o.SourceRef] = v.Kind.Kind == confighash.CronJob.Kind
 		if o.Kind == confighash.SecretProviderClass {
 			// Its pods report what they hold: every one the current versions, or not.
 			d, ok := w.sources.Lookup(v.Namespace, o.SourceRef)
-			held[o.SourceRef] = ok && d.Uniform
+			proven[o.SourceRef] = ok && d.Uniform
 			continue
 		}
 		if d, ok := w.sources.Lookup(v.Namespace, o.SourceRef); ok {
@@ -80,7 +80,7 @@ func (w *Watcher) held(ctx context.Context, v *view, observations []confighash.O
 		}
 	}
 	if v.Kind.Kind == confighash.CronJob.Kind {
-		return held, nil
+		return proven, nil
 	}
 	running, err := w.running(ctx, v, versions)
 	if err != nil {
@@ -91,14 +91,14 @@ func (w *Watcher) held(ctx context.Context, v *view, observations []confighash.O
 		if !ok {
 			continue
 		}
-		if held[o.SourceRef] = running.Holds(wr); held[o.SourceRef] || o.Optional {
+		if proven[o.SourceRef] = running.Holds(wr); proven[o.SourceRef] || o.Optional {
 			continue
 		}
-		if held[o.SourceRef], err = w.neverRewritten(ctx, v.Namespace, o.SourceRef, wr); err != nil {
+		if proven[o.SourceRef], err = w.neverRewritten(ctx, v.Namespace, o.SourceRef, wr); err != nil {
 			return nil, err
 		}
 	}
-	return held, nil
+	return proven, nil
 }
 
 // neverRewritten reports whether a source's data was last written when it was

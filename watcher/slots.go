@@ -28,7 +28,7 @@ func (w *Watcher) room(key workloadKey, n int) int {
 		return n
 	}
 	held, mine := 0, 0
-	for k, a := range ws.admitted {
+	for k, a := range ws.grants {
 		if !a.slotFreed {
 			held++
 			if k.Namespace == key.Namespace {
@@ -78,11 +78,11 @@ func (w *Watcher) pendingTooLong(v *view, since time.Time) {
 		return
 	}
 	w.waves.mu.Lock()
-	a, ok := w.waves.admitted[keyOf(v)]
+	a, ok := w.waves.grants[keyOf(v)]
 	freed := ok && !a.slotFreed
 	if freed {
 		a.slotFreed = true
-		w.waves.admitted[keyOf(v)] = a
+		w.waves.grants[keyOf(v)] = a
 		w.wakeCapped()
 	}
 	w.waves.mu.Unlock()

@@ -10,7 +10,7 @@ func TestNamespacesShareMaxRolling(t *testing.T) {
 	key := func(ns string, i int) workloadKey { return workloadKey{"Deployment", ns, fmt.Sprint(i)} }
 	admit := func(ns string, from, n int) {
 		for i := range n {
-			w.waves.admitted[key(ns, from+i)] = admission{}
+			w.waves.grants[key(ns, from+i)] = grant{}
 		}
 	}
 	admit("a", 0, 3)
@@ -18,7 +18,7 @@ func TestNamespacesShareMaxRolling(t *testing.T) {
 		t.Fatalf("b, asking for 3 of 4 with 3 held, gets %d; want the 1 left", got)
 	}
 	admit("b", 0, 1)
-	delete(w.waves.admitted, key("a", 0))
+	delete(w.waves.grants, key("a", 0))
 	if got := w.room(key("a", 3), 2); got != 0 {
 		t.Fatalf("a, holding 2 while b waits, gets %d more; want none beyond its share of 2", got)
 	}
@@ -26,10 +26,10 @@ func TestNamespacesShareMaxRolling(t *testing.T) {
 		t.Fatalf("b, holding 1 while a waits, gets %d; want the 1 free, within its share of 2", got)
 	}
 	admit("b", 1, 1)
-	for k, a := range w.waves.admitted {
+	for k, a := range w.waves.grants {
 		if k.Namespace == "a" {
 			a.slotFreed = true // its pods stayed Pending
-			w.waves.admitted[k] = a
+			w.waves.grants[k] = a
 		}
 	}
 	if got := w.room(key("b", 2), 2); got != 0 {

@@ -14,27 +14,9 @@ import (
 	"github.com/confighash/confighash"
 )
 
-// rollout is where a workload's own controller stands with its latest pod template,
-// as its status says: what a wave waits for.
-type rollout int
-
-const (
-	// rolledOut: every pod runs the latest template and is available, or the kind has
-	// nothing to wait for (a CronJob's next run, an OnDelete strategy).
-	rolledOut rollout = iota
-	rollingOut
-	// rolloutFailed: the controller gave up (a Deployment past its progress deadline,
-	// an Argo Rollout degraded).
-	rolloutFailed
-)
-
-func (r rollout) String() string {
-	return [...]string{"rolled out", "rolling out", "failed"}[r]
-}
-
 // rolloutOf reads the rollout from the workload's status, as kubectl rollout status
 // does for the built-in kinds.
-func rolloutOf(o runtime.Object) rollout {
+func rolloutOf(o runtime.Object) confighash.RolloutStatus {
 	switch o := o.(type) {
 	case *appsv1.Deployment:
 		return deploymentRollout(o)
@@ -43,14 +25,14 @@ func rolloutOf(o runtime.Object) rollout {
 	case *appsv1.DaemonSet:
 		return daemonSetRollout(o)
 	case *batchv1.CronJob:
-		return rolledOut // its next Job reads the new data
+		return confighash.RolledOut // its next Job reads the new data
 	case *unstructured.Unstructured:
 		if o.GroupVersionKind() == confighash.Rollout.GroupVersionKind {
 			return argoRollout(o)
 		}
 		return customRollout(o)
 	}
-	return rolledOut
+	return confighash.RolledOut
 }
 
 // selectorOf returns the label selector of the workload's pods, "" for a CronJob, whose
@@ -110,64 +92,64 @@ func replicas(n *int32) int32 {
 	return *n
 }
 
-func deploymentRollout(d *appsv1.Deployment) rollout {
+func deploymentRollout(d *appsv1.Deployment) confighash.RolloutStatus {
 	if d.Status.ObservedGeneration < d.Generation {
-		return rollingOut
+		return confighash.RollingOut
 	}
 	for _, c := range d.Status.Conditions {
 		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
-			return rolloutFailed
+			return confighash.RolloutFailed
 		}
 	}
 	want := replicas(d.Spec.Replicas)
 	if d.Status.UpdatedReplicas < want || d.Status.Replicas > d.Status.UpdatedReplicas || d.Status.AvailableReplicas < d.Status.UpdatedReplicas {
-		return rollingOut
+		return confighash.RollingOut
 	}
-	return rolledOut
+	return confighash.RolledOut
 }
 
-func statefulSetRollout(s *appsv1.StatefulSet) rollout {
+func statefulSetRollout(s *appsv1.StatefulSet) confighash.RolloutStatus {
 	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
-		return rolledOut
+		return confighash.RolledOut
 	}
 	if s.Status.ObservedGeneration < s.Generation {
-		return rollingOut
+		return confighash.RollingOut
 	}
 	want := replicas(s.Spec.Replicas)
 	if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
 		want -= *ru.Partition
 	}
 	if s.Status.UpdatedReplicas < want || s.Status.ReadyReplicas < replicas(s.Spec.Replicas) {
-		return rollingOut
+		return confighash.RollingOut
 	}
-	return rolledOut
+	return confighash.RolledOut
 }
 
-func daemonSetRollout(d *appsv1.DaemonSet) rollout {
+func daemonSetRollout(d *appsv1.DaemonSet) confighash.RolloutStatus {
 	if d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType {
-		return rolledOut
+		return confighash.RolledOut
 	}
 	if d.Status.ObservedGeneration < d.Generation {
-		return rollingOut
+		return confighash.RollingOut
 	}
 	if d.Status.UpdatedNumberScheduled < d.Status.DesiredNumberScheduled || d.Status.NumberAvailable < d.Status.DesiredNumberScheduled {
-		return rollingOut
+		return confighash.RollingOut
 	}
-	return rolledOut
+	return confighash.RolledOut
 }
 
 // argoRollout reads an Argo Rollout's phase: Healthy once its controller has seen the
 // latest spec, Degraded when it aborted or passed its progress deadline.
-func argoRollout(u *unstructured.Unstructured) rollout {
+func argoRollout(u *unstructured.Unstructured) confighash.RolloutStatus {
 	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 	observed, _, _ := unstructured.NestedString(u.Object, "status", "observedGeneration")
 	switch {
 	case phase == "Degraded":
-		return rolloutFailed
+		return confighash.RolloutFailed
 	case phase == "Healthy" && observed == fmt.Sprint(u.GetGeneration()):
-		return rolledOut
+		return confighash.RolledOut
 	}
-	return rollingOut
+	return confighash.RollingOut
 }
 
 // customRollout reads the status of a kind configured by its template path, by the
@@ -176,13 +158,13 @@ func argoRollout(u *unstructured.Unstructured) rollout {
 // one past its deadline, is a failure; a Ready condition says whether it rolled out;
 // without one, replica counts as a Deployment's do. With none of these, nothing is
 // known to wait for.
-func customRollout(u *unstructured.Unstructured) rollout {
+func customRollout(u *unstructured.Unstructured) confighash.RolloutStatus {
 	status := func(f ...string) (int64, bool) {
 		n, ok, _ := unstructured.NestedInt64(u.Object, append([]string{"status"}, f...)...)
 		return n, ok
 	}
 	if observed, ok := status("observedGeneration"); ok && observed < u.GetGeneration() {
-		return rollingOut
+		return confighash.RollingOut
 	}
 	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	ready := ""
@@ -193,26 +175,26 @@ func customRollout(u *unstructured.Unstructured) rollout {
 		reason, _ := m["reason"].(string)
 		switch {
 		case typ == "Stalled" && st == "True", typ == "Progressing" && st == "False" && reason == "ProgressDeadlineExceeded":
-			return rolloutFailed
+			return confighash.RolloutFailed
 		case typ == "Ready":
 			ready = st
 		}
 	}
 	if ready != "" {
 		if ready == "True" {
-			return rolledOut
+			return confighash.RolledOut
 		}
-		return rollingOut
+		return confighash.RollingOut
 	}
 	want, ok, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
 	if !ok {
-		return rolledOut
+		return confighash.RolledOut
 	}
 	total, _ := status("replicas")
 	for _, f := range []string{"updatedReplicas", "availableReplicas", "readyReplicas"} {
 		if n, ok := status(f); ok && (n < want || total > n) {
-			return rollingOut
+			return confighash.RollingOut
 		}
 	}
-	return rolledOut
+	return confighash.RolledOut
 }

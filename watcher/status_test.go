@@ -37,31 +37,31 @@ func TestRolloutIsReadAsKubectlRolloutStatusReadsIt(t *testing.T) {
 	tests := []struct {
 		name string
 		obj  runtime.Object
-		want rollout
+		want confighash.RolloutStatus
 	}{
-		{"a Deployment whose controller has not seen the new template", deployment(5, 4, 3, 3, 3), rollingOut},
-		{"a Deployment with old replicas left", deployment(5, 5, 3, 4, 3), rollingOut},
-		{"a Deployment whose new replicas are not available", deployment(5, 5, 3, 3, 2), rollingOut},
-		{"a Deployment all updated and available", deployment(5, 5, 3, 3, 3), rolledOut},
-		{"a Deployment past its progress deadline", deployment(5, 5, 1, 4, 3, deadline), rolloutFailed},
-		{"a StatefulSet with the OnDelete strategy", onDelete, rolledOut},
+		{"a Deployment whose controller has not seen the new template", deployment(5, 4, 3, 3, 3), confighash.RollingOut},
+		{"a Deployment with old replicas left", deployment(5, 5, 3, 4, 3), confighash.RollingOut},
+		{"a Deployment whose new replicas are not available", deployment(5, 5, 3, 3, 2), confighash.RollingOut},
+		{"a Deployment all updated and available", deployment(5, 5, 3, 3, 3), confighash.RolledOut},
+		{"a Deployment past its progress deadline", deployment(5, 5, 1, 4, 3, deadline), confighash.RolloutFailed},
+		{"a StatefulSet with the OnDelete strategy", onDelete, confighash.RolledOut},
 		{"a StatefulSet not all ready", &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &three},
-			Status: appsv1.StatefulSetStatus{UpdatedReplicas: 3, ReadyReplicas: 2}}, rollingOut},
+			Status: appsv1.StatefulSetStatus{UpdatedReplicas: 3, ReadyReplicas: 2}}, confighash.RollingOut},
 		{"a DaemonSet updated and available everywhere", &appsv1.DaemonSet{
-			Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 2}}, rolledOut},
+			Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 2}}, confighash.RolledOut},
 		{"a DaemonSet with a node still to update", &appsv1.DaemonSet{
-			Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, UpdatedNumberScheduled: 1, NumberAvailable: 2}}, rollingOut},
-		{"a CronJob: its next Job reads the new data", &batchv1.CronJob{}, rolledOut},
-		{"an Argo Rollout Healthy at its generation", argo("Healthy", "4"), rolledOut},
-		{"an Argo Rollout Healthy at an older generation", argo("Healthy", "3"), rollingOut},
-		{"an Argo Rollout Degraded", argo("Degraded", "4"), rolloutFailed},
-		{"another kind whose controller has not seen the new spec", custom(`{"observedGeneration":3,"conditions":[{"type":"Ready","status":"True"}]}`), rollingOut},
-		{"another kind Ready at its generation", custom(`{"observedGeneration":4,"conditions":[{"type":"Ready","status":"True"}]}`), rolledOut},
-		{"another kind not Ready yet (a Knative Service)", custom(`{"observedGeneration":4,"conditions":[{"type":"Ready","status":"Unknown"}]}`), rollingOut},
-		{"another kind Stalled", custom(`{"observedGeneration":4,"conditions":[{"type":"Stalled","status":"True"}]}`), rolloutFailed},
-		{"another kind with old replicas left (a CloneSet)", custom(`{"observedGeneration":4,"replicas":4,"updatedReplicas":3,"readyReplicas":3}`), rollingOut},
-		{"another kind with every replica updated and ready", custom(`{"observedGeneration":4,"replicas":3,"updatedReplicas":3,"readyReplicas":3}`), rolledOut},
-		{"another kind with no status to wait for", custom(`{}`), rolledOut},
+			Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, UpdatedNumberScheduled: 1, NumberAvailable: 2}}, confighash.RollingOut},
+		{"a CronJob: its next Job reads the new data", &batchv1.CronJob{}, confighash.RolledOut},
+		{"an Argo Rollout Healthy at its generation", argo("Healthy", "4"), confighash.RolledOut},
+		{"an Argo Rollout Healthy at an older generation", argo("Healthy", "3"), confighash.RollingOut},
+		{"an Argo Rollout Degraded", argo("Degraded", "4"), confighash.RolloutFailed},
+		{"another kind whose controller has not seen the new spec", custom(`{"observedGeneration":3,"conditions":[{"type":"Ready","status":"True"}]}`), confighash.RollingOut},
+		{"another kind Ready at its generation", custom(`{"observedGeneration":4,"conditions":[{"type":"Ready","status":"True"}]}`), confighash.RolledOut},
+		{"another kind not Ready yet (a Knative Service)", custom(`{"observedGeneration":4,"conditions":[{"type":"Ready","status":"Unknown"}]}`), confighash.RollingOut},
+		{"another kind Stalled", custom(`{"observedGeneration":4,"conditions":[{"type":"Stalled","status":"True"}]}`), confighash.RolloutFailed},
+		{"another kind with old replicas left (a CloneSet)", custom(`{"observedGeneration":4,"replicas":4,"updatedReplicas":3,"readyReplicas":3}`), confighash.RollingOut},
+		{"another kind with every replica updated and ready", custom(`{"observedGeneration":4,"replicas":3,"updatedReplicas":3,"readyReplicas":3}`), confighash.RolledOut},
+		{"another kind with no status to wait for", custom(`{}`), confighash.RolledOut},
 	}
 	for _, tt := range tests {
 		if got := rolloutOf(tt.obj); got != tt.want {

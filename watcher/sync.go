@@ -69,7 +69,6 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	// A namespace whose sources cannot be listed is left alone: the record computed
 	// from a cache without them would be wrong, and healing would write it.
 	if v == nil || !w.sources.Covers(key.Namespace) || !w.acts(v) {
-		w.progress.done(key)
 		w.forget(key)
 		return nil
 	}
@@ -111,14 +110,14 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	trig := triggers(v, d.Record, w.sources)
 	admitted, err := w.touch(ctx, v, trig, nil)
-	return w.admitted(key, v, d, trig, nil, admitted, err)
+	return w.verify(key, v, d, trig, nil, admitted, err)
 }
 
-// admitted checks the workload as admitted after the watcher's write: it carries the
+// verify checks the workload as admitted after the watcher's write: it carries the
 // decision, or the webhook failed open and the write is retried. It tells what
 // happened: a rollout, the sources that started to count (counted) recorded without
 // one, or a record rewritten.
-func (w *Watcher) admitted(key workloadKey, v *view, d confighash.Decision, trig []confighash.Trigger, counted []confighash.SourceRef, admitted *view, err error) error {
+func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig []confighash.Trigger, counted []confighash.SourceRef, admitted *view, err error) error {
 	if err != nil {
 		w.progress.unpause(key)
 		w.cfg.Metrics.Touch(TouchError)

@@ -59,7 +59,7 @@ func BenchmarkWaveWake(b *testing.B) {
 					b.Fatalf("%s: held %v, %v; want it due the ConfigMap", v.Name, d.Held, err)
 				}
 				if i < 10 {
-					w.waves.admitted[keyOf(v)] = admission{source: d.Held[0], release: d.Release, at: time.Now()}
+					w.waves.grants[keyOf(v)] = grant{Grant: confighash.Grant{Release: d.Release, At: time.Now()}, source: d.Held[0]}
 					continue
 				}
 				waiting = append(waiting, due{v, d})
@@ -69,9 +69,9 @@ func BenchmarkWaveWake(b *testing.B) {
 				for _, u := range waiting {
 					wv := w.waveOf(u.v, u.d)
 					w.waves.mu.Lock()
-					st := w.standing(wv, waveID{u.v.Namespace, wv.source}, time.Now())
+					st := w.standing(wv, time.Now())
 					w.waves.mu.Unlock()
-					if st.rolling == 0 {
+					if st.Rolling == 0 {
 						b.Fatal("the wave's released users do not roll")
 					}
 				}

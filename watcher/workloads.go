@@ -34,7 +34,7 @@ type view struct {
 	Kind *confighash.Kind
 	confighash.State
 	// Status is where its controller stands with its latest pod template.
-	Status rollout
+	Status confighash.RolloutStatus
 	// Selector selects its pods; "" for a kind whose pods a wave does not wait for.
 	Selector string
 	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).

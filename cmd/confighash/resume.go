@@ -67,22 +67,25 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		if !ok {
 			return nil
 		}
-		change, err := parseHeld(text)
+		marker, err := confighash.ParseMarker(text)
+		if err == nil && marker.IsZero() {
+			err = errors.New("empty")
+		}
 		if err != nil {
 			// Whoever may edit the workload writes the marker: name it, and go on.
 			if held.selects(k.Kind, u.GetName(), nil) {
-				malformed = append(malformed, fmt.Errorf("%s %s/%s: %w", k.Kind, ns, u.GetName(), err))
+				malformed = append(malformed, fmt.Errorf("%s %s/%s: %s: %w", k.Kind, ns, u.GetName(), confighash.AnnotationHeld, err))
 			}
 			return nil
 		}
-		if !held.selects(k.Kind, u.GetName(), &change.SourceRef) {
+		if !held.selects(k.Kind, u.GetName(), &marker.Change.SourceRef) {
 			return nil
 		}
 		api := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns)
 		if _, err := api.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "confighash-resume"}); err != nil {
 			return fmt.Errorf("resume %s %s/%s: %w", k.Kind, ns, u.GetName(), err)
 		}
-		fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), change)
+		fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), marker.Change)
 		resumed++
 		return nil
 	})
@@ -97,27 +100,6 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "the watcher rolls the %d in waves\n", resumed)
 	return nil
-}
-
-// maxHeld bounds a held marker: a source's kind, name (253) and resourceVersion, then
-// a hash, with room to spare. It is read before it is split.
-const maxHeld = 512
-
-// parseHeld reads a held marker, as the watcher writes it: the change that halted
-// (kind/name@resourceVersion), a space, then the hash the workload was held from.
-func parseHeld(text string) (confighash.Trigger, error) {
-	if len(text) > maxHeld {
-		return confighash.Trigger{}, fmt.Errorf("%s is %d bytes, more than a marker's %d", confighash.AnnotationHeld, len(text), maxHeld)
-	}
-	change, hash, ok := strings.Cut(text, " ")
-	if !ok || hash == "" || strings.ContainsAny(hash, " ") {
-		return confighash.Trigger{}, fmt.Errorf("%s %q: want kind/name@version hash", confighash.AnnotationHeld, text)
-	}
-	triggers, err := confighash.ParseTriggers(change)
-	if err != nil || len(triggers) != 1 {
-		return confighash.Trigger{}, fmt.Errorf("%s %q: want kind/name@version hash", confighash.AnnotationHeld, text)
-	}
-	return triggers[0], nil
 }
 
 // heldTarget is what a resume selects: the workloads held for a change of a source, or

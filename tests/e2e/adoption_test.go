@@ -74,7 +74,27 @@ func TestTurningOnRollsNothingCurrent(t *testing.T) {
 			want[name]++
 		}
 	}
+	// The controller-manager makes 201 ReplicaSets at its 20 requests a second: on a
+	// loaded machine, longer than expectRollouts waits for the first.
+	waitAllRolled(t, c, ns, want, 2*time.Minute)
 	expectRollouts(t, c, ns, want)
+}
+
+// waitAllRolled waits until each Deployment has its wanted ReplicaSets, with one list
+// per look.
+func waitAllRolled(t *testing.T, c *cluster.Cluster, ns string, want map[string]int, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	waitFor(t, timeout, fmt.Sprintf("%d Deployments to roll", len(want)), func() bool {
+		got := rollouts(t, c, ns)
+		for name, n := range want {
+			if got[name] < n {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d Deployments rolled in %v", len(want), time.Since(start).Round(time.Millisecond))
 }
 
 // TestOptingInARunningDeploymentRollsNothing: an annotation added to a running,

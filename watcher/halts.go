@@ -1,0 +1,189 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+)
+
+// A wave halts when a workload it let roll has failed and none still rolls: markers
+// on the workloads, in the API server, hold the rest across restarts.
+
+// podCheckInterval is how often the pods of a workload a wave let roll are checked
+// while it rolls out.
+const podCheckInterval = 5 * time.Second
+
+// settle halts the wave of a workload it let roll, once that wave has settled with a
+// failure: when nothing of it waits any more, the failure of its last would otherwise
+// go unseen.
+func (w *Watcher) settle(ctx context.Context, v *view) error {
+	key := keyOf(v)
+	w.waves.mu.Lock()
+	_, ok := w.waves.grants[key]
+	known := w.waves.failing[key].hash == v.Hash
+	w.waves.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if !known && v.Status == confighash.RollingOut && v.Release == v.Hash && v.Selector != "" {
+		// Pods that cannot start change no status of the workload: look again soon,
+		// until they are known to fail.
+		why, pending, err := w.failingPods(ctx, v)
+		if err != nil {
+			return err
+		}
+		w.queue.AddAfter(key, podCheckInterval)
+		w.pendingTooLong(v, pending)
+		if why != "" {
+			w.waves.mu.Lock()
+			w.waves.failing[key] = failing{hash: v.Hash, why: why}
+			w.waves.generation++
+			w.waves.mu.Unlock()
+		}
+	}
+	w.waves.mu.Lock()
+	g, ok := w.waves.grants[key]
+	if !ok {
+		w.waves.mu.Unlock()
+		return nil
+	}
+	id := waveID{v.Namespace, g.source}
+	st := w.stand(&wave{id: id, users: w.users(id.namespace, id.source)}, time.Now())
+	if !st.Halts() {
+		w.waves.mu.Unlock()
+		return nil
+	}
+	h := w.claimHalt(id, st)
+	w.waves.mu.Unlock()
+	return w.halt(ctx, key, h)
+}
+
+// failingPods returns why a pod of the workload's latest template cannot start, "" if
+// none is known to fail, and since when one has been Pending.
+func (w *Watcher) failingPods(ctx context.Context, v *view) (string, time.Time, error) {
+	pods, err := w.cfg.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v.Selector})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("list the pods of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	return failingPod(pods.Items, v.Hash), pendingSince(pods.Items, v.Hash), nil
+}
+
+// haltWrites is what a halt marks: the users still due, held from the hash they are
+// due, and those that failed, at their hash and with why.
+type haltWrites struct {
+	id     waveID
+	held   []*view
+	due    []string
+	failed []*view
+	whys   []string
+}
+
+// claimHalt claims the wave's halt for this worker and collects what it writes; nil
+// when another worker is writing it. Under the waves' lock, which halt, writing, no
+// longer holds: the claim makes the others of the wave wait for the markers.
+func (w *Watcher) claimHalt(id waveID, st standing) *haltWrites {
+	if w.waves.halting[id] {
+		return nil
+	}
+	w.waves.halting[id] = true
+	h := &haltWrites{id: id}
+	for _, i := range st.Pending {
+		h.held = append(h.held, st.users[i])
+		h.due = append(h.due, st.in[i].Due)
+	}
+	for _, i := range st.Failed {
+		u := st.users[i]
+		why := u.Status.String()
+		if f := w.waves.failing[keyOf(u)]; f.hash == u.Hash {
+			why = f.why
+		}
+		h.failed = append(h.failed, u)
+		h.whys = append(h.whys, why)
+	}
+	return h
+}
+
+// halt marks the failed users and holds the pending ones, in the API server so that
+// a restart keeps the halt, and says so once: an Event on each, an alert. With no
+// claim, another worker writes the halt: the workload is looked at again after.
+func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) error {
+	if h == nil {
+		w.queue.AddAfter(key, time.Second)
+		return nil
+	}
+	defer func() {
+		w.waves.mu.Lock()
+		delete(w.waves.halting, h.id)
+		w.waves.mu.Unlock()
+	}()
+	change := confighash.Trigger{SourceRef: h.id.source}
+	if src, ok := w.sources.Lookup(h.id.namespace, h.id.source); ok {
+		change.ResourceVersion = src.ResourceVersion
+	}
+	failedNames := make([]string, len(h.failed))
+	for i, u := range h.failed {
+		failedNames[i] = u.Kind.Kind + "/" + u.Name
+	}
+	summary := fmt.Sprintf("the rollout of %s failed in %s; %d workloads held until %s changes again or is resumed",
+		change, strings.Join(failedNames, ", "), len(h.held), h.id.source)
+	// The held first: a halt cut short is taken up again while the failed ones are
+	// not yet marked, and the alert goes once all is marked.
+	for i, u := range h.held {
+		if err := w.mark(ctx, u, confighash.AnnotationHeld, confighash.Marker{Change: change, Hash: h.due[i]}); err != nil {
+			return err
+		}
+		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
+	}
+	for i, u := range h.failed {
+		if err := w.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}); err != nil {
+			return err
+		}
+		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
+	}
+	for _, u := range h.failed {
+		w.alert(alert.Halted, u, []confighash.Trigger{change}, summary)
+	}
+	w.cfg.Metrics.Halted()
+	return nil
+}
+
+// mark writes a marker on the workload and notes its hash until the cache shows it.
+func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m confighash.Marker) error {
+	if _, err := w.patch(ctx, u, annotationPatch(annotation, m.String())); err != nil {
+		return err
+	}
+	w.waves.mu.Lock()
+	w.waves.marked[keyOf(u)] = m.Hash
+	w.waves.generation++
+	w.waves.mu.Unlock()
+	return nil
+}
+
+func annotationPatch(name string, value any) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{name: value}}}
+}
+
+// heldByHalt reports whether a halted wave holds the workload: it is marked held from
+// the hash it is due.
+func (w *Watcher) heldByHalt(v *view, d confighash.Decision) bool {
+	w.waves.mu.Lock()
+	defer w.waves.mu.Unlock()
+	return w.markedWith(v, v.Held, d.Release)
+}
+
+// markedWith reports whether the workload's marker, or the one just written, names the
+// hash; under the waves' lock.
+func (w *Watcher) markedWith(v *view, m confighash.Marker, hash string) bool {
+	key := keyOf(v)
+	if written, ok := w.waves.marked[key]; ok && m.Hash == written {
+		delete(w.waves.marked, key) // the cache shows it: the annotation says the rest
+	}
+	return m.Hash == hash || w.waves.marked[key] == hash
+}
