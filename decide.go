@@ -1,9 +1,12 @@
 package confighash
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Mode is how confighash acts in a namespace.
@@ -63,21 +66,6 @@ func (v Vocabulary) Read(w *Workload) State {
 		s.Form = RecordForm(text)
 	}
 	return s
-}
-
-// Inherit takes the sources record and the adoption from the old object's annotations
-// when the new one lacks them: an apply that replaces the whole object drops them, and
-// losing them would lose baselines, deleted sources' last digests and the adoption.
-func (s *State) Inherit(old func() map[string]string) {
-	if s.Record == nil && s.RecordErr == nil {
-		if text, ok := old()[AnnotationSources]; ok {
-			s.Record, s.RecordErr = ParseRecord(text)
-			s.Form = RecordForm(text)
-		}
-	}
-	if s.Adopted == "" {
-		s.Adopted = old()[AnnotationAdopted]
-	}
 }
 
 // PolicyIn returns the workload's policy as it applies in a namespace of this mode,
@@ -149,6 +137,13 @@ type Input struct {
 	// RemakeSnapshots asks for the snapshots of the pins kept, too, where the source
 	// still holds their data: the watcher found one gone (AnnotationRemakeSnapshots).
 	RemakeSnapshots bool
+	// Previous is the object an update replaces, nil for none; Template, the pod
+	// template the update brings.
+	Previous *Previous
+	Template *corev1.PodTemplateSpec
+	// Unpinned decides the workload as if it were not pinned, this once: its
+	// namespace holds as many snapshots as it may.
+	Unpinned bool
 }
 
 // Decision is what a workload must carry, and whether it does.
@@ -156,8 +151,12 @@ type Decision struct {
 	// Policy is the workload's policy as it applies in its namespace.
 	Policy Policy
 	// Acts is set when confighash acts on the workload: it opts in, or its namespace
-	// opts every workload in, and it does not opt out. The rest is set only then.
+	// opts every workload in, and it does not opt out. The rest, but RecordErr, is set
+	// only then.
 	Acts bool
+	// RecordErr is why the sources record the workload carries could not be read: a
+	// new one replaces it.
+	RecordErr error
 	// Observations are the sources the workload uses or names, as they are now,
 	// whether they count or not, sorted by kind and name.
 	Observations []Observation
@@ -198,13 +197,33 @@ var ErrTooManySources = errors.New("too many sources")
 // costs a read at every admission (DESIGN rule 9).
 const MaxSources = 256
 
-// Decide decides what a workload must carry: which sources count, the record of their
+// Decide decides what a workload must carry, for an update from what it replaces too;
+// see decide.
+func Decide(in Input, sources Sources) (Decision, error) {
+	if in.Previous != nil {
+		in.State = in.Previous.carry(in.State, in.Pacing)
+	}
+	if in.Unpinned {
+		in.Pacing.Pinning = PinOff
+		in.State.Policy.Pacing.Pinning = PinOff
+	}
+	d, err := decide(in, sources)
+	if err == nil && len(d.Unproven) > 0 && in.Previous != nil && in.Previous.templateChanged(in.Template) {
+		// The new pods will read the current data: nothing to find out.
+		in.Pods.Fresh = true
+		d, err = decide(in, sources)
+	}
+	d.RecordErr = in.State.RecordErr
+	return d, err
+}
+
+// decide decides what a workload must carry: which sources count, the record of their
 // digests, and the pod-template hash, which changes only when the running pods may
 // hold data other than the current data of a source that counts (DESIGN rules 1, 2
 // and 8). A change of what counts rolls nothing: a source that stops counting keeps
 // its entry, and one that starts to count is recorded without a rollout when the pods
 // hold its current data. The webhook, the watcher and explain all decide here.
-func Decide(in Input, sources Sources) (Decision, error) {
+func decide(in Input, sources Sources) (Decision, error) {
 	s := in.State
 	d := Decision{}
 	if d.Policy, d.Acts = s.PolicyIn(in.Mode); !d.Acts {
@@ -282,9 +301,16 @@ func Decide(in Input, sources Sources) (Decision, error) {
 		d.Pins = s.Pins
 	}
 	d.Unproven = unproven
-	d.Converged = s.RecordErr == nil && s.Record != nil && slices.Equal(next, s.Record) && form == s.Form &&
-		Settled(s.Hash, s.Adopted, hash) && len(unproven) == 0 && slices.Equal(d.Pins, s.Pins)
+	d.Converged = d.Carried(s) && len(unproven) == 0 && slices.Equal(d.Pins, s.Pins)
 	return d, d.fits(s.Others)
+}
+
+// Carried reports whether a workload's state carries the decision's record, in its
+// form, and its hash or an adoption at that hash: what an admission that meets the
+// decision writes, pins aside, which the webhook leaves out past the snapshot cap.
+func (d Decision) Carried(s State) bool {
+	return s.RecordErr == nil && s.Record != nil && slices.Equal(d.Record, s.Record) && d.Form == s.Form &&
+		Settled(s.Hash, s.Adopted, cmp.Or(d.Hash, d.Adopted))
 }
 
 // gated reports whether only the watcher releases the workload's changes: waves or
@@ -348,6 +374,19 @@ func usedOrNamed(refs, candidates []Reference) []Reference {
 		}
 	}
 	return out
+}
+
+// MayUse reports whether the source may count for the workload: its pod template
+// references it, or its policy names it or has a name pattern that matches it, as
+// usedOrNamed has it for every source at once. A workload past MaxSources is left as it
+// is, so none counts.
+func (s State) MayUse(ref SourceRef) bool {
+	if len(s.References)+len(s.Policy.Include) > MaxSources {
+		return false
+	}
+	_, referenced := slices.BinarySearchFunc(s.References, ref, func(r Reference, t SourceRef) int { return r.Compare(t) })
+	return referenced || slices.Contains(s.Policy.Include, ref) ||
+		slices.ContainsFunc(s.Policy.Patterns, func(p NamePattern) bool { return p.Matches(ref) })
 }
 
 // observe returns the observations of the used or named sources: whether each exists,

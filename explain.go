@@ -302,21 +302,14 @@ func notCounted(sources []SourceExplanation) string {
 
 // changedEntries names the sources whose entries differ between two records.
 func changedEntries(before, after Record) string {
-	old := map[SourceRef]RecordEntry{}
-	for _, e := range before {
-		old[e.SourceRef] = e
-	}
 	var names []string
-	for _, e := range after {
-		if o, ok := old[e.SourceRef]; !ok || o != e {
-			names = append(names, e.SourceRef.String()+" changed")
+	for _, c := range Changes(before, after) {
+		if c.Gone {
+			names = append(names, c.String()+" no longer counts")
+		} else {
+			names = append(names, c.String()+" changed")
 		}
-		delete(old, e.SourceRef)
 	}
-	for ref := range old {
-		names = append(names, ref.String()+" no longer counts")
-	}
-	slices.Sort(names)
 	if len(names) == 0 {
 		return "nothing changed"
 	}

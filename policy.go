@@ -31,8 +31,8 @@ type Policy struct {
 	// PausePeriod holds further touches of the workload for this long after one, so
 	// that the changes made meanwhile roll it once.
 	PausePeriod time.Duration
-	// Rollout is how the workload's changes roll, as its own annotations say; see
-	// Pacing.Over for the rest.
+	// Pacing is how the workload's changes roll, as its own annotations say; its
+	// namespace and the install's flags say the rest (Pacing.Over).
 	Pacing Pacing
 
 	reloader bool // read the sources' Reloader annotations too
@@ -308,7 +308,7 @@ func (r *policyReader) patterns(annotation string, kind SourceKind) ([]SourceRef
 // the sources the patterns are matched against: those that exist in the namespace,
 // and those in the workload's record, so that a deleted one stays as absent; nil when
 // the policy has no patterns. Whether a candidate counts also depends on its own
-// annotations: see Observe.
+// annotations: see observe.
 func (p Policy) Candidates(refs []Reference, names []SourceRef) []Reference {
 	out := make([]Reference, 0, len(refs)+len(p.Include))
 	for _, r := range refs {

@@ -20,10 +20,10 @@ import (
 // while it rolls out.
 const podCheckInterval = 5 * time.Second
 
-// settle halts the wave of a workload it let roll, once that wave has settled with a
-// failure: when nothing of it waits any more, the failure of its last would otherwise
-// go unseen.
-func (w *Watcher) settle(ctx context.Context, v *view) error {
+// followRollout follows the rollout of a workload a wave let roll: it finds pods that
+// cannot start, and halts the wave once it failed and nothing of it rolls any more,
+// as the failure of its last would otherwise go unseen.
+func (w *Watcher) followRollout(ctx context.Context, v *view) error {
 	key := keyOf(v)
 	w.waves.mu.Lock()
 	_, ok := w.waves.grants[key]

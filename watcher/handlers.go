@@ -44,7 +44,7 @@ func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
 // users returns the workloads confighash acts on that may use the source: those that
 // reference or name it, and those with a name pattern it matches.
 func (w *Watcher) users(namespace string, ref confighash.SourceRef) []*view {
-	return w.inNamespace(namespace, func(v *view) bool { return v.mayUse(ref) })
+	return w.inNamespace(namespace, func(v *view) bool { return v.MayUse(ref) })
 }
 
 // inNamespace returns the workloads confighash acts on in the namespace that match,
@@ -71,7 +71,7 @@ func (w *Watcher) inNamespace(namespace string, match func(*view) bool) []*view 
 func (w *Watcher) enqueueSpread(views []*view) {
 	now := time.Now()
 	for i, v := range views {
-		w.enqueue(v, w.changes.reached(keyOf(v), now)+time.Duration(i)*w.touchInterval)
+		w.enqueue(v, w.tracking.changeReached(keyOf(v), now)+time.Duration(i)*w.touchInterval)
 	}
 }
 
@@ -92,14 +92,14 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {
 		if prev.Status != v.Status {
 			w.progressed(v) // a wave may wait for it
-			if len(v.Pins) > 0 && w.acts(v) && !w.owners.settledFor(v) {
+			if len(v.Pins) > 0 && w.acts(v) && !w.tracking.ownedFor(v) {
 				w.queue.Add(keyOf(v)) // its new revision may own its snapshots now
 			}
 		}
 		return
 	}
 	if w.acts(v) {
-		w.enqueue(v, w.changes.reached(keyOf(v), time.Now()))
+		w.enqueue(v, w.tracking.changeReached(keyOf(v), time.Now()))
 	}
 }
 
@@ -107,7 +107,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 // period holds it, when that ends.
 func (w *Watcher) enqueue(v *view, after time.Duration) {
 	key := keyOf(v)
-	w.queue.AddAfter(key, w.progress.reached(key, time.Now(), after))
+	w.queue.AddAfter(key, w.tracking.reached(key, time.Now(), after))
 }
 
 // resync enqueues every workload that drifted while no watcher led, and those with a

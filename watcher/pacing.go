@@ -26,7 +26,7 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 		w.hold(key, heldHalted, d.Release)
 		return nil
 	}
-	if at := d.Pacing.RollsAt(now, w.progress.pauseEnd(key)); at.After(now) {
+	if at := d.Pacing.RollsAt(now, w.tracking.pauseEnd(key)); at.After(now) {
 		if !d.Pacing.Windows.Open(now) {
 			// A wave's grant, given while its window was open, goes to others.
 			w.waves.mu.Lock()
@@ -66,7 +66,7 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {
 		return w.heal(ctx, key, v, due) // the webhook failed open on every release
 	}
-	w.progress.pause(key, due.Policy.PausePeriod)
+	w.tracking.pause(key, due.Policy.PausePeriod)
 	trig := triggers(v, due.Record, w.sources)
 	admitted, err := w.touch(ctx, v, trig, map[string]any{
 		confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil,
@@ -142,7 +142,7 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 	}
 	st := w.standing(wv, now)
 	if st.Halts() {
-		// Once the wave has settled, so that one alert names all that failed.
+		// Once nothing of the wave rolls any more, so that one alert names all that failed.
 		h := w.claimHalt(wv.id, st)
 		ws.mu.Unlock()
 		return false, w.halt(ctx, key, h)

@@ -39,7 +39,7 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 		return fmt.Errorf("%s %s/%s: sources still unproven: %v", v.Kind.Kind, v.Namespace, v.Name, d.Unproven)
 	}
 	if d.Hash != v.Hash {
-		w.progress.pause(key, d.Policy.PausePeriod)
+		w.tracking.pause(key, d.Policy.PausePeriod)
 		counted = nil
 	}
 	var adopted any // removed unless adopted

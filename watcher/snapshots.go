@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,64 +32,6 @@ import (
 // of the namespace names it. A workload no longer pinned lets go of them all. A kind
 // without revisions owns all its snapshots itself until it is deleted.
 
-// owners remembers, per pinned workload, the pins whose snapshots its revision was
-// found to own: until its pins change, there is nothing more to do.
-type owners struct {
-	mu      sync.Mutex
-	settled map[workloadKey]string
-	waits   map[workloadKey]int // checks in a row that found the revision not made yet
-}
-
-func newOwners() *owners {
-	return &owners{settled: map[workloadKey]string{}, waits: map[workloadKey]int{}}
-}
-
-// known reports whether the workload was pinned when its snapshots were last settled.
-func (o *owners) known(key workloadKey) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	_, ok := o.settled[key]
-	return ok
-}
-
-// retryAfter is how long until the workload is checked again while its revision is
-// not made yet: from snapshotOwnerRetry, doubling up to a minute (a paused Deployment
-// makes none until it is resumed, and its status says when it does).
-func (o *owners) retryAfter(key workloadKey) time.Duration {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := min(o.waits[key], 6)
-	o.waits[key]++
-	return snapshotOwnerRetry << n
-}
-
-// settledFor reports whether the workload's snapshots were settled for its pins; a
-// workload made again under the same name is not the one settled.
-func (o *owners) settledFor(v *view) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	text, ok := o.settled[keyOf(v)]
-	return ok && text == settledText(v)
-}
-
-// settle remembers the workload's pins as settled.
-func (o *owners) settle(v *view) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.waits, keyOf(v))
-	o.settled[keyOf(v)] = settledText(v)
-}
-
-// unsettle forgets the workload: its snapshots are checked again at its next check.
-func (o *owners) unsettle(key workloadKey) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.waits, key)
-	delete(o.settled, key)
-}
-
-func settledText(v *view) string { return string(v.UID) + " " + v.Pins.String() }
-
 // revisionPins is a revision of a workload and the pins its pod template carries.
 type revisionPins struct {
 	owner metav1.OwnerReference
@@ -110,7 +51,7 @@ const snapshotGrace = time.Minute
 // those its template no longer names. Until the revision of its template exists, it
 // checks again soon: its controller is making it.
 func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) error {
-	if w.owners.settledFor(v) {
+	if w.tracking.ownedFor(v) {
 		return nil
 	}
 	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
@@ -139,15 +80,15 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 		if _, err := w.touch(ctx, v, triggers(v, v.Record, w.sources), map[string]any{confighash.AnnotationRemakeSnapshots: strings.Join(gone, " ")}); err != nil {
 			return err
 		}
-		w.queue.AddAfter(key, w.owners.retryAfter(key))
+		w.queue.AddAfter(key, w.tracking.ownerRetry(key))
 	case !current:
-		w.queue.AddAfter(key, w.owners.retryAfter(key))
+		w.queue.AddAfter(key, w.tracking.ownerRetry(key))
 	case again > 0:
 		w.queue.AddAfter(key, again)
 	case len(v.Pins) == 0:
-		w.owners.unsettle(key) // no longer pinned: nothing more to let go of
+		w.tracking.recheckOwners(key) // no longer pinned: nothing more to let go of
 	default:
-		w.owners.settle(v)
+		w.tracking.noteOwned(v)
 	}
 	return nil
 }
@@ -330,7 +271,7 @@ func (w *Watcher) deleteSnapshot(ctx context.Context, kind confighash.SourceKind
 
 // recheckOwners checks the workload's snapshots' owners again.
 func (w *Watcher) recheckOwners(v *view) {
-	w.owners.unsettle(keyOf(v))
+	w.tracking.recheckOwners(keyOf(v))
 	w.queue.Add(keyOf(v))
 }
 

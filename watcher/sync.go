@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +24,7 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	defer w.queue.Done(key)
 	w.cfg.Metrics.QueueDepth(w.queue.Len())
-	if wait := w.changes.settled(key, time.Now()); wait > 0 {
+	if wait := w.tracking.untilQuiet(key, time.Now()); wait > 0 {
 		w.queue.AddAfter(key, wait) // changed again since it was queued
 		return true
 	}
@@ -76,7 +75,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	w.warnAboutAnnotations(key, v, err)
 	switch {
 	case overBound(err):
-		w.progress.unreached(key) // the warning stays sent for this version
+		w.tracking.unreached(key) // the warning stays sent for this version
 		return nil
 	case err != nil:
 		return err
@@ -90,12 +89,12 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		w.unhold(key)
 		w.converged(key)
 		// One no longer pinned lets go of the snapshots it owned.
-		if len(v.Pins) > 0 || w.owners.known(key) {
+		if len(v.Pins) > 0 || w.tracking.ownersKnown(key) {
 			if err := w.ownSnapshots(ctx, key, v); err != nil {
 				return err
 			}
 		}
-		return w.settle(ctx, v)
+		return w.followRollout(ctx, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
 	case w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0:
@@ -106,7 +105,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	// that follow it at once, must already find the workload held.
 	rolls := d.Hash != v.Hash
 	if rolls {
-		w.progress.pause(key, d.Policy.PausePeriod)
+		w.tracking.pause(key, d.Policy.PausePeriod)
 	}
 	trig := triggers(v, d.Record, w.sources)
 	admitted, err := w.touch(ctx, v, trig, nil)
@@ -119,16 +118,16 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 // one, or a record rewritten.
 func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig []confighash.Trigger, counted []confighash.SourceRef, admitted *view, err error) error {
 	if err != nil {
-		w.progress.unpause(key)
+		w.tracking.unpause(key)
 		w.cfg.Metrics.Touch(TouchError)
 		return err
 	}
 	if admitted == nil {
-		w.progress.done(key) // deleted meanwhile
+		w.tracking.deleted(key) // deleted meanwhile
 		return nil
 	}
-	if admitted.RecordErr != nil || !slices.Equal(admitted.Record, d.Record) || admitted.Form != d.Form || !confighash.Settled(admitted.Hash, admitted.Adopted, d.Record.Hash(w.cfg.Key)) {
-		w.progress.unpause(key)
+	if !d.Carried(admitted.State) {
+		w.tracking.unpause(key)
 		w.cfg.Metrics.Touch(TouchNotConverged)
 		return errNotConverged
 	}
@@ -136,7 +135,7 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 	switch {
 	case admitted.Hash != v.Hash:
 		w.cfg.Metrics.Touch(TouchConverged)
-		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+changedSources(v.Record, d.Record))
+		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+confighash.ChangedData(v.Record, d.Record))
 		w.alert(alert.Rolled, v, trig, "")
 	case v.Record == nil && v.Hash == "" && v.Adopted == "":
 		w.cfg.Metrics.Touch(TouchAdopted)
@@ -170,7 +169,7 @@ func (w *Watcher) notDecided(key workloadKey, v *view, err error) error {
 		return err
 	}
 	w.warnAboutAnnotations(key, v, err)
-	w.progress.unreached(key)
+	w.tracking.unreached(key)
 	return nil
 }
 
@@ -179,7 +178,7 @@ func (w *Watcher) notDecided(key workloadKey, v *view, err error) error {
 // admitted unpinned (it writes no Event inside admission).
 func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
 	tooMany := overBound(err)
-	if len(v.Problems) == 0 && !tooMany && v.NotPinned == "" || !w.progress.warnOnce(key, v.ResourceVersion) {
+	if len(v.Problems) == 0 && !tooMany && v.NotPinned == "" || !w.tracking.warnOnce(key, v.ResourceVersion) {
 		return
 	}
 	if v.NotPinned != "" {
@@ -200,7 +199,7 @@ func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
 
 // converged records the convergence latency of a workload a change reached.
 func (w *Watcher) converged(key workloadKey) {
-	if d, ok := w.progress.converged(key); ok {
+	if d, ok := w.tracking.converged(key); ok {
 		w.cfg.Metrics.Converged(d)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,24 +45,6 @@ func triggers(v *view, want confighash.Record, sources *sourcecache.Cache) []con
 	return drifted
 }
 
-// changedSources names the sources whose hashed digest differs between two records.
-func changedSources(before, after confighash.Record) string {
-	old := map[confighash.SourceRef]confighash.RecordEntry{}
-	for _, e := range before {
-		old[e.SourceRef] = e
-	}
-	var names []string
-	for _, e := range after {
-		if o, ok := old[e.SourceRef]; !ok || o.Digest != e.Digest || o.Baseline != e.Baseline {
-			names = append(names, e.SourceRef.String())
-		}
-	}
-	if len(names) == 0 {
-		return "the set of sources changed"
-	}
-	return strings.Join(names, ", ") + " changed"
-}
-
 // touch patches the trigger annotation, and the others given, on the workload's
 // metadata, so the API server admits it again through the webhook, and returns the
 // admitted workload.
@@ -95,7 +76,7 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	}
 	w.cfg.Metrics.Touch(TouchHealed)
 	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed",
-		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+changedSources(v.Record, want))
+		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+confighash.ChangedData(v.Record, want))
 	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.converged(key)
 	return nil

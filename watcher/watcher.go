@@ -158,16 +158,15 @@ type Watcher struct {
 	queue     workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
-	progress      *progress
-	waves         *waves
-	changes       *changes
-	written       *dataWrites
+	// tracking is what the watcher remembers of each workload, waves what it keeps of
+	// the waves under way.
+	tracking *tracking
+	waves    *waves
+	written  *dataWrites
 	// kept and relists read the workloads of a namespace again when its mode rises
 	// above one some were kept as their key alone under.
 	kept    *keptKeys
 	relists *relists
-	// owners are the owners given the snapshots of pinned workloads.
-	owners *owners
 	// sweepCandidates are the snapshots a sweep found owned and named by nothing, and
 	// sweepFrom, per kind and namespace, where the next sweep goes on from when the
 	// last one spent its calls; only the sweep reads and writes them.
@@ -204,12 +203,10 @@ func New(cfg Config) (*Watcher, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
-		progress:      newProgress(),
-		changes:       &changes{quiet: cfg.QuietPeriod, max: cfg.Debounce, pending: map[workloadKey]changed{}},
+		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
 		waves:         newWaves(),
 		written:       newDataWrites(),
 		relists:       newRelists(),
-		owners:        newOwners(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. Those kept as their key alone

@@ -121,7 +121,7 @@ func (w *Watcher) hold(key workloadKey, reason heldReason, release string) bool 
 	if counts != nil {
 		w.cfg.Metrics.Held(counts)
 	}
-	w.progress.unreached(key) // held is not slow: no convergence latency
+	w.tracking.unreached(key) // held is not slow: no convergence latency
 	return news
 }
 
@@ -141,9 +141,8 @@ func (w *Watcher) unhold(key workloadKey) {
 
 // forget drops all the watcher keeps of a workload it no longer acts on.
 func (w *Watcher) forget(key workloadKey) {
-	w.progress.done(key)
+	w.tracking.forget(key)
 	w.unhold(key)
-	w.owners.unsettle(key)
 	w.waves.mu.Lock()
 	w.endGrant(key)
 	delete(w.waves.marked, key)

@@ -102,24 +102,10 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 	return m, nil
 }
 
-// mayUse reports whether the source may count for the workload: it references or
-// names the source, or has a name pattern that matches it. A workload past the cap is
-// refused, so none counts.
-func (v *view) mayUse(ref confighash.SourceRef) bool {
-	if len(v.References)+len(v.Policy.Include) > confighash.MaxSources {
-		return false
-	}
-	_, referenced := slices.BinarySearchFunc(v.References, ref, func(r confighash.Reference, t confighash.SourceRef) int {
-		return r.Compare(t)
-	})
-	return referenced || slices.Contains(v.Policy.Include, ref) ||
-		slices.ContainsFunc(v.Policy.Patterns, func(p confighash.NamePattern) bool { return p.Matches(ref) })
-}
-
 // mayHold reports whether the workload's pods may hold the source's data, and its
 // revisions name its snapshots: it may use the source, or its record still holds it.
 func (v *view) mayHold(ref confighash.SourceRef) bool {
-	return v.mayUse(ref) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == ref })
+	return v.MayUse(ref) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == ref })
 }
 
 // newWorkloadInformers returns the informers of each kind, for the given namespaces or
@@ -127,7 +113,7 @@ func (v *view) mayHold(ref confighash.SourceRef) bool {
 // objects, each only if the API server serves it.
 func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, kinds confighash.Kinds, transform cache.TransformFunc, log zerolog.Logger) (map[string]*sourcecache.Informers, error) {
 	// Indexed by namespace alone: a change of a source scans its namespace's workloads
-	// (mayUse). An index by source would keep a map per source used, several times what
+	// (State.MayUse). An index by source would keep a map per source used, several times what
 	// a view of a workload costs.
 	indexers := cache.Indexers{cache.NamespaceIndex: byNamespace}
 	informers := map[string]*sourcecache.Informers{}

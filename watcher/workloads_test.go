@@ -41,7 +41,7 @@ func TestViewKeepsWhatTheIndexAndTheCheckNeed(t *testing.T) {
 	if len(v.References) != 1 || v.References[0].Name != "cfg" || len(v.Record) != 1 || v.RecordErr != nil {
 		t.Fatalf("references %+v, record %v (%v)", v.References, v.Record, v.RecordErr)
 	}
-	if !v.mayUse(confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}) || v.mayUse(confighash.SourceRef{Kind: confighash.Secret, Name: "cfg"}) {
+	if !v.MayUse(confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}) || v.MayUse(confighash.SourceRef{Kind: confighash.Secret, Name: "cfg"}) {
 		t.Fatal("the view may not use ConfigMap/cfg, or may use Secret/cfg")
 	}
 }
@@ -51,11 +51,11 @@ func TestViewKeepsWhatTheIndexAndTheCheckNeed(t *testing.T) {
 func TestWorkloadsThatOptOutUseNothing(t *testing.T) {
 	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
 	obj, _ := toView(deploymentUsing(nil, "cfg"))
-	if !obj.(*view).mayUse(cfg) {
+	if !obj.(*view).MayUse(cfg) {
 		t.Fatal("a workload without annotations may not use the ConfigMap its pod template uses")
 	}
 	obj, _ = toView(deploymentUsing(map[string]string{confighash.ReloaderAuto: "false"}, "cfg"))
-	if obj.(*view).mayUse(cfg) {
+	if obj.(*view).MayUse(cfg) {
 		t.Fatal("a workload that opts out may use a ConfigMap")
 	}
 }
@@ -73,8 +73,8 @@ func TestAWorkloadMayUseWhatItNamesOrMatches(t *testing.T) {
 		{Kind: confighash.Secret, Name: "app-web"}:    false,
 		{Kind: confighash.ConfigMap, Name: "other"}:   false,
 	} {
-		if v.mayUse(ref) != want {
-			t.Errorf("mayUse(%s) = %v, want %v", ref, !want, want)
+		if v.MayUse(ref) != want {
+			t.Errorf("MayUse(%s) = %v, want %v", ref, !want, want)
 		}
 	}
 }
@@ -107,15 +107,5 @@ func TestAViewChangesOnlyWithWhatDecides(t *testing.T) {
 	c, _ := toView(deploymentUsing(map[string]string{confighash.AnnotationInject: "true"}, "other"))
 	if a.(*view).State.Equal(c.(*view).State) {
 		t.Fatal("a different source makes the same view")
-	}
-}
-
-func TestChangedSourcesNamesOnlyWhatChanged(t *testing.T) {
-	a := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "a"}
-	b := confighash.SourceRef{Kind: confighash.Secret, Name: "b"}
-	before := confighash.Record{{SourceRef: a, Digest: confighash.Digest{1}, Seen: true}, {SourceRef: b, Digest: confighash.Digest{2}, Seen: true}}
-	after := confighash.Record{{SourceRef: a, Digest: confighash.Digest{3}, Seen: true}, {SourceRef: b, Digest: confighash.Digest{2}, Seen: true}}
-	if got := changedSources(before, after); got != "ConfigMap/a changed" {
-		t.Fatalf("changedSources() = %q", got)
 	}
 }

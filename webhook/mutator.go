@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -188,18 +186,10 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	for _, p := range state.Problems {
 		warnings = append(warnings, warningPrefix+p.Error())
 	}
-	// Most updates need only the old object's annotations, if that.
-	old := sync.OnceValue(func() map[string]string { return oldAnnotations(ar.OldObjectRaw) })
-	created := ar.OldObjectRaw == nil
-	if !created {
-		state.Inherit(old)
-	}
-	if state.RecordErr != nil {
-		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, state.RecordErr))
-	}
-	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, !created, old)}
-	in := confighash.Input{Key: m.cfg.Key, Namespace: w.Namespace, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: created}, Pacing: m.cfg.Pacing,
-		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != ""}
+	prev := previousOf(ar.OldObjectRaw, w.Kind)
+	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, prev)}
+	in := confighash.Input{Key: m.cfg.Key, Namespace: w.Namespace, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: prev == nil}, Pacing: m.cfg.Pacing,
+		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != "", Previous: prev, Template: w.Template}
 	if m.cfg.Gate != nil {
 		ns, err := m.cfg.Gate.Pacing(w.Namespace)
 		if err != nil {
@@ -207,14 +197,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		}
 		in.Pacing = ns.Over(m.cfg.Pacing)
 	}
-	if !created && (state.Policy.Pacing.Over(in.Pacing).Pinned() || state.Pins != nil) {
-		in.State = pinnedState(state, ar.OldObjectRaw, w.Kind, old)
-	}
 	d, err := confighash.Decide(in, sources)
-	if err == nil && len(d.Unproven) > 0 && templateChanged(ar.OldObjectRaw, w) {
-		// The new pods will read the current data: nothing to find out.
-		in.Pods.Fresh = true
-		d, err = confighash.Decide(in, sources)
+	if d.RecordErr != nil {
+		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, d.RecordErr))
 	}
 	switch {
 	case errors.Is(err, confighash.ErrTooManySources), errors.Is(err, confighash.ErrAnnotationsTooLarge):
@@ -273,9 +258,9 @@ func (a *admissionSources) Read(refs []confighash.SourceRef) (map[confighash.Sou
 
 // touchTriggers returns the source changes that made the watcher touch the workload:
 // the trigger annotation when this update set it to a new value.
-func touchTriggers(annotations map[string]string, update bool, old func() map[string]string) []confighash.Trigger {
+func touchTriggers(annotations map[string]string, prev *confighash.Previous) []confighash.Trigger {
 	text, ok := annotations[confighash.AnnotationTrigger]
-	if !ok || !update || old()[confighash.AnnotationTrigger] == text {
+	if !ok || prev == nil || prev.Annotations()[confighash.AnnotationTrigger] == text {
 		return nil
 	}
 	triggers, err := confighash.ParseTriggers(text)
@@ -283,68 +268,4 @@ func touchTriggers(annotations map[string]string, update bool, old func() map[st
 		return nil
 	}
 	return triggers
-}
-
-// oldAnnotations returns the metadata annotations of the old object's JSON, or nil.
-func oldAnnotations(raw []byte) map[string]string {
-	if len(raw) == 0 {
-		return nil
-	}
-	var old struct {
-		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(raw, &old); err != nil {
-		return nil
-	}
-	return old.Metadata.Annotations
-}
-
-// pinnedState returns the state of a pinned workload at an update, from what the old
-// object was pinned to.
-func pinnedState(state confighash.State, oldRaw []byte, kind confighash.Kind, old func() map[string]string) confighash.State {
-	was := oldPins(oldRaw, kind)
-	switch {
-	case state.Pins == nil:
-		// An apply of a manifest that names the sources: the pins stay as they were.
-		state.Pins = was
-	case !slices.Equal(state.Pins, was):
-		// A return to an earlier revision (kubectl rollout undo), which may bring its
-		// metadata back too: what the workload ran until now is what it returns from.
-		text := old()[confighash.AnnotationSources]
-		if record, err := confighash.ParseRecord(text); err == nil {
-			state.Record, state.RecordErr, state.Form = record, nil, confighash.RecordForm(text)
-		}
-	}
-	return state
-}
-
-// oldPins returns the pins of the old object's pod template, none if it cannot be read.
-func oldPins(oldRaw []byte, kind confighash.Kind) confighash.Pins {
-	old := oldWorkload(oldRaw, kind)
-	if old == nil {
-		return nil
-	}
-	return confighash.TemplatePins(old.Template)
-}
-
-// templateChanged reports whether an update changes the pod template, apart from the
-// hash: the workload rolls by itself. The old object is decoded whole only then.
-func templateChanged(oldRaw []byte, w *confighash.Workload) bool {
-	old := oldWorkload(oldRaw, w.Kind)
-	return old != nil && confighash.TemplateChanged(old.Template, w.Template)
-}
-
-// oldWorkload decodes the old object of an update, nil if it cannot be read.
-func oldWorkload(oldRaw []byte, kind confighash.Kind) *confighash.Workload {
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(oldRaw); err != nil {
-		return nil
-	}
-	old, err := confighash.Kinds{kind}.WorkloadOf(u)
-	if err != nil {
-		return nil
-	}
-	return old
 }

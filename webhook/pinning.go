@@ -37,8 +37,7 @@ func (m *Mutator) snapshots(ctx context.Context, ar *kwhmodel.AdmissionReview, u
 		return d, "", err
 	}
 	m.cfg.Metrics.SnapshotsCapped(capped.Limit)
-	in.Pacing.Pinning = confighash.PinOff
-	in.State.Policy.Pacing.Pinning = confighash.PinOff
+	in.Unpinned = true
 	d, err = confighash.Decide(in, sources)
 	return d, capped.Error(), err
 }

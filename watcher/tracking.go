@@ -1,0 +1,216 @@
+package watcher
+
+import (
+	"sync"
+	"time"
+)
+
+// tracking is the one owner of what the watcher remembers of each workload between
+// checks, under its own lock: the changes not checked yet, when a change first
+// reached it, its pause, the version it warned about, and whether its snapshots'
+// owners were found. What a wave needs of its users is the waves' (waves.go), read
+// for all the users of a wave at once. Both only save work or time it: after a
+// restart, the workloads and their statuses say the rest.
+type tracking struct {
+	// quiet and max time the check after changes: once none came for quiet, and at
+	// most max after the first.
+	quiet, max time.Duration
+
+	mu sync.Mutex
+	of map[workloadKey]*tracked
+}
+
+// tracked is what the watcher remembers of one workload; an entry with nothing in it
+// is dropped.
+type tracked struct {
+	// changed is when the first and the last change not yet checked reached it.
+	changed changed
+	// firstSeen is when a change first reached it while not converged: the start of
+	// its convergence latency.
+	firstSeen time.Time
+	// warned is the resourceVersion a bad-annotation Event was sent for.
+	warned string
+	// pausedUntil is when the pause period after its last touch ends.
+	pausedUntil time.Time
+	// owned is its UID and pins when its snapshots were found owned, "" until then;
+	// ownerWaits counts the checks in a row that found the revision of its template
+	// not made yet.
+	owned      string
+	ownerWaits int
+}
+
+// changed is when the first and the last change not yet checked reached a workload.
+type changed struct{ first, last time.Time }
+
+func (p changed) due(quiet, max time.Duration) time.Time {
+	due := p.last.Add(quiet)
+	if limit := p.first.Add(max); limit.Before(due) {
+		due = limit
+	}
+	return due
+}
+
+func newTracking(quiet, max time.Duration) *tracking {
+	return &tracking{quiet: quiet, max: max, of: map[workloadKey]*tracked{}}
+}
+
+// with runs f on the workload's entry under the lock, and drops the entry if f leaves
+// it empty.
+func (t *tracking) with(key workloadKey, f func(e *tracked)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.of[key]
+	if !ok {
+		e = &tracked{}
+	}
+	f(e)
+	switch {
+	case *e == tracked{}:
+		delete(t.of, key)
+	case !ok:
+		t.of[key] = e
+	}
+}
+
+// forget drops all that is remembered of the workload.
+func (t *tracking) forget(key workloadKey) {
+	t.mu.Lock()
+	delete(t.of, key)
+	t.mu.Unlock()
+}
+
+// changeReached notes a change of the workload at now, and returns how long to wait
+// before checking it. The queue keeps the earliest time a key was added at, so a
+// change that comes later extends the wait when the key comes out of the queue
+// (untilQuiet), not when it is added.
+func (t *tracking) changeReached(key workloadKey, now time.Time) (wait time.Duration) {
+	t.with(key, func(e *tracked) {
+		if e.changed.first.IsZero() {
+			e.changed.first = now
+		}
+		e.changed.last = now
+		wait = e.changed.due(t.quiet, t.max).Sub(now)
+	})
+	return wait
+}
+
+// untilQuiet returns how much longer to wait before checking the workload, 0 to check
+// it now; then the changes so far are taken as checked.
+func (t *tracking) untilQuiet(key workloadKey, now time.Time) (wait time.Duration) {
+	t.with(key, func(e *tracked) {
+		if e.changed.first.IsZero() {
+			return
+		}
+		if wait = e.changed.due(t.quiet, t.max).Sub(now); wait <= 0 {
+			wait, e.changed = 0, changed{}
+		}
+	})
+	return wait
+}
+
+// reached notes that a change reached the workload, and returns how long to wait
+// before checking it: after, or until its pause period ends.
+func (t *tracking) reached(key workloadKey, now time.Time, after time.Duration) time.Duration {
+	t.with(key, func(e *tracked) {
+		if e.firstSeen.IsZero() {
+			e.firstSeen = now
+		}
+		if !e.pausedUntil.IsZero() {
+			if held := e.pausedUntil.Sub(now); held > after {
+				after = held
+			} else if held <= 0 {
+				e.pausedUntil = time.Time{}
+			}
+		}
+	})
+	return after
+}
+
+// pause holds further touches of the workload for d.
+func (t *tracking) pause(key workloadKey, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t.with(key, func(e *tracked) { e.pausedUntil = time.Now().Add(d) })
+}
+
+// pauseEnd is when the workload's pause period ends; zero for none.
+func (t *tracking) pauseEnd(key workloadKey) (end time.Time) {
+	t.with(key, func(e *tracked) { end = e.pausedUntil })
+	return end
+}
+
+// unpause ends a pause set for a touch that did not roll the workload.
+func (t *tracking) unpause(key workloadKey) {
+	t.with(key, func(e *tracked) { e.pausedUntil = time.Time{} })
+}
+
+// warnOnce reports whether a warning about this version of the workload is still to
+// be sent, and notes that it is sent.
+func (t *tracking) warnOnce(key workloadKey, rv string) (due bool) {
+	t.with(key, func(e *tracked) {
+		due = e.warned != rv
+		e.warned = rv
+	})
+	return due
+}
+
+// converged returns how long the workload took to converge since a change reached
+// it, if one did.
+func (t *tracking) converged(key workloadKey) (took time.Duration, ok bool) {
+	t.with(key, func(e *tracked) {
+		if ok = !e.firstSeen.IsZero(); ok {
+			took, e.firstSeen = time.Since(e.firstSeen), time.Time{}
+		}
+	})
+	return took, ok
+}
+
+// unreached forgets when a change reached the workload, with no latency to record:
+// there is nothing to do until it changes.
+func (t *tracking) unreached(key workloadKey) {
+	t.with(key, func(e *tracked) { e.firstSeen = time.Time{} })
+}
+
+// deleted forgets the convergence of a workload deleted meanwhile.
+func (t *tracking) deleted(key workloadKey) {
+	t.with(key, func(e *tracked) { e.firstSeen, e.warned, e.pausedUntil = time.Time{}, "", time.Time{} })
+}
+
+// ownersKnown reports whether the workload was pinned when its snapshots' owners were
+// last found.
+func (t *tracking) ownersKnown(key workloadKey) (known bool) {
+	t.with(key, func(e *tracked) { known = e.owned != "" })
+	return known
+}
+
+// ownerRetry is how long until the workload is checked again while the revision of
+// its template is not made yet: from snapshotOwnerRetry, doubling up to a minute (a
+// paused Deployment makes none until it is resumed, and its status says when it does).
+func (t *tracking) ownerRetry(key workloadKey) (after time.Duration) {
+	t.with(key, func(e *tracked) {
+		after = snapshotOwnerRetry << min(e.ownerWaits, 6)
+		e.ownerWaits++
+	})
+	return after
+}
+
+// ownedFor reports whether the workload's snapshots were found owned for its pins; a
+// workload made again under the same name is not the one found.
+func (t *tracking) ownedFor(v *view) (owned bool) {
+	t.with(keyOf(v), func(e *tracked) { owned = e.owned == ownedText(v) })
+	return owned
+}
+
+// noteOwned remembers that the snapshots of the workload's pins are owned.
+func (t *tracking) noteOwned(v *view) {
+	t.with(keyOf(v), func(e *tracked) { e.owned, e.ownerWaits = ownedText(v), 0 })
+}
+
+// recheckOwners forgets that the workload's snapshots were found owned: they are
+// checked again at its next check.
+func (t *tracking) recheckOwners(key workloadKey) {
+	t.with(key, func(e *tracked) { e.owned, e.ownerWaits = "", 0 })
+}
+
+func ownedText(v *view) string { return string(v.UID) + " " + v.Pins.String() }
