@@ -86,25 +86,35 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	case len(d.Held) > 0 && len(d.Unproven) == 0:
 		return w.paced(ctx, key, v, d)
 	case d.Converged:
-		w.unhold(key)
-		w.converged(key)
-		// One no longer pinned lets go of the snapshots it owned.
-		if len(v.Pins) > 0 || w.tracking.ownersKnown(key) {
-			if err := w.ownSnapshots(ctx, key, v); err != nil {
-				return err
-			}
-		}
-		return w.followRollout(ctx, v)
+		return w.converged(ctx, key, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
 	case w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0:
 		// A pinned workload is left to the webhook, which makes its snapshots.
 		return w.heal(ctx, key, v, d)
 	}
+	return w.converge(ctx, key, v, d)
+}
+
+// converged follows a workload that carries its decision: the snapshots its revisions
+// own, and the rollout a wave let it make.
+func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error {
+	w.unhold(key)
+	w.recordLatency(key)
+	// One no longer pinned lets go of the snapshots it owned.
+	if len(v.Pins) > 0 || w.tracking.ownersKnown(key) {
+		if err := w.ownSnapshots(ctx, key, v); err != nil {
+			return err
+		}
+	}
+	return w.followRollout(ctx, v)
+}
+
+// converge touches the workload, so that the webhook writes its decision.
+func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
 	// The pause starts before the touch: the touch's own update event, and changes
 	// that follow it at once, must already find the workload held.
-	rolls := d.Hash != v.Hash
-	if rolls {
+	if d.Hash != v.Hash {
 		w.tracking.pause(key, d.Policy.PausePeriod)
 	}
 	trig := triggers(v, d.Record, w.sources)
@@ -148,7 +158,7 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 	default:
 		w.cfg.Metrics.Touch(TouchConverged)
 	}
-	w.converged(key)
+	w.recordLatency(key)
 	if len(admitted.Pins) > 0 {
 		// Its new revision owns the snapshots it names, once its controller made it.
 		w.queue.AddAfter(key, snapshotOwnerRetry)
@@ -197,8 +207,8 @@ func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
 	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "BadAnnotation", strings.Join(msgs, "; "))
 }
 
-// converged records the convergence latency of a workload a change reached.
-func (w *Watcher) converged(key workloadKey) {
+// recordLatency records the convergence latency of a workload a change reached.
+func (w *Watcher) recordLatency(key workloadKey) {
 	if d, ok := w.tracking.converged(key); ok {
 		w.cfg.Metrics.Converged(d)
 	}

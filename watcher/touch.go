@@ -78,7 +78,7 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed",
 		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+confighash.ChangedData(v.Record, want))
 	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
-	w.converged(key)
+	w.recordLatency(key)
 	return nil
 }
 
