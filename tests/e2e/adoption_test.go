@@ -86,7 +86,7 @@ func waitAllRolled(t *testing.T, c *cluster.Cluster, ns string, want map[string]
 	t.Helper()
 	start := time.Now()
 	waitFor(t, timeout, fmt.Sprintf("%d Deployments to roll", len(want)), func() bool {
-		got := rollouts(t, c, ns)
+		got := replicaSetsPerApp(t, c, ns)
 		for name, n := range want {
 			if got[name] < n {
 				return false
@@ -147,11 +147,7 @@ func TestTurningOnAdoptsStatefulSetsAndDaemonSets(t *testing.T) {
 	revisions := func() map[string]int {
 		out := map[string]int{}
 		for _, app := range []string{"db", "stale-db", "agent", "stale-agent"} {
-			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[app] = len(list.Items)
+			out[app] = controllerRevisions(t, c, ns, app)
 		}
 		return out
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/ledger"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 // faultSet is the workloads a fault test runs over, in a new labelled namespace:
@@ -57,8 +58,8 @@ func newFaultSet(t testing.TB, c *cluster.Cluster, n, fanOut int) *faultSet {
 	// Each Deployment's first ReplicaSet is its birth: a change before the controller
 	// made it would make it the rollout.
 	waitFor(t, 2*time.Minute, "every Deployment's first ReplicaSet", func() bool {
-		list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
-		return err == nil && len(list.Items) == f.l.Workloads()
+		all, err := rollouts.AllReplicaSets(t.Context(), c.Client, ns)
+		return err == nil && all == f.l.Workloads()
 	})
 	return f
 }

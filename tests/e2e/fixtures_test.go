@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -322,36 +321,6 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// replicaSets returns the number of ReplicaSets of Deployment name.
-func replicaSets(t testing.TB, c *cluster.Cluster, ns, name string) int {
-	t.Helper()
-	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(list.Items)
-}
-
-// quietPeriod is how long a test watches for a rollout that must not happen: well past
-// the debounce and a touch.
-const quietPeriod = 2 * time.Second
-
-// expectReplicaSets waits until Deployment name has want ReplicaSets and has rolled
-// out, then checks that no other rollout follows within the quiet period.
-func expectReplicaSets(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
-	t.Helper()
-	waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want), func() bool { return replicaSets(t, c, ns, name) >= want })
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := c.WaitRolledOut(ctx, ns, name); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(quietPeriod)
-	if got := replicaSets(t, c, ns, name); got != want {
-		t.Fatalf("%s has %d ReplicaSets, want %d", name, got, want)
-	}
-}
-
 func templateHash(t testing.TB, c *cluster.Cluster, ns, name string) string {
 	t.Helper()
 	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
@@ -466,25 +435,6 @@ func annotatedDeployment(name string, annotations map[string]string, tmpl corev1
 	d := deployment(name, 0, tmpl)
 	d.Annotations = maps.Clone(annotations)
 	return d
-}
-
-// expectRollouts waits until each Deployment has the number of ReplicaSets given and
-// has rolled out, then checks that none rolls again within the quiet period.
-func expectRollouts(t testing.TB, c *cluster.Cluster, ns string, want map[string]int) {
-	t.Helper()
-	names := slices.Sorted(maps.Keys(want))
-	for _, name := range names {
-		waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want[name]), func() bool { return replicaSets(t, c, ns, name) >= want[name] })
-	}
-	time.Sleep(quietPeriod)
-	for _, name := range names {
-		if got := replicaSets(t, c, ns, name); got != want[name] {
-			t.Errorf("%s has %d ReplicaSets, want %d", name, got, want[name])
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
 }
 
 // mergeAnnotations patches annotations of a ConfigMap or a Deployment: a nil value

@@ -19,6 +19,7 @@ import (
 	"github.com/confighash/confighash/tests/bench"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/ledger"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 // The scenarios of `make bench` (docs/benchmarks.md). Each runs once, against the local
@@ -507,8 +508,8 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 		// A change before the Deployment controller made a Deployment's first
 		// ReplicaSet would roll it into just one.
 		waitFor(b, 10*time.Minute, fmt.Sprintf("%d ReplicaSets", n), func() bool {
-			list, err := c.Client.AppsV1().ReplicaSets(ns).List(b.Context(), metav1.ListOptions{ResourceVersion: "0"})
-			return err == nil && len(list.Items) >= n
+			all, err := rollouts.AllReplicaSets(b.Context(), c.Client, ns)
+			return err == nil && all >= n
 		})
 		l.Watch(b, confighash.Deployment)
 		met := true

@@ -76,17 +76,13 @@ func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
 
 	// Rollouts: a Deployment's ReplicaSets, a StatefulSet's and a DaemonSet's
 	// ControllerRevisions, a CronJob's generation (a touch changes its metadata alone).
-	rollouts := func() map[string]int {
+	rolled := func() map[string]int {
 		out := map[string]int{}
 		for _, name := range []string{"every", "plain", "pinned"} {
 			out[name] = replicaSets(t, c, ns, name)
 		}
 		for _, name := range []string{"sts", "ds"} {
-			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[name] = len(list.Items)
+			out[name] = controllerRevisions(t, c, ns, name)
 		}
 		cj, err := c.Client.BatchV1().CronJobs(ns).Get(ctx, "cron", metav1.GetOptions{})
 		if err != nil {
@@ -99,10 +95,10 @@ func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
 	users := []string{"every", "pinned", "sts", "ds", "cron"} // of app-config
 	expect := func(when string) {
 		t.Helper()
-		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(rollouts(), want) })
+		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(rolled(), want) })
 		waitQuiet(t, watcher)
 		time.Sleep(quietPeriod)
-		got := rollouts()
+		got := rolled()
 		if !maps.Equal(got, want) {
 			t.Fatalf("%s: rollouts %v, want %v", when, got, want)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 func TestEachUsedSourceChangeRollsOnce(t *testing.T) {
@@ -300,12 +301,6 @@ func createFanOut(t *testing.T, c *cluster.Cluster, ns string, n int) {
 	}
 }
 
-// expectReplicaSetsNoWait waits until Deployment name has want ReplicaSets.
-func expectReplicaSetsNoWait(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
-	t.Helper()
-	waitFor(t, 60*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want), func() bool { return replicaSets(t, c, ns, name) >= want })
-}
-
 func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
@@ -318,12 +313,12 @@ func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
 		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 2)
 	}
 	time.Sleep(quietPeriod)
-	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
+	all, err := rollouts.AllReplicaSets(t.Context(), c.Client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != 2*n {
-		t.Fatalf("%d ReplicaSets for %d Deployments, want %d", len(list.Items), n, 2*n)
+	if all != 2*n {
+		t.Fatalf("%d ReplicaSets for %d Deployments, want %d", all, n, 2*n)
 	}
 	if got := w.metric(t, `confighash_watcher_touches_total{result="converged"}`); got != n {
 		t.Fatalf("converged touches = %v, want exactly one per Deployment: %d", got, n)
@@ -357,14 +352,10 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 	// StatefulSets and DaemonSets count rollouts in ControllerRevisions; a CronJob and a
 	// Rollout (no controller here) in generations: a touch changes metadata only, so
 	// the generation moves only when the pod template does.
-	rollouts := func() map[string]int64 {
+	rolled := func() map[string]int64 {
 		out := map[string]int64{}
 		for _, app := range []string{"db", "agent"} {
-			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[app] = int64(len(list.Items))
+			out[app] = int64(controllerRevisions(t, c, ns, app))
 		}
 		cj, err := c.Client.BatchV1().CronJobs(ns).Get(ctx, "report", metav1.GetOptions{})
 		if err != nil {
@@ -379,16 +370,16 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 		return out
 	}
 	all := func(n int64) map[string]int64 { return map[string]int64{"db": n, "agent": n, "report": n, "canary": n} }
-	waitFor(t, 30*time.Second, "the first revisions", func() bool { return maps.Equal(rollouts(), all(1)) })
+	waitFor(t, 30*time.Second, "the first revisions", func() bool { return maps.Equal(rolled(), all(1)) })
 	time.Sleep(quietPeriod)
-	if got := rollouts(); !maps.Equal(got, all(1)) {
+	if got := rolled(); !maps.Equal(got, all(1)) {
 		t.Fatalf("before any change: %v, want one rollout each", got)
 	}
 
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
-	waitFor(t, 30*time.Second, "a second rollout of each", func() bool { return maps.Equal(rollouts(), all(2)) })
+	waitFor(t, 30*time.Second, "a second rollout of each", func() bool { return maps.Equal(rolled(), all(2)) })
 	time.Sleep(quietPeriod)
-	if got := rollouts(); !maps.Equal(got, all(2)) {
+	if got := rolled(); !maps.Equal(got, all(2)) {
 		t.Fatalf("after one change: %v, want exactly two rollouts each", got)
 	}
 }
