@@ -22,6 +22,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/tests/rollouts"
 )
 
@@ -39,7 +40,7 @@ func pacedAppsWith(t *testing.T, c *cluster.Cluster, ns string, n int, deadline 
 	names := make([]string, n)
 	for i := range n {
 		names[i] = fmt.Sprintf("app-%02d", i)
-		d := annotatedDeployment(names[i], map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("shared"))
+		d := fixtures.AnnotatedDeployment(names[i], map[string]string{confighash.AnnotationInject: "true"}, fixtures.EnvFromTemplate("shared"))
 		d.Spec.Template.Labels = map[string]string{"app": names[i]}
 		d.Spec.Selector.MatchLabels = map[string]string{"app": names[i]}
 		one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
@@ -381,7 +382,7 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
 	names := []string{"web", "api", "worker"}
 	for _, name := range names {
-		createDeployment(t, c, ns, annotatedDeployment(name, map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("shared")))
+		createDeployment(t, c, ns, fixtures.AnnotatedDeployment(name, map[string]string{confighash.AnnotationInject: "true"}, fixtures.EnvFromTemplate("shared")))
 	}
 	expectRollouts(t, c, ns, map[string]int{"web": 1, "api": 1, "worker": 1})
 

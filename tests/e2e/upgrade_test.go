@@ -14,6 +14,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // previousRelease is the last commit whose digests are not bound to the namespace.
@@ -58,19 +59,19 @@ func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 	createEverySource(t, c, ns)
-	every := everyUseTemplate(nil)
-	pinned := envFromTemplate("app-config")
-	pinned.Spec.Volumes = secretVolumeTemplate("app-secret").Spec.Volumes
-	createDeployment(t, c, ns, deployment("every", 1, every))
-	createDeployment(t, c, ns, deployment("plain", 1, plainTemplate()))
-	createDeployment(t, c, ns, annotatedDeployment("pinned", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, pinned))
-	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("sts", every), metav1.CreateOptions{}); err != nil {
+	every := fixtures.EveryUseTemplate(nil)
+	pinned := fixtures.EnvFromTemplate("app-config")
+	pinned.Spec.Volumes = fixtures.SecretVolumeTemplate("app-secret").Spec.Volumes
+	createDeployment(t, c, ns, fixtures.Deployment("every", 1, every))
+	createDeployment(t, c, ns, fixtures.Deployment("plain", 1, fixtures.PlainTemplate()))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("pinned", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, pinned))
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, fixtures.StatefulSet("sts", every), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("ds", every), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, fixtures.DaemonSet("ds", every), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("cron", every), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, fixtures.CronJob("cron", every), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

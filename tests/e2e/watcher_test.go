@@ -13,6 +13,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/tests/rollouts"
 )
 
@@ -22,7 +23,7 @@ func TestEachUsedSourceChangeRollsOnce(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
-	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EveryUseTemplate(nil)))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	// Every reference path, ConfigMaps and Secrets: the used key of each source.
@@ -58,7 +59,7 @@ func TestThreeChangesRollThreeTimesWithThreeHashes(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	expectReplicaSets(t, c, ns, "web", 1)
 	hashes := map[string]bool{templateHash(t, c, ns, "web"): true}
 	for i := 1; i <= 3; i++ {
@@ -92,7 +93,7 @@ func TestChangesToWhatIsNotUsedRollNothing(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
 	createConfigMap(t, c, ns, "nobody-uses-this", map[string]string{"k": "v"})
-	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EveryUseTemplate(nil)))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	// app-config is used through one key, greeting: its other keys do not count.
@@ -112,7 +113,7 @@ func TestConfigMapAndSecretChangedTogetherRollOnce(t *testing.T) {
 	startWatcher(t, c, "--debounce=1s")
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
-	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EveryUseTemplate(nil)))
 	expectReplicaSets(t, c, ns, "web", 1)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "greeting", "hello")
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "app-secret"}, "password", "hunter2")
@@ -125,7 +126,7 @@ func TestDeletedSecretRollsOnlyWhenRecreatedWithOtherData(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
-	createDeployment(t, c, ns, deployment("web", 1, secretVolumeTemplate("db")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.SecretVolumeTemplate("db")))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	if err := c.Client.CoreV1().Secrets(ns).Delete(t.Context(), "db", metav1.DeleteOptions{}); err != nil {
@@ -154,16 +155,16 @@ func TestPolicyAnnotations(t *testing.T) {
 	})
 
 	with := func(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) {
-		d := deployment(name, 0, tmpl)
+		d := fixtures.Deployment(name, 0, tmpl)
 		for k, v := range annotations {
 			d.Annotations[k] = v
 		}
 		createDeployment(t, c, ns, d)
 	}
-	with("only-secrets", map[string]string{confighash.AnnotationOnly: "secrets"}, everyUseTemplate(nil))
-	with("include", map[string]string{confighash.AnnotationIncludeConfigMaps: "extra"}, plainTemplate())
-	with("exclude", map[string]string{confighash.AnnotationExcludeConfigMaps: "app-config"}, everyUseTemplate(nil))
-	searchTmpl := everyUseTemplate(nil)
+	with("only-secrets", map[string]string{confighash.AnnotationOnly: "secrets"}, fixtures.EveryUseTemplate(nil))
+	with("include", map[string]string{confighash.AnnotationIncludeConfigMaps: "extra"}, fixtures.PlainTemplate())
+	with("exclude", map[string]string{confighash.AnnotationExcludeConfigMaps: "app-config"}, fixtures.EveryUseTemplate(nil))
+	searchTmpl := fixtures.EveryUseTemplate(nil)
 	searchTmpl.Spec.Containers[0].EnvFrom = append(searchTmpl.Spec.Containers[0].EnvFrom,
 		corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "matched"}}})
 	with("search", map[string]string{confighash.AnnotationSearch: "true"}, searchTmpl)
@@ -212,8 +213,8 @@ func TestChangeWhileTheWatcherIsDownRollsOnceWhenItReturns(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createConfigMap(t, c, ns, "other", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("uses-cfg", 1, envFromTemplate("cfg")))
-	createDeployment(t, c, ns, deployment("uses-other", 1, envFromTemplate("other")))
+	createDeployment(t, c, ns, fixtures.Deployment("uses-cfg", 1, fixtures.EnvFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("uses-other", 1, fixtures.EnvFromTemplate("other")))
 	expectReplicaSets(t, c, ns, "uses-cfg", 1)
 	expectReplicaSets(t, c, ns, "uses-other", 1)
 
@@ -241,7 +242,7 @@ func TestWatcherHealsWhatTheWebhookMissed(t *testing.T) {
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	webhook.stop(t)
@@ -294,7 +295,7 @@ func createFanOut(t *testing.T, c *cluster.Cluster, ns string, n int) {
 	t.Helper()
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
 	for i := range n {
-		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
+		createDeployment(t, c, ns, fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.EnvFromTemplate("shared")))
 	}
 	for i := range n {
 		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
@@ -334,14 +335,14 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	tmpl := envFromTemplate("cfg")
-	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("db", tmpl), metav1.CreateOptions{}); err != nil {
+	tmpl := fixtures.EnvFromTemplate("cfg")
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, fixtures.StatefulSet("db", tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("agent", tmpl), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, fixtures.DaemonSet("agent", tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("report", tmpl), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, fixtures.CronJob("report", tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	createRollout(t, c, ns, "canary", tmpl)
@@ -402,7 +403,7 @@ func TestWatcherRestartsToWatchRolloutsInstalledAfterIt(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createRollout(t, c, ns, "web", envFromTemplate("cfg"))
+	createRollout(t, c, ns, "web", fixtures.EnvFromTemplate("cfg"))
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
