@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 var testCluster *cluster.Cluster
@@ -76,14 +77,15 @@ func TestDeploymentRunsAndRollsOnKwok(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sets, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	history, err := rollouts.History(ctx, c.Client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sets.Items) != 2 {
-		t.Fatalf("ReplicaSets = %d, want 2 after one template change", len(sets.Items))
+	sets := history["smoke"]
+	if len(sets) != 2 {
+		t.Fatalf("ReplicaSets = %d, want 2 after one template change", len(sets))
 	}
-	for _, rs := range sets.Items {
+	for _, rs := range sets {
 		if rs.Spec.Template.Spec.Containers[0].Env[0].Value == "2" && rs.Status.AvailableReplicas != 2 {
 			t.Fatalf("new ReplicaSet %s has %d available replicas, want 2", rs.Name, rs.Status.AvailableReplicas)
 		}

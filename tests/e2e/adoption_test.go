@@ -10,6 +10,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestTurningOnRollsNothingCurrent: 200 running Deployments opted in (half with
@@ -28,14 +29,14 @@ func TestTurningOnRollsNothingCurrent(t *testing.T) {
 	want := map[string]int{}
 	for i := range n {
 		name := fmt.Sprintf("web-%d", i)
-		d := deployment(name, 0, envFromTemplate("shared"))
+		d := fixtures.Deployment(name, 0, fixtures.EnvFromTemplate("shared"))
 		if i%2 == 1 {
 			d.Annotations = map[string]string{confighash.ReloaderAuto: "true"}
 		}
 		createDeployment(t, c, ns, d)
 		want[name] = 1
 	}
-	createDeployment(t, c, ns, deployment("stale", 0, envFromTemplate("late")))
+	createDeployment(t, c, ns, fixtures.Deployment("stale", 0, fixtures.EnvFromTemplate("late")))
 	for name := range want {
 		expectReplicaSetsNoWait(t, c, ns, name, 1)
 	}
@@ -86,7 +87,7 @@ func waitAllRolled(t *testing.T, c *cluster.Cluster, ns string, want map[string]
 	t.Helper()
 	start := time.Now()
 	waitFor(t, timeout, fmt.Sprintf("%d Deployments to roll", len(want)), func() bool {
-		got := rollouts(t, c, ns)
+		got := replicaSetsPerApp(t, c, ns)
 		for name, n := range want {
 			if got[name] < n {
 				return false
@@ -106,7 +107,7 @@ func TestOptingInARunningDeploymentRollsNothing(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	afterTheSecond()
-	createDeployment(t, c, ns, annotatedDeployment("web", nil, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", nil, fixtures.EnvFromTemplate("cfg")))
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
 
 	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "web", metav1.GetOptions{})
@@ -135,23 +136,19 @@ func TestTurningOnAdoptsStatefulSetsAndDaemonSets(t *testing.T) {
 	createConfigMap(t, c, ns, "late", map[string]string{"k": "0"})
 	afterTheSecond()
 	for name, source := range map[string]string{"db": "cfg", "stale-db": "late"} {
-		if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet(name, envFromTemplate(source)), metav1.CreateOptions{}); err != nil {
+		if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, fixtures.StatefulSet(name, fixtures.EnvFromTemplate(source)), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for name, source := range map[string]string{"agent": "cfg", "stale-agent": "late"} {
-		if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet(name, envFromTemplate(source)), metav1.CreateOptions{}); err != nil {
+		if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, fixtures.DaemonSet(name, fixtures.EnvFromTemplate(source)), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	revisions := func() map[string]int {
 		out := map[string]int{}
 		for _, app := range []string{"db", "stale-db", "agent", "stale-agent"} {
-			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[app] = len(list.Items)
+			out[app] = controllerRevisions(t, c, ns, app)
 		}
 		return out
 	}

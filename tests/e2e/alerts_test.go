@@ -16,6 +16,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // alertSink is a real HTTP server on loopback standing for a chat's webhook.
@@ -105,7 +106,7 @@ func TestASlowAlertSinkDoesNotDelayRollouts(t *testing.T) {
 	for i := range n {
 		name := fmt.Sprintf("web-%d", i)
 		createConfigMap(t, c, ns, name, map[string]string{"k": "0"})
-		createDeployment(t, c, ns, deployment(name, 0, envFromTemplate(name)))
+		createDeployment(t, c, ns, fixtures.Deployment(name, 0, fixtures.EnvFromTemplate(name)))
 	}
 	for i := range n {
 		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestRecordNeverTakesAWorkloadOverTheAnnotationLimit: a Deployment whose annotations
@@ -23,7 +24,7 @@ func TestRecordNeverTakesAWorkloadOverTheAnnotationLimit(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "app", map[string]string{"greeting": "hello"})
 
-	d := deployment("big", 1, envFromTemplate("app"))
+	d := fixtures.Deployment("big", 1, fixtures.EnvFromTemplate("app"))
 	const padding = "example.com/notes"
 	// 50 bytes short of the bound: the record ("confighash.dev/sources" and about 90
 	// bytes) does not fit.

@@ -27,6 +27,7 @@ import (
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -105,7 +106,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	d := deployment("web", 1, fiveSourceTemplate())
+	d := fixtures.Deployment("web", 1, fiveSourceTemplate())
 	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 	d.Namespace = ns
 	created, _ := json.Marshal(d)
@@ -210,7 +211,7 @@ func BenchmarkDeploymentCreate(b *testing.B) {
 	}{
 		{"without-webhook", nil, false, fiveSourceTemplate()},
 		{"with-noop-webhook", noop, false, fiveSourceTemplate()},
-		{"with-webhook-no-sources", enabled, true, plainTemplate()},
+		{"with-webhook-no-sources", enabled, true, fixtures.PlainTemplate()},
 		{"with-webhook", enabled, true, fiveSourceTemplate()},
 	}
 	for _, tc := range cases {
@@ -226,7 +227,7 @@ func BenchmarkDeploymentCreate(b *testing.B) {
 			samples := make([]time.Duration, 0, b.N)
 			i := 0
 			for b.Loop() {
-				d := deployment(fmt.Sprintf("web-%d", i), 0, tc.tmpl)
+				d := fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, tc.tmpl)
 				i++
 				start := time.Now()
 				created, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), d, metav1.CreateOptions{})
@@ -319,7 +320,7 @@ func startNoopWebhook(b *testing.B, c *cluster.Cluster) map[string]string {
 	}
 	b.Cleanup(func() { _ = c.DeleteNamespace(context.Background(), probe) })
 	waitFor(b, 30*time.Second, "the API server to call the no-op webhook", func() bool {
-		_, err := c.Client.AppsV1().Deployments(probe).Create(b.Context(), deployment("probe", 0, plainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := c.Client.AppsV1().Deployments(probe).Create(b.Context(), fixtures.Deployment("probe", 0, fixtures.PlainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && called.Load() > 0
 	})
 	return labels

@@ -26,6 +26,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // BenchmarkChangeToRollout measures, for a ConfigMap used by 1, 100, 1,000 and
@@ -68,7 +69,7 @@ func changeToRollout(b *testing.B, c *cluster.Cluster, fanOut int) string {
 	ns := labeledNamespace(b, c)
 	createConfigMap(b, c, ns, "shared", map[string]string{"k": "0"})
 	parallel(b, 8, fanOut, func(i int) error {
-		_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")), metav1.CreateOptions{})
+		_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.EnvFromTemplate("shared")), metav1.CreateOptions{})
 		return err
 	})
 	// The Deployment controller's first sync of each (its ReplicaSet, its status) is
@@ -278,7 +279,7 @@ func BenchmarkWatcherMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	for i := range 1000 {
-		createDeployment(b, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, secretVolumeTemplate(fmt.Sprintf("secret-%d", i%2000))))
+		createDeployment(b, c, ns, fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.SecretVolumeTemplate(fmt.Sprintf("secret-%d", i%2000))))
 	}
 	for b.Loop() {
 		w := startWatcher(b, c)

@@ -18,6 +18,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // secretsStore writes what the Secrets Store CSI driver writes, as it writes it (its
@@ -132,7 +133,7 @@ func (s *secretsStore) rotate(version, value string, pause time.Duration) {
 
 // csiTemplate mounts the SecretProviderClass class through the driver.
 func csiTemplate(class string) corev1.PodTemplateSpec {
-	tmpl := plainTemplate()
+	tmpl := fixtures.PlainTemplate()
 	tmpl.Spec.Volumes = []corev1.Volume{{Name: "secrets", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
 		Driver: confighash.SecretsStoreDriver, VolumeAttributes: map[string]string{"secretProviderClass": class}}}}}
 	return tmpl
@@ -173,7 +174,7 @@ func TestSecretProviderClassRotationRollsEachWorkloadOnce(t *testing.T) {
 	synced.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "DB_PASSWORD", ValueFrom: &corev1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db-synced"}, Key: "password"}}}}
 	for name, tmpl := range map[string]corev1.PodTemplateSpec{"mounted": csiTemplate("vault-db"), "synced": synced} {
-		if _, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment(name, 2, tmpl), metav1.CreateOptions{}); err != nil {
+		if _, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment(name, 2, tmpl), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // explain runs `confighash explain` against the local control plane and returns its
@@ -61,12 +62,12 @@ func TestExplainGivesEachVerdict(t *testing.T) {
 	if _, err := c.Client.CoreV1().ConfigMaps(ns).Update(t.Context(), ignored, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := plainTemplate()
+	tmpl := fixtures.PlainTemplate()
 	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "USED", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Key: "used"}}}}
 	tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "ignored"}}}}
-	createDeployment(t, c, ns, deployment("web", 0, tmpl))
-	createDeployment(t, c, ns, annotatedDeployment("plain", nil, tmpl))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 0, tmpl))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("plain", nil, tmpl))
 
 	e := explainOne(t, c, ns, "deployment/web")
 	if e.Verdict != confighash.VerdictUpToDate || e.Hash == "" || e.Hash != e.TemplateHash || !strings.Contains(e.OptIn, confighash.AnnotationInject) {
@@ -103,7 +104,7 @@ func TestExplainGivesEachVerdict(t *testing.T) {
 
 	off := namespace(t, c, nil)
 	createConfigMap(t, c, off, "cfg", map[string]string{"used": "1"})
-	createDeployment(t, c, off, deployment("web", 0, envFromTemplate("cfg")))
+	createDeployment(t, c, off, fixtures.Deployment("web", 0, fixtures.EnvFromTemplate("cfg")))
 	if e := explainOne(t, c, off, "deployment/web"); e.Verdict != confighash.VerdictNoRollout || !strings.Contains(e.Why, "is not enabled") {
 		t.Fatalf("namespace not enabled: %s: %s", e.Verdict, e.Why)
 	}

@@ -47,12 +47,12 @@ func TestPendingWorkloadsOfOneNamespaceDoNotHoldEveryRollingSlot(t *testing.T) {
 	start := time.Now()
 	setKey(t, c, free, shared, "k", "v1")
 	waitFor(t, 45*time.Second, "every Deployment of "+free+" to roll once", func() bool {
-		r := rollouts(t, c, free)
+		r := replicaSetsPerApp(t, c, free)
 		return len(r) == n && !slices.ContainsFunc(slices.Collect(maps.Values(r)), func(k int) bool { return k < 2 }) && rolledOutCount(t, c, free) == n
 	})
 	took := time.Since(start)
 	time.Sleep(quietPeriod)
-	for name, got := range rollouts(t, c, free) {
+	for name, got := range replicaSetsPerApp(t, c, free) {
 		if got != 2 {
 			t.Errorf("%s/%s rolled %d times for one change, want once", free, name, got-1)
 		}

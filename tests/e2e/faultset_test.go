@@ -17,7 +17,9 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/tests/ledger"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 // faultSet is the workloads a fault test runs over, in a new labelled namespace:
@@ -57,8 +59,8 @@ func newFaultSet(t testing.TB, c *cluster.Cluster, n, fanOut int) *faultSet {
 	// Each Deployment's first ReplicaSet is its birth: a change before the controller
 	// made it would make it the rollout.
 	waitFor(t, 2*time.Minute, "every Deployment's first ReplicaSet", func() bool {
-		list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
-		return err == nil && len(list.Items) == f.l.Workloads()
+		all, err := rollouts.AllReplicaSets(t.Context(), c.Client, ns)
+		return err == nil && all == f.l.Workloads()
 	})
 	return f
 }
@@ -72,13 +74,13 @@ func (f *faultSet) create(t testing.TB, name string, src ledger.Source) {
 // deployment returns a Deployment of no pods that uses src whole and keeps its whole
 // history, and declares the use to the ledger.
 func (f *faultSet) deployment(name string, src ledger.Source) *appsv1.Deployment {
-	tmpl := plainTemplate()
+	tmpl := fixtures.PlainTemplate()
 	if src.Ref.Kind == confighash.Secret {
 		tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: src.Ref.Name}}}}
 	} else {
-		tmpl = envFromTemplate(src.Ref.Name)
+		tmpl = fixtures.EnvFromTemplate(src.Ref.Name)
 	}
-	d := deployment(name, 0, tmpl)
+	d := fixtures.Deployment(name, 0, tmpl)
 	d.Spec.RevisionHistoryLimit = ptr.To[int32](1000)
 	f.l.Use(confighash.Deployment, f.ns, name, src)
 	return d

@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,11 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // labeledNamespace creates a namespace where confighash acts.
@@ -62,52 +59,8 @@ func createSecret(t testing.TB, c *cluster.Cluster, ns, name string, data map[st
 	return s
 }
 
-// everyUseTemplate uses ConfigMaps and Secrets in every way a pod template can.
-func everyUseTemplate(labels map[string]string) corev1.PodTemplateSpec {
-	lor := func(n string) corev1.LocalObjectReference { return corev1.LocalObjectReference{Name: n} }
-	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: labels},
-		Spec: corev1.PodSpec{
-			InitContainers: []corev1.Container{{Name: "init", Image: "example.com/init:1", Env: []corev1.EnvVar{
-				{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: lor("init-config"), Key: "x"}}},
-			}}},
-			Containers: []corev1.Container{{
-				Name: "app", Image: "example.com/app:1",
-				Env: []corev1.EnvVar{
-					{Name: "GREETING", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: lor("app-config"), Key: "greeting"}}},
-					{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: lor("app-secret"), Key: "password"}}},
-				},
-				EnvFrom: []corev1.EnvFromSource{
-					{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: lor("env-config")}},
-					{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: lor("env-secret"), Optional: ptr.To(true)}},
-				},
-			}},
-			Volumes: []corev1.Volume{
-				{Name: "files", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: lor("files-config"), Items: []corev1.KeyToPath{{Key: "a.conf", Path: "a.conf"}}}}},
-				{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tls-secret"}}},
-				{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: lor("projected-config")}},
-					{Secret: &corev1.SecretProjection{LocalObjectReference: lor("projected-secret"), Items: []corev1.KeyToPath{{Key: "token", Path: "token"}}}},
-				}}}},
-			},
-		},
-	}
-}
-
-// plainTemplate uses no source.
-func plainTemplate() corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}}
-}
-
-// secretVolumeTemplate mounts one required Secret, whole.
-func secretVolumeTemplate(secret string) corev1.PodTemplateSpec {
-	tmpl := plainTemplate()
-	tmpl.Spec.Volumes = []corev1.Volume{{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}}
-	return tmpl
-}
-
-// createEverySource creates every source everyUseTemplate uses, with a used and an
-// unused key each.
+// createEverySource creates every source fixtures.EveryUseTemplate uses, with a used
+// and an unused key each.
 func createEverySource(t testing.TB, c *cluster.Cluster, ns string) {
 	t.Helper()
 	for name, key := range map[string]string{"init-config": "x", "app-config": "greeting", "env-config": "E", "files-config": "a.conf", "projected-config": "p"} {
@@ -115,45 +68,6 @@ func createEverySource(t testing.TB, c *cluster.Cluster, ns string) {
 	}
 	for name, key := range map[string]string{"app-secret": "password", "env-secret": "S", "tls-secret": "tls.crt", "projected-secret": "token"} {
 		createSecret(t, c, ns, name, map[string]string{key: "s1-" + name, "unused": "u"})
-	}
-}
-
-// deployment returns a Deployment of replicas pods with tmpl's pod spec, opted in.
-func deployment(name string, replicas int32, tmpl corev1.PodTemplateSpec) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	tmpl.Labels = labels
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{confighash.AnnotationInject: "true"}},
-		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}
-}
-
-func statefulSet(name string, tmpl corev1.PodTemplateSpec) *appsv1.StatefulSet {
-	labels := map[string]string{"app": name}
-	tmpl.Labels = labels
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{confighash.AnnotationInject: "true"}},
-		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}
-}
-
-func daemonSet(name string, tmpl corev1.PodTemplateSpec) *appsv1.DaemonSet {
-	labels := map[string]string{"app": name}
-	tmpl.Labels = labels
-	// Opted in on the pod template, the other place the annotation may be.
-	tmpl.Annotations = map[string]string{confighash.AnnotationInject: "true"}
-	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}
-}
-
-func cronJob(name string, tmpl corev1.PodTemplateSpec) *batchv1.CronJob {
-	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
-	return &batchv1.CronJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{confighash.AnnotationInject: "true"}},
-		Spec: batchv1.CronJobSpec{Schedule: "0 0 1 1 *", JobTemplate: batchv1.JobTemplateSpec{
-			Spec: batchv1.JobSpec{Template: tmpl}}},
 	}
 }
 
@@ -322,36 +236,6 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// replicaSets returns the number of ReplicaSets of Deployment name.
-func replicaSets(t testing.TB, c *cluster.Cluster, ns, name string) int {
-	t.Helper()
-	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(list.Items)
-}
-
-// quietPeriod is how long a test watches for a rollout that must not happen: well past
-// the debounce and a touch.
-const quietPeriod = 2 * time.Second
-
-// expectReplicaSets waits until Deployment name has want ReplicaSets and has rolled
-// out, then checks that no other rollout follows within the quiet period.
-func expectReplicaSets(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
-	t.Helper()
-	waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want), func() bool { return replicaSets(t, c, ns, name) >= want })
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := c.WaitRolledOut(ctx, ns, name); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(quietPeriod)
-	if got := replicaSets(t, c, ns, name); got != want {
-		t.Fatalf("%s has %d ReplicaSets, want %d", name, got, want)
-	}
-}
-
 func templateHash(t testing.TB, c *cluster.Cluster, ns, name string) string {
 	t.Helper()
 	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
@@ -402,13 +286,6 @@ func createDeployment(t testing.TB, c *cluster.Cluster, ns string, d *appsv1.Dep
 	}
 }
 
-// envFromTemplate uses the whole ConfigMap through envFrom.
-func envFromTemplate(configMap string) corev1.PodTemplateSpec {
-	tmpl := plainTemplate()
-	tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}}}}
-	return tmpl
-}
-
 // enableNamespace labels a namespace for injection.
 func enableNamespace(t testing.TB, c *cluster.Cluster, ns string) {
 	t.Helper()
@@ -445,46 +322,6 @@ func recorded(t testing.TB, c *cluster.Cluster, ns, name string) bool {
 	}
 	_, ok := d.Annotations[confighash.AnnotationSources]
 	return ok
-}
-
-// usingTemplate takes the ConfigMaps through envFrom and mounts the Secrets.
-func usingTemplate(configMaps, secrets []string) corev1.PodTemplateSpec {
-	tmpl := plainTemplate()
-	for _, name := range configMaps {
-		tmpl.Spec.Containers[0].EnvFrom = append(tmpl.Spec.Containers[0].EnvFrom,
-			corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}})
-	}
-	for _, name := range secrets {
-		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
-			corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}})
-	}
-	return tmpl
-}
-
-// annotatedDeployment is a Deployment of no pods carrying only the given annotations.
-func annotatedDeployment(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) *appsv1.Deployment {
-	d := deployment(name, 0, tmpl)
-	d.Annotations = maps.Clone(annotations)
-	return d
-}
-
-// expectRollouts waits until each Deployment has the number of ReplicaSets given and
-// has rolled out, then checks that none rolls again within the quiet period.
-func expectRollouts(t testing.TB, c *cluster.Cluster, ns string, want map[string]int) {
-	t.Helper()
-	names := slices.Sorted(maps.Keys(want))
-	for _, name := range names {
-		waitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want[name]), func() bool { return replicaSets(t, c, ns, name) >= want[name] })
-	}
-	time.Sleep(quietPeriod)
-	for _, name := range names {
-		if got := replicaSets(t, c, ns, name); got != want[name] {
-			t.Errorf("%s has %d ReplicaSets, want %d", name, got, want[name])
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
 }
 
 // mergeAnnotations patches annotations of a ConfigMap or a Deployment: a nil value
@@ -541,7 +378,7 @@ func appsManifest(t testing.TB, ns string, n int, annotations map[string]string)
 		name := fmt.Sprintf("app-%d", i)
 		cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{"k": "0"}}
-		d := annotatedDeployment(name, annotations, envFromTemplate(name))
+		d := fixtures.AnnotatedDeployment(name, annotations, fixtures.EnvFromTemplate(name))
 		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 		d.Namespace = ns
 		one := int32(1)

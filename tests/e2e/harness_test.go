@@ -30,6 +30,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -351,7 +352,7 @@ func probeNamespace(t testing.TB, c *cluster.Cluster) string {
 func waitAdmitting(t testing.TB, c *cluster.Cluster, ns string) {
 	t.Helper()
 	waitFor(t, 30*time.Second, "the API server to call the webhook in "+ns, func() bool {
-		d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("probe", 0, plainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment("probe", 0, fixtures.PlainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && d.Spec.Template.Annotations[confighash.AnnotationHash] != ""
 	})
 }

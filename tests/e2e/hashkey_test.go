@@ -7,6 +7,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestFaultHashKeyDeleted: the components read the key once, at start. Deleting its
@@ -19,7 +20,7 @@ func TestFaultHashKeyDeleted(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	for _, name := range []string{"web", "api"} {
-		createDeployment(t, c, ns, deployment(name, 0, envFromTemplate("cfg")))
+		createDeployment(t, c, ns, fixtures.Deployment(name, 0, fixtures.EnvFromTemplate("cfg")))
 	}
 	expectRollouts(t, c, ns, map[string]int{"web": 1, "api": 1})
 	keyBytes := func() string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // Kinds configured by --extra-kind, and one that is not: no controller runs for them
@@ -59,11 +60,11 @@ func TestAnyKindWithAPodTemplateIsHashedAtCreateAndRolledOnce(t *testing.T) {
 	// Service opted in on its pod template, as Knative users annotate Revisions; a
 	// Gadget, of a kind not listed.
 	inject := map[string]any{confighash.AnnotationInject: "true"}
-	templated := envFromTemplate("cfg")
+	templated := fixtures.EnvFromTemplate("cfg")
 	templated.Annotations = map[string]string{confighash.AnnotationInject: "true"}
-	createCustom(t, c, webGVR, ns, customWorkload(t, webGVR, "Web", "web", inject, envFromTemplate("cfg"), "spec", "workload", "template"))
+	createCustom(t, c, webGVR, ns, customWorkload(t, webGVR, "Web", "web", inject, fixtures.EnvFromTemplate("cfg"), "spec", "workload", "template"))
 	createCustom(t, c, knativeGVR, ns, customWorkload(t, knativeGVR, "Service", "hello", nil, templated, "spec", "template"))
-	createCustom(t, c, gadgetGVR, ns, customWorkload(t, gadgetGVR, "Gadget", "gadget", inject, envFromTemplate("cfg"), "spec", "template"))
+	createCustom(t, c, gadgetGVR, ns, customWorkload(t, gadgetGVR, "Gadget", "gadget", inject, fixtures.EnvFromTemplate("cfg"), "spec", "template"))
 
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {

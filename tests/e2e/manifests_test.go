@@ -34,6 +34,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -357,9 +358,9 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
-	tmpl := secretVolumeTemplate("db")
-	tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
-	pinned := deployment("web", 1, tmpl)
+	tmpl := fixtures.SecretVolumeTemplate("db")
+	tmpl.Spec.Containers[0].EnvFrom = fixtures.EnvFromTemplate("cfg").Spec.Containers[0].EnvFrom
+	pinned := fixtures.Deployment("web", 1, tmpl)
 	pinned.Annotations[confighash.AnnotationPin] = "true"
 	createDeployment(t, c, ns, pinned)
 	if templateHash(t, c, ns, "web") == "" {
@@ -467,9 +468,9 @@ func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *te
 	for _, ns := range []string{nsA, nsB, outside} {
 		createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 		createSecret(t, c, ns, "db", map[string]string{"password": "0"})
-		tmpl := secretVolumeTemplate("db")
-		tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
-		createDeployment(t, c, ns, deployment("web", 1, tmpl))
+		tmpl := fixtures.SecretVolumeTemplate("db")
+		tmpl.Spec.Containers[0].EnvFrom = fixtures.EnvFromTemplate("cfg").Spec.Containers[0].EnvFrom
+		createDeployment(t, c, ns, fixtures.Deployment("web", 1, tmpl))
 	}
 	for _, ns := range []string{nsA, nsB} {
 		if templateHash(t, c, ns, "web") == "" {
@@ -602,7 +603,7 @@ func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) 
 		"--tls-dns-names=localhost", "--webhook-configuration=confighash")
 	waitAdmitting(t, c, ns)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	if templateHash(t, c, ns, "web") == "" {
 		t.Fatal("no hash: the self-signed webhook did not work with the chart's namespaced RBAC")
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestEqualSecretsInTwoNamespacesHaveDifferentDigests: secret/db holding the same
@@ -25,7 +26,7 @@ func TestEqualSecretsInTwoNamespacesHaveDifferentDigests(t *testing.T) {
 	var digests, hashes []string
 	for _, ns := range []string{labeledNamespace(t, c), labeledNamespace(t, c)} {
 		createSecret(t, c, ns, "db", map[string]string{"password": "hunter2"})
-		createDeployment(t, c, ns, annotatedDeployment("api", map[string]string{confighash.AnnotationInject: "true"}, secretVolumeTemplate("db")))
+		createDeployment(t, c, ns, fixtures.AnnotatedDeployment("api", map[string]string{confighash.AnnotationInject: "true"}, fixtures.SecretVolumeTemplate("db")))
 		d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "api", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -57,9 +58,9 @@ func TestReferencesToAbsentKeysOfOneSecretMakeOneSnapshot(t *testing.T) {
 		return corev1.EnvVar{Name: strings.ToUpper(key), ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "big"}, Key: key, Optional: ptr.To(key != "k")}}}
 	}
-	tmpl := plainTemplate()
+	tmpl := fixtures.PlainTemplate()
 	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{use("k")}
-	web := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl)
+	web := fixtures.AnnotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl)
 	web.Spec.RevisionHistoryLimit = ptr.To(int32(30)) // every revision kept, and what it names
 	createDeployment(t, c, ns, web)
 	for i := range 20 {
@@ -111,7 +112,7 @@ func TestAnObjectUnderASnapshotsNameIsNotUsedUnlessItIsTheSnapshot(t *testing.T)
 		if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), planted, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		d := annotatedDeployment(tc.name, map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, envFromTemplate(tc.name))
+		d := fixtures.AnnotatedDeployment(tc.name, map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, fixtures.EnvFromTemplate(tc.name))
 		created, err := client.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)

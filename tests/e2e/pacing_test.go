@@ -22,6 +22,8 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 // pacedApps creates n Deployments of one pod that use ConfigMap "shared", each rolling
@@ -38,7 +40,7 @@ func pacedAppsWith(t *testing.T, c *cluster.Cluster, ns string, n int, deadline 
 	names := make([]string, n)
 	for i := range n {
 		names[i] = fmt.Sprintf("app-%02d", i)
-		d := annotatedDeployment(names[i], map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("shared"))
+		d := fixtures.AnnotatedDeployment(names[i], map[string]string{confighash.AnnotationInject: "true"}, fixtures.EnvFromTemplate("shared"))
 		d.Spec.Template.Labels = map[string]string{"app": names[i]}
 		d.Spec.Selector.MatchLabels = map[string]string{"app": names[i]}
 		one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
@@ -72,30 +74,8 @@ func rolledOutCount(t testing.TB, c *cluster.Cluster, ns string) int {
 	return n
 }
 
-// rollingNow counts the Deployments mid-rollout: with pods in more than one
-// ReplicaSet, or a ReplicaSet that wants a pod it does not have.
-func rollingNow(ctx context.Context, c *cluster.Cluster, ns string) (int, error) {
-	list, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, err
-	}
-	live := map[string]int{}
-	for _, rs := range list.Items {
-		if rs.Status.Replicas > 0 || *rs.Spec.Replicas > 0 {
-			live[rs.Labels["app"]]++
-		}
-	}
-	n := 0
-	for _, count := range live {
-		if count > 1 {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// sampleRolling samples rollingNow, summed over the namespaces, every 100 ms until
-// stop is called, which returns the most seen at once.
+// sampleRolling samples rollouts.Rolling, summed over the namespaces, every 100 ms
+// until stop is called, which returns the most seen at once.
 func sampleRolling(t *testing.T, c *cluster.Cluster, namespaces ...string) (stop func() int) {
 	var most atomic.Int64
 	ctx, cancel := context.WithCancel(t.Context())
@@ -105,7 +85,7 @@ func sampleRolling(t *testing.T, c *cluster.Cluster, namespaces ...string) (stop
 		for ctx.Err() == nil {
 			sum := 0
 			for _, ns := range namespaces {
-				n, err := rollingNow(ctx, c, ns)
+				n, err := rollouts.Rolling(ctx, c.Client, ns)
 				if err != nil {
 					sum = 0
 					break
@@ -119,19 +99,6 @@ func sampleRolling(t *testing.T, c *cluster.Cluster, namespaces ...string) (stop
 		}
 	}()
 	return func() int { cancel(); <-done; return int(most.Load()) }
-}
-
-// rollouts returns each Deployment's number of ReplicaSets.
-func rollouts(t testing.TB, c *cluster.Cluster, ns string) map[string]int {
-	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, rs := range list.Items {
-		out[rs.Labels["app"]]++
-	}
-	return out
 }
 
 // annotated returns the names of the namespace's Deployments that carry the annotation.
@@ -169,14 +136,14 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	start := time.Now()
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "v1")
 	waitFor(t, 5*time.Minute, "every Deployment to roll once", func() bool {
-		r := rollouts(t, c, ns)
+		r := replicaSetsPerApp(t, c, ns)
 		return !slices.ContainsFunc(names, func(name string) bool { return r[name] < 2 }) && rolledOutCount(t, c, ns) == n
 	})
 	took := time.Since(start)
 	if most := stop(); most > size || most == 0 {
 		t.Fatalf("%d Deployments rolled at once; want at most %d (and some)", most, size)
 	}
-	for name, got := range rollouts(t, c, ns) {
+	for name, got := range replicaSetsPerApp(t, c, ns) {
 		if got != 2 {
 			t.Errorf("%s rolled %d times for one change, want once", name, got-1)
 		}
@@ -212,7 +179,7 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	w.stop(t)
 	startWatcher(t, c, args...)
 	time.Sleep(2 * quietPeriod)
-	r := rollouts(t, c, ns)
+	r := replicaSetsPerApp(t, c, ns)
 	for i, name := range names {
 		if want := map[bool]int{true: 3, false: 2}[i < size]; r[name] != want {
 			t.Errorf("%s has %d ReplicaSets while the wave is halted, want %d", name, r[name], want)
@@ -269,7 +236,7 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	stop = sampleRolling(t, c, ns)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "fixed")
 	waitFor(t, 5*time.Minute, "every Deployment to roll once more", func() bool {
-		r := rollouts(t, c, ns)
+		r := replicaSetsPerApp(t, c, ns)
 		return !slices.ContainsFunc(names, func(name string) bool {
 			return r[name] < map[bool]int{true: 4, false: 3}[slices.Index(names, name) < failedCount]
 		}) &&
@@ -279,7 +246,7 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 		t.Errorf("%d Deployments rolled at once after the fix; want at most %d", most, size)
 	}
 	time.Sleep(quietPeriod)
-	r = rollouts(t, c, ns)
+	r = replicaSetsPerApp(t, c, ns)
 	for i, name := range names {
 		if want := map[bool]int{true: 4, false: 3}[i < failedCount]; r[name] != want {
 			t.Errorf("%s has %d ReplicaSets after the fix, want %d", name, r[name], want)
@@ -332,7 +299,7 @@ func TestAWaveHaltsOnPodsThatCannotStart(t *testing.T) {
 		t.Fatalf("RolloutFailed Events %v (%v); want one that says CrashLoopBackOff", events, err)
 	}
 	t.Logf("Event: %s", events.Items[0].Message)
-	if r := rollouts(t, c, ns); slices.ContainsFunc(names[size:], func(name string) bool { return r[name] != 1 }) {
+	if r := replicaSetsPerApp(t, c, ns); slices.ContainsFunc(names[size:], func(name string) bool { return r[name] != 1 }) {
 		t.Fatalf("ReplicaSets %v: a held one rolled", r)
 	}
 }
@@ -383,7 +350,7 @@ func TestMaxRollingCapsWavesAcrossNamespaces(t *testing.T) {
 	}
 	for _, ns := range namespaces {
 		waitFor(t, 2*time.Minute, "every Deployment of "+ns+" to roll once", func() bool {
-			r := rollouts(t, c, ns)
+			r := replicaSetsPerApp(t, c, ns)
 			return len(r) == n && !slices.ContainsFunc(slices.Collect(maps.Values(r)), func(k int) bool { return k < 2 }) && rolledOutCount(t, c, ns) == n
 		})
 	}
@@ -393,7 +360,7 @@ func TestMaxRollingCapsWavesAcrossNamespaces(t *testing.T) {
 	}
 	time.Sleep(quietPeriod)
 	for _, ns := range namespaces {
-		for name, got := range rollouts(t, c, ns) {
+		for name, got := range replicaSetsPerApp(t, c, ns) {
 			if got != 2 {
 				t.Errorf("%s/%s rolled %d times for one change, want once", ns, name, got-1)
 			}
@@ -415,7 +382,7 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
 	names := []string{"web", "api", "worker"}
 	for _, name := range names {
-		createDeployment(t, c, ns, annotatedDeployment(name, map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("shared")))
+		createDeployment(t, c, ns, fixtures.AnnotatedDeployment(name, map[string]string{confighash.AnnotationInject: "true"}, fixtures.EnvFromTemplate("shared")))
 	}
 	expectRollouts(t, c, ns, map[string]int{"web": 1, "api": 1, "worker": 1})
 
@@ -442,7 +409,7 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 	if time.Now().After(opens) {
 		t.Fatalf("the window opened before the checks: the machine is too slow for this test")
 	}
-	if r := rollouts(t, c, ns); r["web"] != 1 || r["api"] != 1 || r["worker"] != 1 {
+	if r := replicaSetsPerApp(t, c, ns); r["web"] != 1 || r["api"] != 1 || r["worker"] != 1 {
 		t.Fatalf("rolled while the window was closed: %v ReplicaSets", r)
 	}
 	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Held"})
@@ -452,7 +419,7 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 	t.Logf("Event: %s", events.Items[0].Message)
 
 	waitFor(t, time.Until(opens)+30*time.Second, "the window to open and the change to roll", func() bool {
-		r := rollouts(t, c, ns)
+		r := replicaSetsPerApp(t, c, ns)
 		return r["web"] == 2 && r["api"] == 2 && r["worker"] == 2
 	})
 	if early := time.Until(opens); early > 0 {
@@ -480,7 +447,7 @@ func describeDeployments(t testing.TB, c *cluster.Cluster, ns string) {
 	if err != nil {
 		return
 	}
-	r := rollouts(t, c, ns)
+	r := replicaSetsPerApp(t, c, ns)
 	for _, d := range list.Items {
 		var conds []string
 		for _, c := range d.Status.Conditions {

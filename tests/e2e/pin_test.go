@@ -23,6 +23,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestAPinnedDeploymentRollsBackToItsOldData: a pinned Deployment's pod template
@@ -120,9 +121,9 @@ func TestAPinnedDeploymentRollsBackToItsOldData(t *testing.T) {
 func pinnedWeb(t *testing.T, key, value string, change func(*appsv1.Deployment)) (*cluster.Cluster, string, confighash.SourceRef) {
 	c, ns, cfg := withAppConfig(t, key, value)
 	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
-	tmpl := envFromTemplate(cfg.Name)
-	tmpl.Spec.Volumes = secretVolumeTemplate("db").Spec.Volumes
-	d := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl)
+	tmpl := fixtures.EnvFromTemplate(cfg.Name)
+	tmpl.Spec.Volumes = fixtures.SecretVolumeTemplate("db").Spec.Volumes
+	d := fixtures.AnnotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, tmpl)
 	if change != nil {
 		change(d)
 	}
@@ -244,12 +245,12 @@ func TestAPinnedDeploymentShowsNoDriftToGitOps(t *testing.T) {
 // snapshot its template names, and kubectl rollout undo brings the old snapshot back.
 func TestAPinnedStatefulSetAndDaemonSetRollBackToTheirOldData(t *testing.T) {
 	c, ns, cfg := withAppConfig(t, "k", "0")
-	s := statefulSet("db", envFromTemplate(cfg.Name))
+	s := fixtures.StatefulSet("db", fixtures.EnvFromTemplate(cfg.Name))
 	s.Annotations[confighash.AnnotationPin] = "true"
 	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := daemonSet("agent", envFromTemplate(cfg.Name)) // opted in on its pod template
+	d := fixtures.DaemonSet("agent", fixtures.EnvFromTemplate(cfg.Name)) // opted in on its pod template
 	d.Annotations = map[string]string{confighash.AnnotationPin: "true"}
 	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -346,11 +347,11 @@ func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 	createConfigMap(t, c, ns, config.Name, map[string]string{"k": "v"})
 	createConfigMap(t, c, ns, "other", map[string]string{"k": "v"})
 	pinned := map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
-	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate(config.Name)))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", pinned, fixtures.EnvFromTemplate(config.Name)))
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
 
 	// Refused after admission: its selector does not match its template's labels.
-	broken := annotatedDeployment("broken", pinned, envFromTemplate("other"))
+	broken := fixtures.AnnotatedDeployment("broken", pinned, fixtures.EnvFromTemplate("other"))
 	broken.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "elsewhere"}}
 	if _, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), broken, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
 		t.Fatalf("create of a Deployment whose selector misses its template: %v, want Invalid", err)
@@ -416,7 +417,7 @@ func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 func TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo(t *testing.T) {
 	installRolloutCRD(t, cluster.Require(t, testCluster)) // before the watcher starts
 	c, ns, cfg := withAppConfig(t, "k", "0")
-	tmpl := envFromTemplate(cfg.Name)
+	tmpl := fixtures.EnvFromTemplate(cfg.Name)
 	tmpl.Labels = map[string]string{"app": "canary"}
 	tmpl.Annotations = map[string]string{confighash.AnnotationPin: "true"}
 	createRollout(t, c, ns, "canary", tmpl)
@@ -538,7 +539,7 @@ func TestASnapshotGoneBeforeItsWorkloadOwnedItIsMadeAgain(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "app-config", map[string]string{"k": "v"})
 	pinned := map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
-	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate("app-config")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", pinned, fixtures.EnvFromTemplate("app-config")))
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
 	snapshot := currentReplicaSetNames(t, c, ns, "web")
 	ownedByTheDeployment := func() bool {
@@ -614,7 +615,7 @@ func TestAPinnedDeploymentReplacedWithTheSameDataKeepsItsSnapshot(t *testing.T) 
 // pinnedManifest is the manifest of a pinned Deployment web in ns that uses cfg.
 func pinnedManifest(t *testing.T, ns string, cfg confighash.SourceRef) []byte {
 	t.Helper()
-	d := annotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, envFromTemplate(cfg.Name))
+	d := fixtures.AnnotatedDeployment("web", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, fixtures.EnvFromTemplate(cfg.Name))
 	d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 	d.Namespace = ns
 	manifest, err := yaml.Marshal(d)

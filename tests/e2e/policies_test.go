@@ -32,6 +32,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // policyCase is one write made with a component's credentials: one its code makes,
@@ -151,21 +152,21 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
 	// Every kind of use a pinned pod spec renames: a Secret volume, envFrom, an env
 	// key, a ConfigMap volume and a projected one.
-	tmpl := secretVolumeTemplate("db")
-	tmpl.Spec.Containers[0].EnvFrom = envFromTemplate("cfg").Spec.Containers[0].EnvFrom
+	tmpl := fixtures.SecretVolumeTemplate("db")
+	tmpl.Spec.Containers[0].EnvFrom = fixtures.EnvFromTemplate("cfg").Spec.Containers[0].EnvFrom
 	cfgRef := corev1.LocalObjectReference{Name: "cfg"}
 	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: cfgRef, Key: "k"}}}}
 	tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
 		corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: cfgRef}}},
 		corev1.Volume{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: cfgRef}}}}}})
-	createDeployment(t, c, ns, deployment("web", 1, tmpl))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, tmpl))
 	web, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cron := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly"}, Spec: batchv1.CronJobSpec{
-		Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: envFromTemplate("cfg")}},
+		Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: fixtures.EnvFromTemplate("cfg")}},
 	}}
 	cron.Spec.JobTemplate.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cron, metav1.CreateOptions{}); err != nil {
@@ -358,12 +359,12 @@ func TestWebhookWithAClientCAAnswersOnlyTheAPIServer(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	if templateHash(t, c, ns, "web") == "" {
 		t.Fatal("no hash: the API server's admission did not reach the webhook")
 	}
 
-	forged := deployment("forged", 1, secretVolumeTemplate("db"))
+	forged := fixtures.Deployment("forged", 1, fixtures.SecretVolumeTemplate("db"))
 	forged.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 	forged.Namespace = ns
 	forged.Annotations[confighash.AnnotationPin] = "true"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestReloaderDocumentedExamples: workloads annotated as Reloader's documentation
@@ -34,7 +35,7 @@ func TestReloaderDocumentedExamples(t *testing.T) {
 		createSecret(t, c, ns, name, map[string]string{"k": "v1"})
 	}
 
-	uses := usingTemplate([]string{"app-config", "matched-config", "ignored-config"}, []string{"app-secret"})
+	uses := fixtures.UsingTemplate([]string{"app-config", "matched-config", "ignored-config"}, []string{"app-secret"})
 	workloads := map[string]map[string]string{
 		"auto":     {confighash.ReloaderAuto: "true"},
 		"typed":    {confighash.ReloaderConfigMapAuto: "true"},
@@ -45,7 +46,7 @@ func TestReloaderDocumentedExamples(t *testing.T) {
 	}
 	rollouts := map[string]int{}
 	for name, annotations := range workloads {
-		createDeployment(t, c, ns, annotatedDeployment(name, annotations, uses))
+		createDeployment(t, c, ns, fixtures.AnnotatedDeployment(name, annotations, uses))
 		rollouts[name] = 1
 	}
 	expectRollouts(t, c, ns, rollouts)
@@ -87,9 +88,9 @@ func TestReloaderPausePeriodRollsChangesMadeDuringItOnce(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "app-config", map[string]string{"k": "v0"})
 	const pause = 8 * time.Second
-	createDeployment(t, c, ns, annotatedDeployment("web", map[string]string{
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", map[string]string{
 		confighash.ReloaderAuto: "true", confighash.ReloaderPausePeriod: pause.String(),
-	}, envFromTemplate("app-config")))
+	}, fixtures.EnvFromTemplate("app-config")))
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
 
 	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}
@@ -120,8 +121,8 @@ func TestNamespaceLabelledAllOptsEveryWorkloadIn(t *testing.T) {
 	startWatcher(t, c)
 	ns := namespace(t, c, map[string]string{confighash.InjectionLabel: confighash.InjectionEvery})
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, annotatedDeployment("plain", nil, envFromTemplate("cfg")))
-	createDeployment(t, c, ns, annotatedDeployment("out", map[string]string{confighash.ReloaderAuto: "false"}, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("plain", nil, fixtures.EnvFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("out", map[string]string{confighash.ReloaderAuto: "false"}, fixtures.EnvFromTemplate("cfg")))
 	expectRollouts(t, c, ns, map[string]int{"plain": 1, "out": 1})
 	if templateHash(t, c, ns, "plain") == "" || templateHash(t, c, ns, "out") != "" {
 		t.Fatalf("hashes at creation: plain %q, out %q; want plain hashed, out not", templateHash(t, c, ns, "plain"), templateHash(t, c, ns, "out"))
@@ -141,8 +142,8 @@ func TestNamespaceLabelledAllLaterActsOnEveryWorkload(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	afterTheSecond()
-	createDeployment(t, c, ns, annotatedDeployment("opted", map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("cfg")))
-	createDeployment(t, c, ns, annotatedDeployment("plain", nil, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("opted", map[string]string{confighash.AnnotationInject: "true"}, fixtures.EnvFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("plain", nil, fixtures.EnvFromTemplate("cfg")))
 	expectRollouts(t, c, ns, map[string]int{"opted": 1, "plain": 1})
 	relists := w.metric(t, "confighash_watcher_workload_relists_total")
 

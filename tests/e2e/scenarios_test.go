@@ -18,7 +18,9 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/bench"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/tests/ledger"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 // The scenarios of `make bench` (docs/benchmarks.md). Each runs once, against the local
@@ -65,7 +67,7 @@ func createUsers(t testing.TB, c *cluster.Cluster, l *ledger.Ledger, ns string, 
 		cm := fmt.Sprintf("cm-%d", i)
 		l.RecordUpdate(createConfigMap(t, c, ns, cm, map[string]string{"k": "initial"}), time.Now())
 		name := fmt.Sprintf("web-%d", i)
-		createDeployment(t, c, ns, deployment(name, replicas, envFromTemplate(cm)))
+		createDeployment(t, c, ns, fixtures.Deployment(name, replicas, fixtures.EnvFromTemplate(cm)))
 		l.Use(confighash.Deployment, ns, name, ledger.ConfigMapIn(ns, cm))
 	}
 }
@@ -211,13 +213,13 @@ func BenchmarkScenarioMixedKinds(b *testing.B) {
 		ns := labeledNamespace(b, c)
 		l := ledger.New(b, c, hashKey(b, c))
 		l.RecordUpdate(createConfigMap(b, c, ns, "shared", map[string]string{"k": "initial"}), time.Now())
-		tmpl := envFromTemplate("shared")
+		tmpl := fixtures.EnvFromTemplate("shared")
 		for i := range each {
 			name := func(kind string) string { return fmt.Sprintf("%s-%d", kind, i) }
-			createDeployment(b, c, ns, deployment(name("deployment"), 1, tmpl))
-			create(b, c.Client.AppsV1().StatefulSets(ns).Create, statefulSet(name("statefulset"), tmpl))
-			create(b, c.Client.AppsV1().DaemonSets(ns).Create, daemonSet(name("daemonset"), tmpl))
-			create(b, c.Client.BatchV1().CronJobs(ns).Create, cronJob(name("cronjob"), tmpl))
+			createDeployment(b, c, ns, fixtures.Deployment(name("deployment"), 1, tmpl))
+			create(b, c.Client.AppsV1().StatefulSets(ns).Create, fixtures.StatefulSet(name("statefulset"), tmpl))
+			create(b, c.Client.AppsV1().DaemonSets(ns).Create, fixtures.DaemonSet(name("daemonset"), tmpl))
+			create(b, c.Client.BatchV1().CronJobs(ns).Create, fixtures.CronJob(name("cronjob"), tmpl))
 			createRollout(b, c, ns, name("rollout"), tmpl)
 			for _, k := range confighash.Builtin {
 				l.Use(k, ns, name(strings.ToLower(k.Kind)), ledger.ConfigMapIn(ns, "shared"))
@@ -328,9 +330,9 @@ func BenchmarkScenarioMemoryAtRest(b *testing.B) {
 		sourcesW, sourcesWh := measure("sources")
 		wh := startWebhook(b, c, benchLogLevel) // the workloads are born hashed
 		parallel(b, 8, workloads, func(i int) error {
-			tmpl := envFromTemplate(fmt.Sprintf("cm-%d", i))
+			tmpl := fixtures.EnvFromTemplate(fmt.Sprintf("cm-%d", i))
 			tmpl.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: fmt.Sprintf("secret-%d", i)}}}}
-			_, err := c.Client.AppsV1().Deployments(nss[i%namespaces]).Create(b.Context(), deployment(fmt.Sprintf("web-%d", i), 0, tmpl), metav1.CreateOptions{})
+			_, err := c.Client.AppsV1().Deployments(nss[i%namespaces]).Create(b.Context(), fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, tmpl), metav1.CreateOptions{})
 			return err
 		})
 		wh.stop(b)
@@ -433,7 +435,7 @@ func BenchmarkScenarioAdmission(b *testing.B) {
 				next += creates / rounds
 				parallel(b, inParallel, creates/rounds, func(i int) error {
 					start := time.Now()
-					d, err := c.Client.AppsV1().Deployments(in).Create(b.Context(), deployment(fmt.Sprintf("web-%d", first+i), 0, fiveSourceTemplate()), metav1.CreateOptions{})
+					d, err := c.Client.AppsV1().Deployments(in).Create(b.Context(), fixtures.Deployment(fmt.Sprintf("web-%d", first+i), 0, fiveSourceTemplate()), metav1.CreateOptions{})
 					took := time.Since(start)
 					if err != nil {
 						return err
@@ -480,7 +482,7 @@ func unregister(t testing.TB, c *cluster.Cluster, ns string) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the API server to stop calling the webhook", func() bool {
-		d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("probe", 0, plainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment("probe", 0, fixtures.PlainTemplate()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && d.Spec.Template.Annotations[confighash.AnnotationHash] == ""
 	})
 }
@@ -501,14 +503,14 @@ func BenchmarkScenarioFanOut2000(b *testing.B) {
 		parallel(b, 16, n, func(i int) error {
 			name := fmt.Sprintf("web-%d", i)
 			l.Use(confighash.Deployment, ns, name, ledger.ConfigMapIn(ns, "shared"))
-			_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), deployment(name, 0, envFromTemplate("shared")), metav1.CreateOptions{})
+			_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), fixtures.Deployment(name, 0, fixtures.EnvFromTemplate("shared")), metav1.CreateOptions{})
 			return err
 		})
 		// A change before the Deployment controller made a Deployment's first
 		// ReplicaSet would roll it into just one.
 		waitFor(b, 10*time.Minute, fmt.Sprintf("%d ReplicaSets", n), func() bool {
-			list, err := c.Client.AppsV1().ReplicaSets(ns).List(b.Context(), metav1.ListOptions{ResourceVersion: "0"})
-			return err == nil && len(list.Items) >= n
+			all, err := rollouts.AllReplicaSets(b.Context(), c.Client, ns)
+			return err == nil && all >= n
 		})
 		l.Watch(b, confighash.Deployment)
 		met := true

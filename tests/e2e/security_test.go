@@ -14,6 +14,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestTheHashKeyNeverLeaks: through a creation, a change, a rollout, a heal and an
@@ -26,7 +27,7 @@ func TestTheHashKeyNeverLeaks(t *testing.T) {
 	w := startWatcher(t, c, append(alertArgs(sink.URL), "--heal-after=1")...)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	expectReplicaSets(t, c, ns, "web", 1)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
 	expectReplicaSets(t, c, ns, "web", 2)

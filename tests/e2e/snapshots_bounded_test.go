@@ -23,6 +23,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -130,7 +131,7 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 	if _, err := c.Client.CoreV1().Secrets(ns).Create(t.Context(), big, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	victim := deployment("victim", 0, plainTemplate())
+	victim := fixtures.Deployment("victim", 0, fixtures.PlainTemplate())
 	createDeployment(t, c, ns, victim)
 	stored, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), "victim", metav1.GetOptions{})
 	if err != nil {
@@ -141,10 +142,10 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 	// post forges a review of a pinned Deployment that uses a key of a Secret and
 	// carries the victim's UID.
 	post := func(op admissionv1.Operation, name, secret, key string) []string {
-		tmpl := plainTemplate()
+		tmpl := fixtures.PlainTemplate()
 		tmpl.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "V", ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}}
-		d := annotatedDeployment(name, pinned, tmpl)
+		d := fixtures.AnnotatedDeployment(name, pinned, tmpl)
 		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 		d.Namespace, d.UID = ns, stored.UID
 		var old runtime.Object
@@ -231,11 +232,11 @@ func TestAPinnedWorkloadBeyondTheCapIsAdmittedUnpinned(t *testing.T) {
 	createConfigMap(t, c, ns, "first", map[string]string{"k": "1"})
 	createConfigMap(t, c, ns, "second", map[string]string{"k": "2"})
 	pinned := map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
-	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate("first")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", pinned, fixtures.EnvFromTemplate("first")))
 	waitFor(t, 10*time.Second, "the first snapshot", func() bool { return len(snapshotNames(t, c, ns, confighash.ConfigMap)) == 1 })
 
 	client, warned := warnedClient(t, c)
-	created, err := client.AppsV1().Deployments(ns).Create(t.Context(), annotatedDeployment("api", pinned, envFromTemplate("second")), metav1.CreateOptions{})
+	created, err := client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.AnnotatedDeployment("api", pinned, fixtures.EnvFromTemplate("second")), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestTheSweepDeletesOnlySnapshotsConfighashMade(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "app", map[string]string{"k": "v"})
 	pinned := map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}
-	createDeployment(t, c, ns, annotatedDeployment("web", pinned, envFromTemplate("app")))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", pinned, fixtures.EnvFromTemplate("app")))
 	var made []string
 	waitFor(t, 10*time.Second, "web's snapshot", func() bool {
 		made = snapshotNames(t, c, ns, confighash.ConfigMap)
@@ -342,7 +343,7 @@ func TestTheSweepsCallsDoNotGrowWithSnapshotsTimesWorkloads(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "app", map[string]string{"k": "v"})
 	for i := range users {
-		createDeployment(t, c, ns, annotatedDeployment(fmt.Sprintf("user-%d", i), map[string]string{confighash.AnnotationInject: "true"}, envFromTemplate("app")))
+		createDeployment(t, c, ns, fixtures.AnnotatedDeployment(fmt.Sprintf("user-%d", i), map[string]string{confighash.AnnotationInject: "true"}, fixtures.EnvFromTemplate("app")))
 	}
 	key := hashKey(t, c)
 	for i := range snapshots {

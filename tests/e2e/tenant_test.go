@@ -13,6 +13,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestAHostileNameListCostsOnlyItsWorkload (issue 32, point 1): a tenant who may edit
@@ -27,7 +28,7 @@ func TestAHostileNameListCostsOnlyItsWorkload(t *testing.T) {
 	w := startWatcher(t, c)
 	victim := labeledNamespace(t, c)
 	createConfigMap(t, c, victim, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, victim, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, victim, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	expectReplicaSets(t, c, victim, "web", 1)
 
 	off, on := namespace(t, c, nil), labeledNamespace(t, c)
@@ -38,7 +39,7 @@ func TestAHostileNameListCostsOnlyItsWorkload(t *testing.T) {
 	}
 	hostile := strings.Join(parts, "|")
 	for _, ns := range []string{off, on} {
-		d := annotatedDeployment("evil", map[string]string{confighash.ReloaderConfigMapReload: hostile}, envFromTemplate("cfg"))
+		d := fixtures.AnnotatedDeployment("evil", map[string]string{confighash.ReloaderConfigMapReload: hostile}, fixtures.EnvFromTemplate("cfg"))
 		if _, err := tenant.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create the hostile Deployment in %s: %v", ns, err)
 		}

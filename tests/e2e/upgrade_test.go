@@ -14,6 +14,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // previousRelease is the last commit whose digests are not bound to the namespace.
@@ -58,35 +59,31 @@ func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 	createEverySource(t, c, ns)
-	every := everyUseTemplate(nil)
-	pinned := envFromTemplate("app-config")
-	pinned.Spec.Volumes = secretVolumeTemplate("app-secret").Spec.Volumes
-	createDeployment(t, c, ns, deployment("every", 1, every))
-	createDeployment(t, c, ns, deployment("plain", 1, plainTemplate()))
-	createDeployment(t, c, ns, annotatedDeployment("pinned", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, pinned))
-	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("sts", every), metav1.CreateOptions{}); err != nil {
+	every := fixtures.EveryUseTemplate(nil)
+	pinned := fixtures.EnvFromTemplate("app-config")
+	pinned.Spec.Volumes = fixtures.SecretVolumeTemplate("app-secret").Spec.Volumes
+	createDeployment(t, c, ns, fixtures.Deployment("every", 1, every))
+	createDeployment(t, c, ns, fixtures.Deployment("plain", 1, fixtures.PlainTemplate()))
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("pinned", map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationPin: "true"}, pinned))
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, fixtures.StatefulSet("sts", every), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("ds", every), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, fixtures.DaemonSet("ds", every), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("cron", every), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, fixtures.CronJob("cron", every), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Rollouts: a Deployment's ReplicaSets, a StatefulSet's and a DaemonSet's
 	// ControllerRevisions, a CronJob's generation (a touch changes its metadata alone).
-	rollouts := func() map[string]int {
+	rolled := func() map[string]int {
 		out := map[string]int{}
 		for _, name := range []string{"every", "plain", "pinned"} {
 			out[name] = replicaSets(t, c, ns, name)
 		}
 		for _, name := range []string{"sts", "ds"} {
-			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[name] = len(list.Items)
+			out[name] = controllerRevisions(t, c, ns, name)
 		}
 		cj, err := c.Client.BatchV1().CronJobs(ns).Get(ctx, "cron", metav1.GetOptions{})
 		if err != nil {
@@ -99,10 +96,10 @@ func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
 	users := []string{"every", "pinned", "sts", "ds", "cron"} // of app-config
 	expect := func(when string) {
 		t.Helper()
-		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(rollouts(), want) })
+		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(rolled(), want) })
 		waitQuiet(t, watcher)
 		time.Sleep(quietPeriod)
-		got := rollouts()
+		got := rolled()
 		if !maps.Equal(got, want) {
 			t.Fatalf("%s: rollouts %v, want %v", when, got, want)
 		}

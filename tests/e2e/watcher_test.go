@@ -13,6 +13,8 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 func TestEachUsedSourceChangeRollsOnce(t *testing.T) {
@@ -21,7 +23,7 @@ func TestEachUsedSourceChangeRollsOnce(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
-	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EveryUseTemplate(nil)))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	// Every reference path, ConfigMaps and Secrets: the used key of each source.
@@ -57,7 +59,7 @@ func TestThreeChangesRollThreeTimesWithThreeHashes(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	expectReplicaSets(t, c, ns, "web", 1)
 	hashes := map[string]bool{templateHash(t, c, ns, "web"): true}
 	for i := 1; i <= 3; i++ {
@@ -91,7 +93,7 @@ func TestChangesToWhatIsNotUsedRollNothing(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
 	createConfigMap(t, c, ns, "nobody-uses-this", map[string]string{"k": "v"})
-	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EveryUseTemplate(nil)))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	// app-config is used through one key, greeting: its other keys do not count.
@@ -111,7 +113,7 @@ func TestConfigMapAndSecretChangedTogetherRollOnce(t *testing.T) {
 	startWatcher(t, c, "--debounce=1s")
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
-	createDeployment(t, c, ns, deployment("web", 1, everyUseTemplate(nil)))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EveryUseTemplate(nil)))
 	expectReplicaSets(t, c, ns, "web", 1)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app-config"}, "greeting", "hello")
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "app-secret"}, "password", "hunter2")
@@ -124,7 +126,7 @@ func TestDeletedSecretRollsOnlyWhenRecreatedWithOtherData(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createSecret(t, c, ns, "db", map[string]string{"password": "one"})
-	createDeployment(t, c, ns, deployment("web", 1, secretVolumeTemplate("db")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.SecretVolumeTemplate("db")))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	if err := c.Client.CoreV1().Secrets(ns).Delete(t.Context(), "db", metav1.DeleteOptions{}); err != nil {
@@ -153,16 +155,16 @@ func TestPolicyAnnotations(t *testing.T) {
 	})
 
 	with := func(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) {
-		d := deployment(name, 0, tmpl)
+		d := fixtures.Deployment(name, 0, tmpl)
 		for k, v := range annotations {
 			d.Annotations[k] = v
 		}
 		createDeployment(t, c, ns, d)
 	}
-	with("only-secrets", map[string]string{confighash.AnnotationOnly: "secrets"}, everyUseTemplate(nil))
-	with("include", map[string]string{confighash.AnnotationIncludeConfigMaps: "extra"}, plainTemplate())
-	with("exclude", map[string]string{confighash.AnnotationExcludeConfigMaps: "app-config"}, everyUseTemplate(nil))
-	searchTmpl := everyUseTemplate(nil)
+	with("only-secrets", map[string]string{confighash.AnnotationOnly: "secrets"}, fixtures.EveryUseTemplate(nil))
+	with("include", map[string]string{confighash.AnnotationIncludeConfigMaps: "extra"}, fixtures.PlainTemplate())
+	with("exclude", map[string]string{confighash.AnnotationExcludeConfigMaps: "app-config"}, fixtures.EveryUseTemplate(nil))
+	searchTmpl := fixtures.EveryUseTemplate(nil)
 	searchTmpl.Spec.Containers[0].EnvFrom = append(searchTmpl.Spec.Containers[0].EnvFrom,
 		corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "matched"}}})
 	with("search", map[string]string{confighash.AnnotationSearch: "true"}, searchTmpl)
@@ -211,8 +213,8 @@ func TestChangeWhileTheWatcherIsDownRollsOnceWhenItReturns(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createConfigMap(t, c, ns, "other", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("uses-cfg", 1, envFromTemplate("cfg")))
-	createDeployment(t, c, ns, deployment("uses-other", 1, envFromTemplate("other")))
+	createDeployment(t, c, ns, fixtures.Deployment("uses-cfg", 1, fixtures.EnvFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("uses-other", 1, fixtures.EnvFromTemplate("other")))
 	expectReplicaSets(t, c, ns, "uses-cfg", 1)
 	expectReplicaSets(t, c, ns, "uses-other", 1)
 
@@ -240,7 +242,7 @@ func TestWatcherHealsWhatTheWebhookMissed(t *testing.T) {
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, deployment("web", 1, envFromTemplate("cfg")))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	expectReplicaSets(t, c, ns, "web", 1)
 
 	webhook.stop(t)
@@ -293,17 +295,11 @@ func createFanOut(t *testing.T, c *cluster.Cluster, ns string, n int) {
 	t.Helper()
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
 	for i := range n {
-		createDeployment(t, c, ns, deployment(fmt.Sprintf("web-%d", i), 0, envFromTemplate("shared")))
+		createDeployment(t, c, ns, fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.EnvFromTemplate("shared")))
 	}
 	for i := range n {
 		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
 	}
-}
-
-// expectReplicaSetsNoWait waits until Deployment name has want ReplicaSets.
-func expectReplicaSetsNoWait(t testing.TB, c *cluster.Cluster, ns, name string, want int) {
-	t.Helper()
-	waitFor(t, 60*time.Second, fmt.Sprintf("%s to have %d ReplicaSets", name, want), func() bool { return replicaSets(t, c, ns, name) >= want })
 }
 
 func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
@@ -318,12 +314,12 @@ func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
 		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 2)
 	}
 	time.Sleep(quietPeriod)
-	list, err := c.Client.AppsV1().ReplicaSets(ns).List(t.Context(), metav1.ListOptions{})
+	all, err := rollouts.AllReplicaSets(t.Context(), c.Client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != 2*n {
-		t.Fatalf("%d ReplicaSets for %d Deployments, want %d", len(list.Items), n, 2*n)
+	if all != 2*n {
+		t.Fatalf("%d ReplicaSets for %d Deployments, want %d", all, n, 2*n)
 	}
 	if got := w.metric(t, `confighash_watcher_touches_total{result="converged"}`); got != n {
 		t.Fatalf("converged touches = %v, want exactly one per Deployment: %d", got, n)
@@ -339,14 +335,14 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	tmpl := envFromTemplate("cfg")
-	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("db", tmpl), metav1.CreateOptions{}); err != nil {
+	tmpl := fixtures.EnvFromTemplate("cfg")
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, fixtures.StatefulSet("db", tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("agent", tmpl), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, fixtures.DaemonSet("agent", tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("report", tmpl), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, fixtures.CronJob("report", tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	createRollout(t, c, ns, "canary", tmpl)
@@ -357,14 +353,10 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 	// StatefulSets and DaemonSets count rollouts in ControllerRevisions; a CronJob and a
 	// Rollout (no controller here) in generations: a touch changes metadata only, so
 	// the generation moves only when the pod template does.
-	rollouts := func() map[string]int64 {
+	rolled := func() map[string]int64 {
 		out := map[string]int64{}
 		for _, app := range []string{"db", "agent"} {
-			list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[app] = int64(len(list.Items))
+			out[app] = int64(controllerRevisions(t, c, ns, app))
 		}
 		cj, err := c.Client.BatchV1().CronJobs(ns).Get(ctx, "report", metav1.GetOptions{})
 		if err != nil {
@@ -379,16 +371,16 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 		return out
 	}
 	all := func(n int64) map[string]int64 { return map[string]int64{"db": n, "agent": n, "report": n, "canary": n} }
-	waitFor(t, 30*time.Second, "the first revisions", func() bool { return maps.Equal(rollouts(), all(1)) })
+	waitFor(t, 30*time.Second, "the first revisions", func() bool { return maps.Equal(rolled(), all(1)) })
 	time.Sleep(quietPeriod)
-	if got := rollouts(); !maps.Equal(got, all(1)) {
+	if got := rolled(); !maps.Equal(got, all(1)) {
 		t.Fatalf("before any change: %v, want one rollout each", got)
 	}
 
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
-	waitFor(t, 30*time.Second, "a second rollout of each", func() bool { return maps.Equal(rollouts(), all(2)) })
+	waitFor(t, 30*time.Second, "a second rollout of each", func() bool { return maps.Equal(rolled(), all(2)) })
 	time.Sleep(quietPeriod)
-	if got := rollouts(); !maps.Equal(got, all(2)) {
+	if got := rolled(); !maps.Equal(got, all(2)) {
 		t.Fatalf("after one change: %v, want exactly two rollouts each", got)
 	}
 }
@@ -411,7 +403,7 @@ func TestWatcherRestartsToWatchRolloutsInstalledAfterIt(t *testing.T) {
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	createRollout(t, c, ns, "web", envFromTemplate("cfg"))
+	createRollout(t, c, ns, "web", fixtures.EnvFromTemplate("cfg"))
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -34,7 +35,7 @@ func TestWebhookHashesEveryKindAndPodsCarryIt(t *testing.T) {
 	key := hashKey(t, c)
 	ctx := t.Context()
 
-	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 2, everyUseTemplate(nil)), metav1.CreateOptions{})
+	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, fixtures.Deployment("web", 2, fixtures.EveryUseTemplate(nil)), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,19 +51,19 @@ func TestWebhookHashesEveryKindAndPodsCarryIt(t *testing.T) {
 		t.Fatalf("sources record has %d entries, want the 9 sources used: %s", len(record), record)
 	}
 
-	s, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("db", everyUseTemplate(nil)), metav1.CreateOptions{})
+	s, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, fixtures.StatefulSet("db", fixtures.EveryUseTemplate(nil)), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, daemonSet("agent", everyUseTemplate(nil)), metav1.CreateOptions{})
+	ds, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, fixtures.DaemonSet("agent", fixtures.EveryUseTemplate(nil)), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cj, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cronJob("report", everyUseTemplate(nil)), metav1.CreateOptions{})
+	cj, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, fixtures.CronJob("report", fixtures.EveryUseTemplate(nil)), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro := createRollout(t, c, ns, "canary", everyUseTemplate(map[string]string{"app": "canary"}))
+	ro := createRollout(t, c, ns, "canary", fixtures.EveryUseTemplate(map[string]string{"app": "canary"}))
 	roHash, _, _ := unstructuredString(ro.Object, "spec", "template", "metadata", "annotations", confighash.AnnotationHash)
 
 	// Every kind uses the same sources in the same way, so every hash is the same.
@@ -117,14 +118,14 @@ func TestWebhookIsNotCalledForWhatDidNotOptIn(t *testing.T) {
 	createConfigMap(t, c, unlabeled, "cfg", map[string]string{"k": "v"})
 	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1",
 		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}}}
-	inUnlabeled, err := c.Client.AppsV1().Deployments(unlabeled).Create(ctx, deployment("opted-in", 1, tmpl), metav1.CreateOptions{})
+	inUnlabeled, err := c.Client.AppsV1().Deployments(unlabeled).Create(ctx, fixtures.Deployment("opted-in", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	labeled := labeledNamespace(t, c)
 	createConfigMap(t, c, labeled, "cfg", map[string]string{"k": "v"})
-	plain := deployment("plain", 1, tmpl)
+	plain := fixtures.Deployment("plain", 1, tmpl)
 	plain.Annotations = nil
 	notOptedIn, err := c.Client.AppsV1().Deployments(labeled).Create(ctx, plain, metav1.CreateOptions{})
 	if err != nil {
@@ -155,7 +156,7 @@ func TestSpecChangeKeepsTheHashAndDryRunAgrees(t *testing.T) {
 	ctx := t.Context()
 
 	manifest := func(image string) []byte {
-		d := deployment("web", 1, everyUseTemplate(nil))
+		d := fixtures.Deployment("web", 1, fixtures.EveryUseTemplate(nil))
 		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 		d.Namespace = ns
 		d.Spec.Template.Spec.Containers[0].Image = image
@@ -260,9 +261,9 @@ func TestSourceWrittenJustBeforeAnUpdateIsHashedWithItsNewData(t *testing.T) {
 	ctx := t.Context()
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createSecret(t, c, ns, "creds", map[string]string{"k": "0"})
-	tmpl := envFromTemplate("cfg")
+	tmpl := fixtures.EnvFromTemplate("cfg")
 	tmpl.Spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
-	createDeployment(t, c, ns, deployment("web", 0, tmpl))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 0, tmpl))
 	cacheReads := func() float64 { return w.metric(t, `confighash_webhook_source_reads_total{from="cache"`) }
 	before := cacheReads()
 	// Each round writes a source and, with no pause, updates the Deployment: the
@@ -365,7 +366,7 @@ func (r *readCounter) SourceRead(_ confighash.SourceKind, from string) {
 func createBeforeItsSecret(t *testing.T, c *cluster.Cluster, ns string) (created, recorded *appsv1.Deployment) {
 	t.Helper()
 	ctx := t.Context()
-	created, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, secretVolumeTemplate("issued-tls")), metav1.CreateOptions{})
+	created, err := c.Client.AppsV1().Deployments(ns).Create(ctx, fixtures.Deployment("web", 1, fixtures.SecretVolumeTemplate("issued-tls")), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,8 +403,8 @@ func TestWritesSucceedWhileTheWebhookIsDown(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	w.stop(t)
 
-	tmpl := plainTemplate()
-	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
+	tmpl := fixtures.PlainTemplate()
+	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment("web", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create with the webhook down: %v; failurePolicy Ignore must let it through", err)
 	}
@@ -436,8 +437,8 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 
 	// Admission still works through the API server with the new certificate.
 	ns := labeledNamespace(t, c)
-	tmpl := plainTemplate()
-	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
+	tmpl := fixtures.PlainTemplate()
+	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment("web", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +456,7 @@ func TestTouchReadsFromTheCacheOnlyWhenItIsFreshEnough(t *testing.T) {
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "1"})
 	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1",
 		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}}}
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, tmpl), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, fixtures.Deployment("web", 1, tmpl), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	liveReads := func() float64 {
@@ -524,7 +525,7 @@ func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replaced := deployment("web", 1, secretVolumeTemplate("issued-tls"))
+	replaced := fixtures.Deployment("web", 1, fixtures.SecretVolumeTemplate("issued-tls"))
 	replaced.ResourceVersion = current.ResourceVersion
 	d, err = c.Client.AppsV1().Deployments(ns).Update(ctx, replaced, metav1.UpdateOptions{})
 	if err != nil {
@@ -556,8 +557,8 @@ func TestPatchCABundleSetsEveryWebhook(t *testing.T) {
 	// The API server no longer trusts the webhook's certificate: it fails open.
 	time.Sleep(1500 * time.Millisecond)
 	ns := labeledNamespace(t, c)
-	tmpl := plainTemplate()
-	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web", 1, tmpl), metav1.CreateOptions{})
+	tmpl := fixtures.PlainTemplate()
+	d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment("web", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +570,7 @@ func TestPatchCABundleSetsEveryWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAdmitting(t, c, ns)
-	d, err = c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment("web-2", 1, tmpl), metav1.CreateOptions{})
+	d, err = c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment("web-2", 1, tmpl), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,7 +614,7 @@ func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
 	}
 	ns := labeledNamespace(t, c)
 	waitAdmitting(t, c, ns)
-	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1, plainTemplate()), metav1.CreateOptions{})
+	d, err := c.Client.AppsV1().Deployments(ns).Create(ctx, fixtures.Deployment("web", 1, fixtures.PlainTemplate()), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,7 +640,7 @@ func TestFaultCertificateRotationUnderAStreamOfAdmissionsFailsNoCall(t *testing.
 				return
 			default:
 			}
-			d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), deployment(fmt.Sprintf("web-%d", i), 0, plainTemplate()),
+			d, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.PlainTemplate()),
 				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			results <- err == nil && d.Spec.Template.Annotations[confighash.AnnotationHash] != ""
 		}

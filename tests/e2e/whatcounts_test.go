@@ -9,6 +9,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestWhatCountsChangingRollsNothing: each change of what counts, in confighash's and
@@ -57,7 +58,7 @@ func TestWhatCountsChangingRollsNothing(t *testing.T) {
 			}
 		}
 		createConfigMap(t, c, ns, "extra-"+tc.name, map[string]string{"k": "0"})
-		createDeployment(t, c, ns, annotatedDeployment(tc.name, tc.base, usingTemplate([]string{"cfg-" + tc.name, "other-" + tc.name}, nil)))
+		createDeployment(t, c, ns, fixtures.AnnotatedDeployment(tc.name, tc.base, fixtures.UsingTemplate([]string{"cfg-" + tc.name, "other-" + tc.name}, nil)))
 		want[tc.name] = 1
 	}
 	expectRollouts(t, c, ns, want)

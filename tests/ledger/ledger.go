@@ -25,6 +25,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 // Ledger records the source updates a test makes and the rollouts of the workloads
@@ -166,8 +167,9 @@ func templateHashOf(u *unstructured.Unstructured, kind confighash.Kind) string {
 
 // FromReplicaSets makes the ledger read the rollouts of the Deployments of namespace ns
 // from their ReplicaSets, the API server's own state, instead of a watch, which breaks
-// with the API server. Every ReplicaSet after a Deployment's first is a rollout,
-// carrying the sources record the Deployment had when the ReplicaSet was made; a
+// with the API server; a Deployment's pods must be labelled app with its name, as
+// rollouts.History tells them apart. Every ReplicaSet after a Deployment's first is a
+// rollout, carrying the sources record the Deployment had when the ReplicaSet was made; a
 // template that a later one replaced before the controller made its ReplicaSet never
 // ran a pod, and is no rollout. They are ordered by creation, not by revision: a
 // controller whose cache lags a restart of the API server gives two ReplicaSets the
@@ -179,19 +181,17 @@ func templateHashOf(u *unstructured.Unstructured, kind confighash.Kind) string {
 // whenever it breaks, until the test ends.
 func (l *Ledger) FromReplicaSets(t testing.TB, c *cluster.Cluster, ns string) {
 	l.refresh = func(ctx context.Context) error {
-		list, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		history, err := rollouts.History(ctx, c.Client, ns)
 		if err != nil {
 			return err
 		}
 		owned := map[string][]rollout{}
-		for _, rs := range list.Items {
-			owner := metav1.GetControllerOf(&rs)
-			if owner == nil || owner.Kind != "Deployment" {
-				continue
+		for app, sets := range history {
+			id := WorkloadID(confighash.Deployment, ns, app)
+			for _, rs := range sets {
+				record, _ := confighash.ParseRecord(rs.Annotations[confighash.AnnotationSources])
+				owned[id] = append(owned[id], rollout{at: rs.CreationTimestamp.Time, record: record, revision: firstRevision(&rs)})
 			}
-			id := WorkloadID(confighash.Deployment, ns, owner.Name)
-			record, _ := confighash.ParseRecord(rs.Annotations[confighash.AnnotationSources])
-			owned[id] = append(owned[id], rollout{at: rs.CreationTimestamp.Time, record: record, revision: firstRevision(&rs)})
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 
 	confighash "github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/rollouts"
 )
 
 // InstallNamespace is where docs/install.md installs confighash.
@@ -141,11 +142,7 @@ func Get(ctx context.Context, url string) (string, error) {
 
 // ReplicaSets counts the demo's ReplicaSets: one per rollout, and the first.
 func (e *Env) ReplicaSets(ctx context.Context) (int, error) {
-	list, err := e.Cluster.Client.AppsV1().ReplicaSets(DemoNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=demo"})
-	if err != nil {
-		return 0, err
-	}
-	return len(list.Items), nil
+	return rollouts.ReplicaSets(ctx, e.Cluster.Client, DemoNamespace, "demo")
 }
 
 // describe is kubectl's view of a namespace's pods, certificates and events, for
