@@ -27,7 +27,7 @@ import (
 // control plane, with the real webhook and watcher processes at their default settings
 // unless it says otherwise, and records its figures and whether its goal was met with
 // bench.Record. Rollouts are counted and matched with the updates that caused them by
-// a ledger (ledger_test.go) built from the API server's watch.
+// a ledger (tests/ledger) built from the API server's watch.
 
 // scenario runs body once and records the scenario it filled in.
 func scenario(b *testing.B, s bench.Scenario, body func(s *bench.Scenario)) {
