@@ -125,14 +125,18 @@ type Vocabulary struct {
 	// CSI counts the Secrets Store CSI SecretProviderClasses that pods mount, as
 	// Reloader's --enable-csi-integration.
 	CSI bool
+	// Ignored are the source kinds that never count, for any workload of the install,
+	// as Reloader's --resources-to-ignore.
+	Ignored SourceKinds
 }
 
 // kinds are the source kinds that can count.
 func (v Vocabulary) kinds() SourceKinds {
-	if v.CSI {
-		return SourceKindsOf(ConfigMap, Secret, SecretProviderClass)
+	kinds := SourceKindsOf(ConfigMap, Secret).With(SecretProviderClass, v.CSI)
+	for _, k := range v.Ignored.All() {
+		kinds = kinds.With(k, false)
 	}
-	return SourceKindsOf(ConfigMap, Secret)
+	return kinds
 }
 
 // OptInAnnotations are the workload annotations that can opt a workload in: the

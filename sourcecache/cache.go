@@ -46,6 +46,9 @@ func Resource(kind confighash.SourceKind) schema.GroupVersionResource {
 type Filter struct {
 	// Labels, when set, is the label selector a source must match.
 	Labels labels.Selector
+	// Ignored are the kinds never listed, cached or read: none of them counts
+	// (confighash.Vocabulary.Ignored).
+	Ignored confighash.SourceKinds
 }
 
 // ListOptions returns the options of a list or watch of sources of the kind.
@@ -218,6 +221,9 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 		newInformers[confighash.SecretProviderClass] = func(ns string) cache.SharedIndexInformer {
 			return dynamicinformer.NewFilteredDynamicInformer(csi, PodStatuses, ns, 0, byClass, nil).Informer()
 		}
+	}
+	for _, kind := range filter.Ignored.All() {
+		delete(newInformers, kind)
 	}
 	c := &Cache{informers: map[confighash.SourceKind]*Informers{}}
 	counted := func(obj any) (any, error) {

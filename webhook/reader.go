@@ -98,6 +98,9 @@ func (r *LiveReader) Read(ctx context.Context, namespace string, refs []configha
 // Names implements SourceReader with a list of whole objects: LiveReader serves tests
 // and the fallback; the webhook lists through Versions, metadata only.
 func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
+	if r.filter.Ignored.Has(kind) {
+		return nil, nil
+	}
 	var names []string
 	opts := r.filter.ListOptions(kind)
 	switch kind {
@@ -128,6 +131,9 @@ func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighas
 }
 
 func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.SourceRef) (confighash.Source, error) {
+	if r.filter.Ignored.Has(ref.Kind) {
+		return confighash.AbsentSource(ref), nil // never read, as the watcher never caches it
+	}
 	r.metrics.SourceRead(ref.Kind, ReadFromLive)
 	var src confighash.Source
 	var err error

@@ -41,6 +41,7 @@ type common struct {
 	shutdownTimeout      time.Duration
 	reloaderAnnotations  bool
 	csiIntegration       bool
+	ignored              ignoredKinds
 	profiling            bool
 	kinds                string
 	extraKinds           stringList
@@ -74,6 +75,7 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.BoolVar(&c.pinByDefault, "pin-by-default", false, "pin the workloads whose namespace label and annotations do not say (confighash.dev/pin): each version of a source they roll out with is kept as an immutable snapshot, so a rollback brings the old data back; the webhook and the watcher must be given the same")
 	fs.IntVar(&c.waveSize, "wave-size", 0, "roll a change that reaches many workloads in waves of at most this many per namespace, each waiting for the one before to roll out and halting on a failure; 0: all at once unless annotations say; the webhook and the watcher must be given the same")
 	fs.BoolVar(&c.csiIntegration, "enable-csi-integration", false, "count the Secrets Store CSI SecretProviderClasses that pods mount, from the versions the driver reports (Reloader's flag of the same name); both components must be given the same, and may read secretproviderclasspodstatuses (the chart's enableCSIIntegration)")
+	fs.Var(&c.ignored, "resources-to-ignore", `"configMaps" or "secrets" (Reloader's flag of the same name): that kind never counts for any workload, and is never listed, cached or read (the chart's ignoreConfigMaps, ignoreSecrets); the webhook and the watcher must be given the same`)
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
 }
 
@@ -110,7 +112,7 @@ func (c *common) scope() (confighash.Kinds, sourcecache.Filter, error) {
 	if err != nil {
 		return nil, sourcecache.Filter{}, fmt.Errorf("--source-label-selector: %w", err)
 	}
-	return kinds, sourcecache.Filter{Labels: selector}, nil
+	return kinds, sourcecache.Filter{Labels: selector, Ignored: confighash.SourceKinds(c.ignored)}, nil
 }
 
 // pacing parses --rollout-window and --wave-size.
@@ -128,7 +130,7 @@ func (c *common) pacing() (confighash.Pacing, error) {
 
 // vocabulary is which annotations workloads and sources are read in.
 func (c *common) vocabulary() confighash.Vocabulary {
-	return confighash.Vocabulary{Reloader: c.reloaderAnnotations, CSI: c.csiIntegration}
+	return confighash.Vocabulary{Reloader: c.reloaderAnnotations, CSI: c.csiIntegration, Ignored: confighash.SourceKinds(c.ignored)}
 }
 
 // parse parses the command line; done is set when it only asked for help.
@@ -231,4 +233,36 @@ func (c *common) csi(e *env) (live, cached dynamic.Interface, err error) {
 		return dyn, nil, nil
 	}
 	return dyn, dyn, nil
+}
+
+// ignoredKinds is the source kinds --resources-to-ignore names, in Reloader's
+// spelling, comma-separated.
+type ignoredKinds confighash.SourceKinds
+
+func (k *ignoredKinds) String() string {
+	var names []string
+	for _, kind := range confighash.SourceKinds(*k).All() {
+		names = append(names, map[confighash.SourceKind]string{confighash.ConfigMap: "configMaps", confighash.Secret: "secrets"}[kind])
+	}
+	return strings.Join(names, ",")
+}
+
+func (k *ignoredKinds) Set(v string) error {
+	var kinds confighash.SourceKinds
+	for _, name := range strings.Split(v, ",") {
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "configmaps":
+			kinds = kinds.With(confighash.ConfigMap, true)
+		case "secrets":
+			kinds = kinds.With(confighash.Secret, true)
+		case "":
+		default:
+			return fmt.Errorf("%q: want configMaps or secrets", name)
+		}
+	}
+	if kinds.Has(confighash.ConfigMap) && kinds.Has(confighash.Secret) {
+		return errors.New("configMaps and secrets both: nothing would count; uninstall instead")
+	}
+	*k = ignoredKinds(kinds)
+	return nil
 }
