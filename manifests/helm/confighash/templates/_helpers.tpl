@@ -70,6 +70,13 @@ affinity:
 {{- if .Values.enableCSIIntegration }}
 - --enable-csi-integration
 {{- end }}
+{{- if and .Values.ignoreConfigMaps .Values.ignoreSecrets }}
+{{- fail "ignoreConfigMaps and ignoreSecrets both: nothing would count" }}
+{{- else if .Values.ignoreConfigMaps }}
+- --resources-to-ignore=configMaps
+{{- else if .Values.ignoreSecrets }}
+- --resources-to-ignore=secrets
+{{- end }}
 {{- range .Values.extraKinds }}
 - {{ printf "--extra-kind=%s:%s:%s:%s" .apiVersion (required "extraKinds: each needs kind" .kind) .resource .template | quote }}
 {{- end }}
