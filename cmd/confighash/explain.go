@@ -65,6 +65,7 @@ type explainConfig struct {
 	files, with, withOld           stringList
 	extraKinds                     stringList
 	failOnRollout, reloader, csi   bool
+	ignored                        ignoredKinds
 	namespaceSelector              string
 	everySelector                  string
 	rolloutWindow                  string
@@ -87,6 +88,7 @@ func (c *explainConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.failOnRollout, "fail-on-rollout", false, "exit 1 when a workload would roll")
 	fs.BoolVar(&c.reloader, "reloader-annotations", true, "read Reloader's annotations as aliases, as the components do by default")
 	fs.BoolVar(&c.csi, "enable-csi-integration", false, "count SecretProviderClasses from the Secrets Store CSI driver's pod statuses, as the components' flag")
+	fs.Var(&c.ignored, "resources-to-ignore", `"configMaps" or "secrets": that kind never counts, as the components' flag`)
 	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on, as given to the components")
 	fs.StringVar(&c.rolloutWindow, "rollout-window", "", "the components' --rollout-window, to tell which changes are held")
 	fs.IntVar(&c.waveSize, "wave-size", 0, "the components' --wave-size, to tell which changes are held")
@@ -118,7 +120,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return badInput("%v", err)
 	}
-	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader, CSI: cfg.csi}, Pacing: pacing}
+	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader, CSI: cfg.csi, Ignored: confighash.SourceKinds(cfg.ignored)}, Pacing: pacing}
 	var explanations []confighash.Explanation
 	if len(cfg.files) > 0 {
 		if target != "" {

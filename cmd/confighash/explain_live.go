@@ -78,7 +78,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 	if c.csi {
 		csi = dyn
 	}
-	if in.Sources, err = liveSources(ctx, client, csi, ns); err != nil {
+	if in.Sources, err = liveSources(ctx, client, csi, confighash.SourceKinds(c.ignored), ns); err != nil {
 		return nil, err
 	}
 	var keyErr error
@@ -165,24 +165,29 @@ func listWorkloads(ctx context.Context, dyn dynamic.Interface, ns string, kinds 
 	return nil
 }
 
-// liveSources reads the namespace's ConfigMaps and Secrets, and with csi its SecretProviderClasses, as digest views.
-func liveSources(ctx context.Context, client kubernetes.Interface, csi dynamic.Interface, ns string) (map[confighash.SourceRef]confighash.Source, error) {
+// liveSources reads the namespace's ConfigMaps and Secrets, but the ignored kinds, and
+// with csi its SecretProviderClasses, as digest views.
+func liveSources(ctx context.Context, client kubernetes.Interface, csi dynamic.Interface, ignored confighash.SourceKinds, ns string) (map[confighash.SourceRef]confighash.Source, error) {
 	out := map[confighash.SourceRef]confighash.Source{}
-	cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list the ConfigMaps of %s: %w", ns, err)
+	if !ignored.Has(confighash.ConfigMap) {
+		cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list the ConfigMaps of %s: %w", ns, err)
+		}
+		for i := range cms.Items {
+			s := confighash.SourceOfConfigMap(&cms.Items[i])
+			out[s.SourceRef] = s
+		}
 	}
-	for i := range cms.Items {
-		s := confighash.SourceOfConfigMap(&cms.Items[i])
-		out[s.SourceRef] = s
-	}
-	secrets, err := client.CoreV1().Secrets(ns).List(ctx, sourcecache.Filter{}.ListOptions(confighash.Secret))
-	if err != nil {
-		return nil, fmt.Errorf("list the Secrets of %s: %w", ns, err)
-	}
-	for i := range secrets.Items {
-		s := confighash.SourceOfSecret(&secrets.Items[i])
-		out[s.SourceRef] = s
+	if !ignored.Has(confighash.Secret) {
+		secrets, err := client.CoreV1().Secrets(ns).List(ctx, sourcecache.Filter{}.ListOptions(confighash.Secret))
+		if err != nil {
+			return nil, fmt.Errorf("list the Secrets of %s: %w", ns, err)
+		}
+		for i := range secrets.Items {
+			s := confighash.SourceOfSecret(&secrets.Items[i])
+			out[s.SourceRef] = s
+		}
 	}
 	classes, err := sourcecache.ListProviderClasses(ctx, csi, ns)
 	if err != nil {
