@@ -1,0 +1,36 @@
+package e2e
+
+import (
+	"testing"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
+)
+
+// TestResourcesToIgnoreSecretsLeavesSecretsOut: installed with Reloader's
+// --resources-to-ignore=secrets, a Deployment that uses a ConfigMap and a Secret rolls
+// once for a change of the ConfigMap and never for one of the Secret, and the webhook
+// reads no Secret to decide.
+func TestResourcesToIgnoreSecretsLeavesSecretsOut(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	wh := startWebhook(t, c, "--resources-to-ignore=secrets")
+	startWatcher(t, c, "--resources-to-ignore=secrets")
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createSecret(t, c, ns, "db", map[string]string{"k": "0"})
+	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", nil, fixtures.UsingTemplate([]string{"cfg"}, []string{"db"})))
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "db"}, "k", "1")
+	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	expectRollouts(t, c, ns, map[string]int{"web": 2})
+	reads := func(kind string) float64 {
+		return wh.metric(t, `confighash_webhook_source_reads_total{from="cache",kind="`+kind+`"}`) +
+			wh.metric(t, `confighash_webhook_source_reads_total{from="live",kind="`+kind+`"}`)
+	}
+	if cms, secrets := reads("ConfigMap"), reads("Secret"); cms == 0 || secrets != 0 {
+		t.Fatalf("the webhook read %v ConfigMaps and %v Secrets, want some and none", cms, secrets)
+	}
+}
