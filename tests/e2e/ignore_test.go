@@ -19,7 +19,7 @@ func TestResourcesToIgnoreSecretsLeavesSecretsOut(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createSecret(t, c, ns, "db", map[string]string{"k": "0"})
-	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", nil, fixtures.UsingTemplate([]string{"cfg"}, []string{"db"})))
+	createDeployment(t, c, ns, fixtures.Deployment("web", 0, fixtures.UsingTemplate([]string{"cfg"}, []string{"db"})))
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
 
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.Secret, Name: "db"}, "k", "1")
