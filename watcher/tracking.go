@@ -72,6 +72,17 @@ func (t *tracking) with(key workloadKey, f func(e *tracked)) {
 	}
 }
 
+// get returns what is remembered of the workload, the zero entry for nothing: a read
+// that neither allocates nor adds an entry.
+func (t *tracking) get(key workloadKey) tracked {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.of[key]; ok {
+		return *e
+	}
+	return tracked{}
+}
+
 // forget drops all that is remembered of the workload.
 func (t *tracking) forget(key workloadKey) {
 	t.mu.Lock()
@@ -135,10 +146,7 @@ func (t *tracking) pause(key workloadKey, d time.Duration) {
 }
 
 // pauseEnd is when the workload's pause period ends; zero for none.
-func (t *tracking) pauseEnd(key workloadKey) (end time.Time) {
-	t.with(key, func(e *tracked) { end = e.pausedUntil })
-	return end
-}
+func (t *tracking) pauseEnd(key workloadKey) time.Time { return t.get(key).pausedUntil }
 
 // unpause ends a pause set for a touch that did not roll the workload.
 func (t *tracking) unpause(key workloadKey) {
@@ -179,10 +187,7 @@ func (t *tracking) deleted(key workloadKey) {
 
 // ownersKnown reports whether the workload was pinned when its snapshots' owners were
 // last found.
-func (t *tracking) ownersKnown(key workloadKey) (known bool) {
-	t.with(key, func(e *tracked) { known = e.owned != "" })
-	return known
-}
+func (t *tracking) ownersKnown(key workloadKey) bool { return t.get(key).owned != "" }
 
 // ownerRetry is how long until the workload is checked again while the revision of
 // its template is not made yet: from snapshotOwnerRetry, doubling up to a minute (a
@@ -197,10 +202,7 @@ func (t *tracking) ownerRetry(key workloadKey) (after time.Duration) {
 
 // ownedFor reports whether the workload's snapshots were found owned for its pins; a
 // workload made again under the same name is not the one found.
-func (t *tracking) ownedFor(v *view) (owned bool) {
-	t.with(keyOf(v), func(e *tracked) { owned = e.owned == ownedText(v) })
-	return owned
-}
+func (t *tracking) ownedFor(v *view) bool { return t.get(keyOf(v)).owned == ownedText(v) }
 
 // noteOwned remembers that the snapshots of the workload's pins are owned.
 func (t *tracking) noteOwned(v *view) {
