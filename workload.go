@@ -34,6 +34,7 @@ var (
 	StatefulSet = Kind{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, "statefulsets", []string{"spec", "template"}}
 	DaemonSet   = Kind{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}, "daemonsets", []string{"spec", "template"}}
 	CronJob     = Kind{schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, "cronjobs", []string{"spec", "jobTemplate", "spec", "template"}}
+	Job         = Kind{schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}, "jobs", []string{"spec", "template"}}
 	Rollout     = Kind{schema.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Rollout"}, "rollouts", []string{"spec", "template"}}
 )
 
@@ -41,7 +42,7 @@ var (
 type Kinds []Kind
 
 // Builtin lists the kinds confighash knows without configuration.
-var Builtin = Kinds{Deployment, StatefulSet, DaemonSet, CronJob, Rollout}
+var Builtin = Kinds{Deployment, StatefulSet, DaemonSet, CronJob, Job, Rollout}
 
 // ErrUnsupportedKind is returned for objects that are not a supported workload kind.
 var ErrUnsupportedKind = errors.New("unsupported workload kind")
@@ -73,7 +74,7 @@ func ParseKinds(list string, extra []string) (Kinds, error) {
 		}
 		i := slices.IndexFunc(Builtin, func(k Kind) bool { return k.Resource == name })
 		if i < 0 {
-			return nil, fmt.Errorf("%w: %q; want some of deployments, statefulsets, daemonsets, cronjobs, rollouts", ErrUnsupportedKind, name)
+			return nil, fmt.Errorf("%w: %q; want some of deployments, statefulsets, daemonsets, cronjobs, jobs, rollouts", ErrUnsupportedKind, name)
 		}
 		if !slices.ContainsFunc(kinds, func(k Kind) bool { return k.Resource == name }) {
 			kinds = append(kinds, Builtin[i])
@@ -127,8 +128,13 @@ func ParseKind(spec string) (Kind, error) {
 // Typed reports whether the kind is one of Kubernetes' own, read with its Go types;
 // the others are custom resources, which an API server may not serve.
 func (k Kind) Typed() bool {
-	return slices.ContainsFunc([]Kind{Deployment, StatefulSet, DaemonSet, CronJob}, func(t Kind) bool { return t.GroupVersionKind == k.GroupVersionKind })
+	return slices.ContainsFunc([]Kind{Deployment, StatefulSet, DaemonSet, CronJob, Job}, func(t Kind) bool { return t.GroupVersionKind == k.GroupVersionKind })
 }
+
+// Recreated reports whether the kind's pod template cannot change once the object is
+// made, as a Job's: the webhook hashes it at creation only, and a change of what it
+// uses recreates it.
+func (k Kind) Recreated() bool { return k.GroupVersionKind == Job.GroupVersionKind }
 
 // Workload is what confighash reads of a workload.
 type Workload struct {
@@ -152,6 +158,8 @@ func (ks Kinds) WorkloadOf(obj runtime.Object) (*Workload, error) {
 		return typed(DaemonSet, o.ObjectMeta, &o.Spec.Template), nil
 	case *batchv1.CronJob:
 		return typed(CronJob, o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template), nil
+	case *batchv1.Job:
+		return typed(Job, o.ObjectMeta, &o.Spec.Template), nil
 	case *unstructured.Unstructured:
 		kind, err := ks.Lookup(o.GroupVersionKind())
 		if err != nil {

@@ -158,8 +158,8 @@ func TestParseKinds(t *testing.T) {
 	if kinds, err := ParseKinds("", nil); err != nil || len(kinds) != len(Builtin) {
 		t.Fatalf("ParseKinds(\"\") = %v, %v; want every kind", kinds, err)
 	}
-	if _, err := ParseKinds("deployments,jobs", nil); !errors.Is(err, ErrUnsupportedKind) || !strings.Contains(err.Error(), `"jobs"`) {
-		t.Fatalf("ParseKinds(jobs) error = %v, want the unsupported kind named", err)
+	if _, err := ParseKinds("deployments,pods", nil); !errors.Is(err, ErrUnsupportedKind) || !strings.Contains(err.Error(), `"pods"`) {
+		t.Fatalf("ParseKinds(pods) error = %v, want the unsupported kind named", err)
 	}
 }
 

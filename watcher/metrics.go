@@ -46,6 +46,7 @@ const (
 	TouchHealed       TouchResult = "healed"        // the watcher wrote the hash itself
 	TouchAdopted      TouchResult = "adopted"       // a running workload, or sources that started to count, current: recorded without a rollout
 	TouchError        TouchResult = "error"         // the write failed
+	TouchRecreated    TouchResult = "recreated"     // a Job was recreated
 )
 
 // NoopRecorder records nothing.
@@ -141,7 +142,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, k := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		r.changes.WithLabelValues(string(k))
 	}
-	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchError} {
+	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchRecreated, TouchError} {
 		r.touches.WithLabelValues(string(res))
 	}
 	for _, reason := range heldReasons {

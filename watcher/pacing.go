@@ -55,12 +55,19 @@ func changedList(refs []confighash.SourceRef) string {
 }
 
 // release touches the workload with AnnotationRelease set to the hash it is due, so
-// the webhook rolls it, and clears the markers of a wave that halted.
+// the webhook rolls it, and clears the markers of a wave that halted; a Job it
+// recreates.
 func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
 	released := *v
 	released.Release = d.Release
 	due, err := w.decide(&released, confighash.Pods{})
 	if err != nil {
+		return err
+	}
+	if v.Kind.Recreated() {
+		if err = w.recreate(ctx, key, v, due); err == nil {
+			w.unhold(key)
+		}
 		return err
 	}
 	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {

@@ -26,6 +26,8 @@ func rolloutOf(o runtime.Object) confighash.RolloutStatus {
 		return daemonSetRollout(o)
 	case *batchv1.CronJob:
 		return confighash.RolledOut // its next Job reads the new data
+	case *batchv1.Job:
+		return confighash.RolledOut // recreated: its new pods read the new data
 	case *unstructured.Unstructured:
 		if o.GroupVersionKind() == confighash.Rollout.GroupVersionKind {
 			return argoRollout(o)
@@ -33,6 +35,14 @@ func rolloutOf(o runtime.Object) confighash.RolloutStatus {
 		return customRollout(o)
 	}
 	return confighash.RolledOut
+}
+
+// finished reports whether the object is a Job that completed or failed.
+func finished(o runtime.Object) bool {
+	job, ok := o.(*batchv1.Job)
+	return ok && slices.ContainsFunc(job.Status.Conditions, func(c batchv1.JobCondition) bool {
+		return (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue
+	})
 }
 
 // selectorOf returns the label selector of the workload's pods, "" for a CronJob, whose

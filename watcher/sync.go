@@ -43,10 +43,11 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
 
 // acts reports whether the watcher acts on the workload: confighash acts on it in its
-// namespace, and it is not being deleted.
+// namespace, it is not being deleted, and it is not a Job a controller made (a
+// CronJob's next one reads the new data).
 func (w *Watcher) acts(v *view) bool {
 	_, acts := v.PolicyIn(w.gate.Mode(v.Namespace))
-	return acts && !v.Deleting
+	return acts && !v.Deleting && !v.Owned
 }
 
 // decide decides for the workload from the cache, as the webhook would.
@@ -64,6 +65,9 @@ var errNotConverged = errors.New("the webhook did not write the hash")
 // count, a record of them from what its running pods hold; otherwise a touch, and
 // past HealAfter failed touches, the watcher's own write.
 func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
+	if w.recreations.has(key) {
+		return w.resumeRecreation(ctx, key)
+	}
 	v := w.lookup(key)
 	// A namespace whose sources cannot be listed is left alone: the record computed
 	// from a cache without them would be wrong, and healing would write it.
@@ -82,6 +86,9 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.Text(v.Form)).Str("want", d.Record.Text(d.Form)).
 		Str("hash", v.Hash).Str("want_hash", d.Hash).Stringer("pins", v.Pins).Stringer("want_pins", d.Pins).Msg("checked")
+	if v.Kind.Recreated() {
+		return w.syncJob(ctx, key, v, d)
+	}
 	switch {
 	case len(d.Held) > 0 && len(d.Unproven) == 0:
 		return w.paced(ctx, key, v, d)

@@ -80,6 +80,9 @@ type Config struct {
 	Sources sourcecache.Filter
 	// Kinds are the workload kinds handled; empty: the built-in kinds.
 	Kinds confighash.Kinds
+	// RecreateFinishedJobs recreates a Job whose data changed even once it has
+	// finished, as Reloader does; otherwise only one that asks to be.
+	RecreateFinishedJobs bool
 	// Alerts hears of what the watcher rolled, healed, or failed to; nil: no one.
 	Alerts  Alerter
 	Events  record.EventRecorder
@@ -163,6 +166,8 @@ type Watcher struct {
 	tracking *tracking
 	waves    *waves
 	written  *dataWrites
+	// recreations are the Jobs whose recreation may be under way.
+	recreations *recreations
 	// kept and relists read the workloads of a namespace again when its mode rises
 	// above one some were kept as their key alone under.
 	kept    *keptKeys
@@ -207,6 +212,7 @@ func New(cfg Config) (*Watcher, error) {
 		waves:         newWaves(),
 		written:       newDataWrites(),
 		relists:       newRelists(),
+		recreations:   newRecreations(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. Those kept as their key alone
@@ -304,6 +310,9 @@ func (w *Watcher) Lead(ctx context.Context) error {
 		return nil
 	}
 	w.resync()
+	if err := w.findRecreations(ctx); err != nil {
+		w.cfg.Log.Warn().Err(err).Msg("recreations of Jobs a watcher did not finish are finished at the next start")
+	}
 	var wg sync.WaitGroup
 	if w.cfg.Metadata != nil && w.cfg.SnapshotSweep > 0 {
 		wg.Go(func() {

@@ -39,6 +39,9 @@ type view struct {
 	Selector string
 	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).
 	NotPinned string
+	// Of a Job: Owned when a controller, as a CronJob, made it; Finished once it
+	// completed or failed; RecreateFinished when it asks to be recreated even then.
+	Owned, Finished, RecreateFinished bool
 }
 
 var (
@@ -80,16 +83,19 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			return obj, nil
 		}
 		return &view{
-			Namespace:       unique.Make(w.Namespace).Value(),
-			Name:            w.Name,
-			ResourceVersion: meta.GetResourceVersion(),
-			UID:             meta.GetUID(),
-			Deleting:        meta.GetDeletionTimestamp() != nil,
-			Kind:            &kinds[slices.IndexFunc(kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind })],
-			State:           vocabulary.Read(w),
-			Status:          rolloutOf(o),
-			Selector:        selectorOf(o),
-			NotPinned:       meta.GetAnnotations()[confighash.AnnotationNotPinned],
+			Namespace:        unique.Make(w.Namespace).Value(),
+			Name:             w.Name,
+			ResourceVersion:  meta.GetResourceVersion(),
+			UID:              meta.GetUID(),
+			Deleting:         meta.GetDeletionTimestamp() != nil,
+			Kind:             &kinds[slices.IndexFunc(kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind })],
+			State:            vocabulary.Read(w),
+			Status:           rolloutOf(o),
+			Selector:         selectorOf(o),
+			NotPinned:        meta.GetAnnotations()[confighash.AnnotationNotPinned],
+			Owned:            metav1.GetControllerOfNoCopy(meta) != nil,
+			Finished:         finished(o),
+			RecreateFinished: meta.GetAnnotations()[confighash.AnnotationRecreateFinished] == "true",
 		}, nil
 	}
 }
@@ -135,6 +141,10 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 		case confighash.CronJob.Kind:
 			newInformer = func(ns string) cache.SharedIndexInformer {
 				return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
+			}
+		case confighash.Job.Kind:
+			newInformer = func(ns string) cache.SharedIndexInformer {
+				return batchinformers.NewJobInformer(client, ns, 0, indexers)
 			}
 		default:
 			served, err := Served(client, k.GroupVersion().WithResource(k.Resource))

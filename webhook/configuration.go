@@ -79,7 +79,7 @@ const (
 )
 
 // Configuration returns the MutatingWebhookConfiguration that registers the webhook:
-// creates and updates of the supported kinds, within the scope; in the namespaces
+// creates and updates of the supported kinds (creates only of a recreated kind), within the scope; in the namespaces
 // where workloads opt in, only those that carry an annotation that may opt them in;
 // failing open, without side effects, and called again if a later webhook changes the
 // object. client is the webhook's Service, or its URL, without a path. The install
@@ -91,8 +91,12 @@ func Configuration(name string, client admissionregistrationv1.WebhookClientConf
 	}
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range kinds {
+		ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+		if k.Recreated() {
+			ops = ops[:1] // its template cannot change after its creation
+		}
 		rules = append(rules, admissionregistrationv1.RuleWithOperations{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Operations: ops,
 			Rule: admissionregistrationv1.Rule{
 				APIGroups: []string{k.Group}, APIVersions: []string{k.Version}, Resources: []string{k.Resource},
 				Scope: ptr.To(admissionregistrationv1.NamespacedScope),

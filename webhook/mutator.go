@@ -178,6 +178,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return fail(err.Error())
 	}
 	kind = w.Kind.Kind
+	if w.Kind.Recreated() && ar.Operation != kwhmodel.OperationCreate {
+		return nil, nil // its template cannot change: any write to it would be refused
+	}
 	if m.cfg.Gate != nil && m.cfg.Gate.Mode(w.Namespace) == confighash.ModeOff {
 		return nil, nil // the API server does not send these: read nothing for others
 	}

@@ -152,7 +152,7 @@ func (c *explainConfig) explainFiles(in confighash.ExplainInput, selectors names
 		out = append(out, confighash.Explain(in))
 	}
 	if len(out) == 0 {
-		return nil, badInput("no workload (Deployment, StatefulSet, DaemonSet, CronJob or Argo Rollout) in %s", c.files.String())
+		return nil, badInput("no workload (Deployment, StatefulSet, DaemonSet, CronJob, Job or Argo Rollout) in %s", c.files.String())
 	}
 	return out, nil
 }

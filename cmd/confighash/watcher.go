@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/watcher"
 )
@@ -41,6 +42,7 @@ type watcherConfig struct {
 	waveThreshold, maxRolling   int
 	waveTimeout, snapshotSweep  time.Duration
 	pendingTimeout              time.Duration
+	recreateFinishedJobs        bool
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
@@ -67,6 +69,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.alerts.cluster, "cluster-name", "", "the cluster's name in alerts")
 	fs.IntVar(&c.waveThreshold, "wave-threshold", 0, "a change rolls in waves only when it reaches more workloads than this, or than the wave size")
 	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
+	fs.BoolVar(&c.recreateFinishedJobs, "recreate-finished-jobs", false, "recreate a Job whose data changed even once it has finished (Complete or Failed), as Reloader does; otherwise only a Job annotated "+confighash.AnnotationRecreateFinished+`: "true"`)
 	fs.DurationVar(&c.pendingTimeout, "pending-timeout", watcher.DefaultPendingTimeout, "how long the new pods of a workload a wave rolled may stay Pending before its --max-rolling slot goes to other workloads")
 	fs.DurationVar(&c.waveTimeout, "wave-timeout", watcher.DefaultWaveTimeout, "how long a workload a wave rolled may take to roll out before it counts as failed and halts the wave")
 	fs.DurationVar(&c.snapshotSweep, "snapshot-sweep", 10*time.Minute, "how often to delete the snapshots of pinned workloads that nothing has owned or named for this long (left by a create the API server refused); 0: never")
@@ -177,8 +180,8 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
-		PendingTimeout: cfg.pendingTimeout,
-		Events:         events, Metrics: recorder, Log: log,
+		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs,
+		Events: events, Metrics: recorder, Log: log,
 	}
 	if notifier != nil {
 		wcfg.Alerts = notifier

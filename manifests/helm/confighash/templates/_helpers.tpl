@@ -64,7 +64,7 @@ affinity:
 {{- if not .Values.reloaderAnnotations }}
 - --reloader-annotations=false
 {{- end }}
-{{- if ne (join "," .Values.kinds) "deployments,statefulsets,daemonsets,cronjobs,rollouts" }}
+{{- if ne (join "," .Values.kinds) "deployments,statefulsets,daemonsets,cronjobs,jobs,rollouts" }}
 - {{ printf "--kinds=%s" (join "," .Values.kinds) | quote }}
 {{- end }}
 {{- if .Values.enableCSIIntegration }}

@@ -1,0 +1,54 @@
+package confighash
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// A Job's pod template cannot change once it is made, so a change of what it uses
+// recreates it: the watcher deletes it and makes it again, the same spec under the
+// same name, and the webhook hashes the new one at its creation. The watcher writes
+// down each recreation first, in a Secret in the Job's namespace, so that one it was
+// stopped in the middle of is finished, never done twice.
+const (
+	// AnnotationRecreatedFrom is on a Job the watcher made in place of another: the
+	// UID of that one.
+	AnnotationRecreatedFrom = Domain + "/recreated-from"
+	// AnnotationRecreateFinished, "true" on a Job, recreates it even once it has
+	// finished (Complete or Failed); by default a finished Job is left alone.
+	AnnotationRecreateFinished = Domain + "/recreate-finished"
+	// LabelRecreationOf is on the record of a recreation under way: the Job's name.
+	// AnnotationReplaces on it holds the UID of the Job it replaces.
+	LabelRecreationOf  = Domain + "/recreation-of"
+	AnnotationReplaces = Domain + "/replaces"
+	// RecreationType is the type of a recreation's record, a Secret: a Job's spec
+	// may hold values as secret as those it reads.
+	RecreationType = Domain + "/recreation"
+	// RecreationJobKey holds the new Job, as JSON, in the record.
+	RecreationJobKey = "job"
+)
+
+// RecreationName is the name of the record of the recreation of the named Job. A
+// Job's name is at most 63 characters, so this one always fits.
+func RecreationName(job string) string { return "confighash-recreation-" + job }
+
+const recreationSealPrefix = "confighash.dev/recreation-seal/v1\x00"
+
+// RecreationSeal is the seal of the record that replaces the Job of this namespace,
+// name and UID by the given one. Only a holder of the hash key can write it: a
+// tenant who can write Secrets but not Jobs cannot have the watcher make a Job.
+func RecreationSeal(key Key, namespace, name, replaces string, job []byte) string {
+	msg := []byte(recreationSealPrefix)
+	for _, f := range []string{namespace, name, replaces, string(job)} {
+		msg = appendString(msg, f)
+	}
+	var sum [sha256.Size]byte
+	key.sum(msg, &sum)
+	return hex.EncodeToString(sum[:])
+}
+
+// RecreationSealed reports whether seal is the seal of that record.
+func RecreationSealed(key Key, namespace, name, replaces string, job []byte, seal string) bool {
+	return hmac.Equal([]byte(seal), []byte(RecreationSeal(key, namespace, name, replaces, job)))
+}

@@ -1,0 +1,266 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+)
+
+// Jobs: a Job's pod template cannot change, so a due change recreates it. The
+// recreation is written down before the Job is deleted, in a sealed Secret next to
+// it, and that record is deleted only once the new Job exists: a watcher stopped in
+// between, or a failover, finishes it from the record.
+
+// syncJob converges a Job: one hashed at its creation whose used data changed is
+// recreated, unless a controller owns it or, by default, it has finished.
+func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	switch {
+	case v.Hash == "" || d.Converged || d.Hash == v.Hash:
+		// Not hashed at its creation, there is nothing to compare with.
+		return w.converged(ctx, key, v)
+	case len(d.Unproven) > 0:
+		// Its pods read their data at their start: a source that only started to
+		// count has nothing to say about them.
+		w.forget(key)
+		return nil
+	case v.Finished && !v.RecreateFinished && !w.cfg.RecreateFinishedJobs:
+		if w.tracking.warnOnce(key, v.ResourceVersion) {
+			w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "NotRecreated",
+				confighash.ChangedData(v.Record, d.Record)+"; the Job has finished, so it is left as it is (annotate it "+confighash.AnnotationRecreateFinished+`: "true" to recreate it)`)
+		}
+		w.forget(key)
+		return nil
+	case len(d.Held) > 0:
+		return w.paced(ctx, key, v, d)
+	}
+	return w.recreate(ctx, key, v, d)
+}
+
+// recreate writes down the recreation of the Job, then carries it out.
+func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	jobs := w.cfg.Client.BatchV1().Jobs(v.Namespace)
+	job, err := jobs.Get(ctx, v.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || err == nil && job.UID != v.UID {
+		return nil // deleted meanwhile, or another Job: its own events sync it
+	}
+	if err != nil {
+		return err
+	}
+	trig := triggers(v, d.Record, w.sources)
+	body, err := json.Marshal(remade(job, d, trig))
+	if err != nil {
+		return err
+	}
+	rec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: confighash.RecreationName(job.Name), Namespace: job.Namespace,
+			Labels: map[string]string{confighash.LabelRecreationOf: job.Name},
+			Annotations: map[string]string{
+				confighash.AnnotationReplaces:     string(job.UID),
+				confighash.AnnotationSnapshotSeal: confighash.RecreationSeal(w.cfg.Key, job.Namespace, job.Name, string(job.UID), body),
+			},
+		},
+		Type:      confighash.RecreationType,
+		Immutable: ptr.To(true),
+		Data:      map[string][]byte{confighash.RecreationJobKey: body},
+	}
+	w.recreations.add(key)
+	created, err := w.cfg.Client.CoreV1().Secrets(job.Namespace).Create(ctx, rec, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return w.resumeRecreation(ctx, key) // an earlier one, not finished: that one first
+	case err != nil:
+		w.cfg.Metrics.Touch(TouchError)
+		return fmt.Errorf("record the recreation of Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	if err := w.carryOut(ctx, key, created); err != nil {
+		return err
+	}
+	w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Recreated", "recreated: "+confighash.ChangedData(v.Record, d.Record))
+	w.alert(alert.Rolled, v, trig, "")
+	w.recordLatency(key)
+	return nil
+}
+
+// resumeRecreation finishes the recreation of the Job written down in its record, if
+// there is one.
+func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
+	rec, err := w.cfg.Client.CoreV1().Secrets(key.Namespace).Get(ctx, confighash.RecreationName(key.Name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		w.recreations.done(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := w.carryOut(ctx, key, rec); err != nil {
+		return err
+	}
+	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name},
+		corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
+	return nil
+}
+
+// errRecordForged is a record the hash key did not seal: the watcher makes no Job
+// from it.
+var errRecordForged = errors.New("not sealed with the hash key")
+
+// carryOut deletes the Job the record replaces, if it still exists, makes the new one,
+// unless it exists already, then deletes the record. Each step may have been done
+// before, by this watcher or one stopped in the middle.
+func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Secret) error {
+	replaces := types.UID(rec.Annotations[confighash.AnnotationReplaces])
+	body := rec.Data[confighash.RecreationJobKey]
+	job := &batchv1.Job{}
+	switch {
+	case rec.Type != confighash.RecreationType || rec.Labels[confighash.LabelRecreationOf] != key.Name ||
+		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, string(replaces), body, rec.Annotations[confighash.AnnotationSnapshotSeal]):
+		w.recreations.done(key)
+		return fmt.Errorf("recreation record %s/%s: %w; left as it is", rec.Namespace, rec.Name, errRecordForged)
+	case json.Unmarshal(body, job) != nil || job.Name != key.Name || job.Namespace != key.Namespace:
+		w.recreations.done(key)
+		return fmt.Errorf("recreation record %s/%s: the Job in it is not Job %s/%s; left as it is", rec.Namespace, rec.Name, key.Namespace, key.Name)
+	}
+	jobs := w.cfg.Client.BatchV1().Jobs(key.Namespace)
+	err := jobs.Delete(ctx, key.Name, metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &replaces},
+		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground), // its pods go with it
+	})
+	// Not found, or a conflict (another UID holds the name): it is gone already.
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		w.cfg.Metrics.Touch(TouchError)
+		return fmt.Errorf("delete Job %s/%s to recreate it: %w", key.Namespace, key.Name, err)
+	}
+	_, err = jobs.Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		now, getErr := jobs.Get(ctx, key.Name, metav1.GetOptions{})
+		switch {
+		case getErr != nil:
+			return getErr
+		case now.UID == replaces:
+			return fmt.Errorf("recreate Job %s/%s: the old one is still being deleted", key.Namespace, key.Name)
+		case now.Annotations[confighash.AnnotationRecreatedFrom] != string(replaces):
+			// Someone else made a Job of that name: it is theirs.
+			w.cfg.Log.Warn().Str("workload", key.String()).Msg("a Job of the same name was made by another while it was being recreated; the recreation ends there")
+		}
+		err = nil
+	}
+	if err != nil {
+		w.cfg.Metrics.Touch(TouchError)
+		return fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, err)
+	}
+	err = w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
+	}
+	w.recreations.done(key)
+	w.cfg.Metrics.Touch(TouchRecreated)
+	return nil
+}
+
+// jobLabels are those the API server sets on a Job and its pod template from the
+// Job's UID and name: the new Job gets its own.
+var jobLabels = []string{"controller-uid", batchv1.ControllerUidLabel, "job-name", batchv1.JobNameLabel}
+
+// remade returns the Job to make in place of job: its metadata and spec, without what
+// the API server set from its identity, with the hash and record decided, so that it
+// carries them even if the webhook fails open.
+func remade(job *batchv1.Job, d confighash.Decision, trig []confighash.Trigger) *batchv1.Job {
+	n := &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: job.Name, Namespace: job.Namespace,
+			Labels: maps.Clone(job.Labels), Annotations: maps.Clone(job.Annotations),
+			OwnerReferences: job.OwnerReferences, Finalizers: job.Finalizers,
+		},
+		Spec: *job.Spec.DeepCopy(),
+	}
+	tmpl := &n.Spec.Template
+	for _, l := range jobLabels {
+		delete(n.Labels, l)
+		delete(tmpl.Labels, l)
+	}
+	if !ptr.Deref(n.Spec.ManualSelector, false) {
+		n.Spec.Selector = nil // generated again, from the new UID
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	for _, a := range []string{confighash.AnnotationRelease, confighash.AnnotationHeld, confighash.AnnotationFailed, confighash.AnnotationAdopted} {
+		delete(n.Annotations, a)
+	}
+	n.Annotations[confighash.AnnotationRecreatedFrom] = string(job.UID)
+	n.Annotations[confighash.AnnotationSources] = d.Record.Text(d.Form)
+	n.Annotations[confighash.AnnotationTrigger] = confighash.FormatTriggers(trig)
+	if tmpl.Annotations == nil {
+		tmpl.Annotations = map[string]string{}
+	}
+	tmpl.Annotations[confighash.AnnotationHash] = d.Hash
+	return n
+}
+
+// recreations are the Jobs whose recreation may be under way: written down and not
+// yet finished.
+type recreations struct {
+	mu      sync.Mutex
+	pending map[workloadKey]bool
+}
+
+func newRecreations() *recreations { return &recreations{pending: map[workloadKey]bool{}} }
+
+func (r *recreations) add(key workloadKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending[key] = true
+}
+
+func (r *recreations) done(key workloadKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, key)
+}
+
+func (r *recreations) has(key workloadKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending[key]
+}
+
+// findRecreations queues the Jobs whose recreation a watcher wrote down and did not
+// finish, so that the leader finishes them.
+func (w *Watcher) findRecreations(ctx context.Context) error {
+	if _, ok := w.workloads[confighash.Job.Kind]; !ok {
+		return nil
+	}
+	namespaces := w.cfg.Watched
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	opts := metav1.ListOptions{LabelSelector: confighash.LabelRecreationOf, FieldSelector: fields.OneTermEqualSelector("type", confighash.RecreationType).String()}
+	for _, ns := range namespaces {
+		list, err := w.cfg.Client.CoreV1().Secrets(ns).List(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list recreations under way: %w", err)
+		}
+		for _, rec := range list.Items {
+			key := workloadKey{confighash.Job.Kind, rec.Namespace, rec.Labels[confighash.LabelRecreationOf]}
+			w.recreations.add(key)
+			w.queue.Add(key)
+		}
+	}
+	return nil
+}
