@@ -324,7 +324,7 @@ func recorded(t testing.TB, c *cluster.Cluster, ns, name string) bool {
 	return ok
 }
 
-// mergeAnnotations patches annotations of a ConfigMap or a Deployment: a nil value
+// mergeAnnotations patches annotations of a ConfigMap, a Deployment or a Job: a nil value
 // removes one.
 func mergeAnnotations(t testing.TB, c *cluster.Cluster, ns, kind, name string, annotations map[string]*string) {
 	t.Helper()
@@ -337,6 +337,10 @@ func mergeAnnotations(t testing.TB, c *cluster.Cluster, ns, kind, name string, a
 		_, err = c.Client.CoreV1().ConfigMaps(ns).Patch(t.Context(), name, types.MergePatchType, body, metav1.PatchOptions{})
 	case "Deployment":
 		_, err = c.Client.AppsV1().Deployments(ns).Patch(t.Context(), name, types.MergePatchType, body, metav1.PatchOptions{})
+	case "Job":
+		_, err = c.Client.BatchV1().Jobs(ns).Patch(t.Context(), name, types.MergePatchType, body, metav1.PatchOptions{})
+	default:
+		t.Fatalf("mergeAnnotations: kind %s", kind)
 	}
 	if err != nil {
 		t.Fatal(err)

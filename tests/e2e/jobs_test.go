@@ -1,0 +1,298 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
+)
+
+// The fake nodes here complete a Job's pods at once, as a Job whose pods ran and
+// finished. One whose pods no node may take stays running until it is deleted.
+
+func createJob(t testing.TB, c *cluster.Cluster, ns string, job *batchv1.Job) *batchv1.Job {
+	t.Helper()
+	created, err := c.Client.BatchV1().Jobs(ns).Create(t.Context(), job, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func getJob(t testing.TB, c *cluster.Cluster, ns, name string) *batchv1.Job {
+	t.Helper()
+	job, err := c.Client.BatchV1().Jobs(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// runningJob is a Job that runs until it is deleted: no node may take its pods.
+func runningJob(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec) *batchv1.Job {
+	job := fixtures.Job(name, annotations, tmpl)
+	job.Spec.Template.Spec.NodeSelector = map[string]string{"confighash.dev/no-such-node": "true"}
+	return job
+}
+
+func waitJobFinished(t testing.TB, c *cluster.Cluster, ns, name string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "Job "+name+" to complete", func() bool {
+		job := getJob(t, c, ns, name)
+		return job != nil && job.Status.CompletionTime != nil
+	})
+}
+
+// waitRecreated waits until the Job of that name is another than the one with UID
+// before, as Reloader's suite checks a recreation, and returns it.
+func waitRecreated(t testing.TB, c *cluster.Cluster, ns, name string, before types.UID, timeout time.Duration) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	waitFor(t, timeout, "Job "+name+" to be recreated", func() bool {
+		job = getJob(t, c, ns, name)
+		return job != nil && job.UID != before
+	})
+	return job
+}
+
+// expectRecreatedOnce checks the Job is the one recreated from the Job with UID from,
+// the one recreation of that change, hashed from the data as it is now, and that its
+// record is gone.
+func expectRecreatedOnce(t testing.TB, c *cluster.Cluster, ns, name string, from types.UID, want *batchv1.Job) {
+	t.Helper()
+	job := getJob(t, c, ns, name)
+	switch {
+	case job == nil:
+		t.Fatalf("Job %s is gone", name)
+	case job.UID != want.UID:
+		t.Fatalf("Job %s was recreated again (UID %s, then %s) for one change", name, want.UID, job.UID)
+	case job.Annotations[confighash.AnnotationRecreatedFrom] != string(from):
+		t.Fatalf("Job %s was recreated from %q, want from %s", name, job.Annotations[confighash.AnnotationRecreatedFrom], from)
+	}
+	if got, want := job.Spec.Template.Annotations[confighash.AnnotationHash], expectedHash(t, c, hashKey(t, c), ns, job.Annotations, &job.Spec.Template); got != want {
+		t.Fatalf("the new Job's hash is %q, want %q: that of the data as it is now", got, want)
+	}
+	if _, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), confighash.RecreationName(name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the record of the recreation is still there (%v)", err)
+	}
+}
+
+// TestAJobIsRecreatedOncePerChange: a running Job that uses a ConfigMap is hashed at
+// its creation; each change of the ConfigMap recreates it once, under the same name,
+// its spec kept, its new pods reading the new data.
+func TestAJobIsRecreatedOncePerChange(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	job := createJob(t, c, ns, runningJob("batch", map[string]string{confighash.ReloaderConfigMapReload: "cfg"}, fixtures.EnvFromTemplate("cfg")))
+	if job.Spec.Template.Annotations[confighash.AnnotationHash] == "" {
+		t.Fatal("the Job was not hashed at its creation")
+	}
+	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	for i := 1; i <= 2; i++ {
+		setKey(t, c, ns, ref, "k", fmt.Sprint(i))
+		now := waitRecreated(t, c, ns, "batch", job.UID, 30*time.Second)
+		waitQuiet(t, w)
+		expectRecreatedOnce(t, c, ns, "batch", job.UID, now)
+		if len(now.Spec.Template.Spec.Containers[0].EnvFrom) != 1 || now.Spec.Parallelism == nil || *now.Spec.Parallelism != *job.Spec.Parallelism {
+			t.Fatalf("the recreated Job's spec differs: %+v", now.Spec)
+		}
+		job = now
+	}
+	if got := w.metric(t, `confighash_watcher_touches_total{result="recreated"}`); got != 2 {
+		t.Fatalf("%v recreations counted, want 2", got)
+	}
+	// A change of the Job's metadata is admitted as it is: the webhook writes nothing
+	// into a Job's template after its creation.
+	job.Labels["team"] = "batch"
+	if _, err := c.Client.BatchV1().Jobs(ns).Update(t.Context(), job, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("a label change of the Job was refused: %v", err)
+	}
+}
+
+// denyWhile makes the API server refuse the operation on the resource in the
+// namespace while its CEL expression does not hold, until the returned func lifts it;
+// probe reports whether it is in force.
+func denyWhile(t testing.TB, c *cluster.Cluster, ns, group, resource string, op admissionregistrationv1.OperationType, expression string, probe func() bool) (lift func()) {
+	t.Helper()
+	name := "deny-" + ns
+	inNamespace := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	policies := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	bindings := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	_, err := policies.Create(t.Context(), &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: inNamespace,
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{op},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: []string{resource}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: expression, Message: "denied by the test"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bindings.Create(t.Context(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: inNamespace},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	remove := func() {
+		// Also at cleanup, once the test's context is done.
+		_ = bindings.Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = policies.Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	t.Cleanup(remove)
+	waitFor(t, 30*time.Second, "the test's policy to be in force", probe)
+	return func() {
+		remove()
+		waitFor(t, 30*time.Second, "the test's policy to be lifted", func() bool { return !probe() })
+	}
+}
+
+// TestAJobRecreationStoppedInTheMiddleIsFinishedOnce: a watcher killed after it
+// deleted the Job and before it made the new one, or after it made it and before it
+// deleted its record, leaves the recreation to the next, which finishes it: one new
+// Job, never none and never two.
+func TestAJobRecreationStoppedInTheMiddleIsFinishedOnce(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	recreated := `!('` + confighash.AnnotationRecreatedFrom + `' in object.metadata.?annotations.orValue({}))`
+	record := `oldObject.type != '` + confighash.RecreationType + `'`
+	// Dry runs tell whether a test policy is in force, and change nothing.
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	probeJob := fixtures.Job("probe", map[string]string{confighash.AnnotationRecreatedFrom: "x"}, fixtures.PlainTemplate())
+	jobCreateDenied := func() bool {
+		_, err := c.Client.BatchV1().Jobs(ns).Create(t.Context(), probeJob, dryRun)
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	}
+	probeRecord := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Type: confighash.RecreationType}
+	if _, err := c.Client.CoreV1().Secrets(ns).Create(t.Context(), probeRecord, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recordDeleteDenied := func() bool {
+		err := c.Client.CoreV1().Secrets(ns).Delete(t.Context(), "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	}
+	recordExists := func() bool {
+		_, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), confighash.RecreationName("batch"), metav1.GetOptions{})
+		return err == nil
+	}
+
+	job := createJob(t, c, ns, runningJob("batch", map[string]string{confighash.ReloaderConfigMapReload: "cfg"}, fixtures.EnvFromTemplate("cfg")))
+	steps := []struct {
+		name            string
+		group, resource string
+		op              admissionregistrationv1.OperationType
+		expression      string
+		probe           func() bool
+		stoppedWith     string
+		stopped         func(now *batchv1.Job) bool
+	}{
+		{"after the delete, before the new Job", "batch", "jobs", admissionregistrationv1.Create, recreated, jobCreateDenied,
+			"no Job and the record", func(now *batchv1.Job) bool { return now == nil && recordExists() }},
+		{"after the new Job, before the record's delete", "", "secrets", admissionregistrationv1.Delete, record, recordDeleteDenied,
+			"the new Job and the record", func(now *batchv1.Job) bool { return now != nil && now.UID != job.UID && recordExists() }},
+	}
+	for i, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			w := startWatcher(t, c)
+			lift := denyWhile(t, c, ns, step.group, step.resource, step.op, step.expression, step.probe)
+			setKey(t, c, ns, ref, "k", fmt.Sprint(i+1))
+			var stoppedAt *batchv1.Job
+			waitFor(t, 30*time.Second, "the recreation to stop at "+step.stoppedWith, func() bool {
+				stoppedAt = getJob(t, c, ns, "batch")
+				return step.stopped(stoppedAt)
+			})
+			w.kill()
+			lift()
+			w = startWatcher(t, c)
+			now := waitRecreated(t, c, ns, "batch", job.UID, 30*time.Second)
+			waitFor(t, 30*time.Second, "the record to be deleted", func() bool { return !recordExists() })
+			waitQuiet(t, w)
+			if stoppedAt != nil && now.UID != stoppedAt.UID {
+				t.Fatalf("the Job made before the watcher was killed (%s) was made again (%s)", stoppedAt.UID, now.UID)
+			}
+			expectRecreatedOnce(t, c, ns, "batch", job.UID, now)
+			w.stop(t)
+			job = now
+		})
+	}
+}
+
+// TestAFinishedOrOwnedJobIsLeftAlone: by default a Job that has finished is not
+// recreated, and says why in an Event, until it asks to be; a Job a CronJob made is
+// never recreated: the CronJob's next one reads the new data.
+func TestAFinishedOrOwnedJobIsLeftAlone(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	optIn := map[string]string{confighash.ReloaderAuto: "true"}
+	running := createJob(t, c, ns, runningJob("running", optIn, fixtures.EnvFromTemplate("cfg")))
+	done := createJob(t, c, ns, fixtures.Job("done", optIn, fixtures.EnvFromTemplate("cfg")))
+	cron := fixtures.CronJob("nightly", fixtures.EnvFromTemplate("cfg"))
+	cron.Spec.Suspend = ptr.To(true)
+	cronJob, err := c.Client.BatchV1().CronJobs(ns).Create(t.Context(), cron, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownedJob := runningJob("nightly-1", optIn, fixtures.EnvFromTemplate("cfg"))
+	ownedJob.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(cronJob, batchv1.SchemeGroupVersion.WithKind("CronJob"))}
+	owned := createJob(t, c, ns, ownedJob)
+	waitJobFinished(t, c, ns, "done")
+
+	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	setKey(t, c, ns, ref, "k", "1")
+	running = waitRecreated(t, c, ns, "running", running.UID, 30*time.Second)
+	waitQuiet(t, w)
+	for _, j := range []*batchv1.Job{done, owned} {
+		if now := getJob(t, c, ns, j.Name); now == nil || now.UID != j.UID {
+			t.Fatalf("Job %s was recreated", j.Name)
+		}
+	}
+	waitFor(t, 10*time.Second, "an Event that says the finished Job is left alone", func() bool {
+		events, err := c.Client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=done,reason=NotRecreated"})
+		return err == nil && len(events.Items) == 1
+	})
+
+	// Asked to, the finished Job is recreated at the next change.
+	mergeAnnotations(t, c, ns, "Job", "done", map[string]*string{confighash.AnnotationRecreateFinished: ptrTo("true")})
+	setKey(t, c, ns, ref, "k", "2")
+	now := waitRecreated(t, c, ns, "done", done.UID, 30*time.Second)
+	waitRecreated(t, c, ns, "running", running.UID, 30*time.Second)
+	waitQuiet(t, w)
+	expectRecreatedOnce(t, c, ns, "done", done.UID, now)
+	if now := getJob(t, c, ns, owned.Name); now == nil || now.UID != owned.UID {
+		t.Fatal("the CronJob's Job was recreated")
+	}
+}
