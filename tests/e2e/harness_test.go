@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -307,15 +308,28 @@ const webhookConfigName = "confighash-e2e"
 
 func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
-	// Its rules list the extra kinds it is given, as the chart's do.
+	// Its rules and scope follow the flags it is given, as the chart's do.
 	scope := defaultScope()
 	var extra []string
+	list := ""
 	for _, arg := range w.args {
-		if kind, ok := strings.CutPrefix(arg, "--extra-kind="); ok {
-			extra = append(extra, kind)
+		name, value, _ := strings.Cut(arg, "=")
+		switch name {
+		case "--extra-kind":
+			extra = append(extra, value)
+		case "--kinds":
+			list = value
+		case "--namespaces":
+			scope.Namespaces = strings.Split(value, ",")
+		case "--namespace-selector":
+			selector, err := metav1.ParseToLabelSelector(value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scope.NamespaceSelector = selector
 		}
 	}
-	kinds, err := confighash.ParseKinds("", extra)
+	kinds, err := confighash.ParseKinds(list, extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,6 +344,16 @@ func (w *webhookProcess) register(t testing.TB, c *cluster.Cluster) {
 	probe := w.probe
 	if probe == "" {
 		probe = probeNamespace(t, c)
+		if scope.NamespaceSelector != nil {
+			// It must be in scope: it takes the selector's labels too.
+			body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": scope.NamespaceSelector.MatchLabels}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Client.CoreV1().Namespaces().Patch(t.Context(), probe, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	waitAdmitting(t, c, probe)
 }
