@@ -123,8 +123,9 @@ func (w *Watcher) resync() {
 			d, err := w.decide(v, confighash.Pods{})
 			drift := err != nil || !d.Converged || len(d.Held) > 0
 			// A pinned one is checked too: its snapshots' owners are known in memory
-			// only, and the garbage collector may have taken one meanwhile.
-			if !drift && len(v.Pins) == 0 {
+			// only, and the garbage collector may have taken one meanwhile. So is a
+			// CronJob whose Job is due and was not started.
+			if !drift && len(v.Pins) == 0 && !v.RunDue {
 				continue
 			}
 			w.enqueue(v, time.Duration(queued)*w.touchInterval)

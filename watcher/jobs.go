@@ -107,7 +107,10 @@ func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
 	if err != nil {
 		return err
 	}
-	if err := w.carryOut(ctx, key, rec); err != nil {
+	switch err := w.carryOut(ctx, key, rec); {
+	case errors.Is(err, errBadRecord):
+		return nil
+	case err != nil:
 		return err
 	}
 	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name},
@@ -116,8 +119,11 @@ func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
 }
 
 // errRecordForged is a record the hash key did not seal: the watcher makes no Job
-// from it.
-var errRecordForged = errors.New("not sealed with the hash key")
+// from it. errBadRecord ends a recreation at such a record.
+var (
+	errRecordForged = errors.New("not sealed with the hash key")
+	errBadRecord    = errors.New("not a record of a recreation")
+)
 
 // carryOut deletes the Job the record replaces, if it still exists, makes the new one,
 // unless it exists already, then deletes the record. Each step may have been done
@@ -126,14 +132,19 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 	replaces := types.UID(rec.Annotations[confighash.AnnotationReplaces])
 	body := rec.Data[confighash.RecreationJobKey]
 	job := &batchv1.Job{}
+	var bad error
 	switch {
 	case rec.Type != confighash.RecreationType || rec.Labels[confighash.LabelRecreationOf] != key.Name ||
 		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, string(replaces), body, rec.Annotations[confighash.AnnotationSnapshotSeal]):
-		w.recreations.done(key)
-		return fmt.Errorf("recreation record %s/%s: %w; left as it is", rec.Namespace, rec.Name, errRecordForged)
+		bad = errRecordForged
 	case json.Unmarshal(body, job) != nil || job.Name != key.Name || job.Namespace != key.Namespace:
+		bad = fmt.Errorf("the Job in it is not Job %s/%s", key.Namespace, key.Name)
+	}
+	if bad != nil {
+		// No retry makes it good: it is left as it is, and no Job is made from it.
 		w.recreations.done(key)
-		return fmt.Errorf("recreation record %s/%s: the Job in it is not Job %s/%s; left as it is", rec.Namespace, rec.Name, key.Namespace, key.Name)
+		w.cfg.Log.Warn().Err(bad).Str("record", rec.Namespace+"/"+rec.Name).Msg("not a record of a recreation; left as it is")
+		return errBadRecord
 	}
 	jobs := w.cfg.Client.BatchV1().Jobs(key.Namespace)
 	err := jobs.Delete(ctx, key.Name, metav1.DeleteOptions{
@@ -261,6 +272,59 @@ func (w *Watcher) findRecreations(ctx context.Context) error {
 			w.recreations.add(key)
 			w.queue.Add(key)
 		}
+	}
+	return nil
+}
+
+// runMark is the mark the touch that rolls a CronJob that runs on change writes, so
+// that its Job is started once the touch is admitted, and also after a restart.
+func (w *Watcher) runMark(v *view, d confighash.Decision) map[string]any {
+	if v.Kind.Kind != confighash.CronJob.Kind || d.Hash == v.Hash || !v.RunOnChange && !w.cfg.RunCronJobsOnChange {
+		return nil
+	}
+	return map[string]any{confighash.AnnotationRunDue: "true"}
+}
+
+// startRun starts the Job a CronJob marked AnnotationRunDue is due, as `kubectl
+// create job --from=cronjob/...` does, named after its hash so that it is started
+// once, then removes the mark.
+func (w *Watcher) startRun(ctx context.Context, v *view) error {
+	cj, err := w.cfg.Client.BatchV1().CronJobs(v.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	hash := cj.Spec.JobTemplate.Spec.Template.Annotations[confighash.AnnotationHash]
+	if cj.UID != v.UID || hash == "" || cj.Annotations[confighash.AnnotationRunDue] == "" {
+		return nil // changed meanwhile: its own event syncs it
+	}
+	annotations := maps.Clone(cj.Spec.JobTemplate.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations["cronjob.kubernetes.io/instantiate"] = "manual"
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: confighash.RunName(cj.Name, hash), Namespace: cj.Namespace,
+			Labels: maps.Clone(cj.Spec.JobTemplate.Labels), Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))},
+		},
+		Spec: *cj.Spec.JobTemplate.Spec.DeepCopy(),
+	}
+	_, err = w.cfg.Client.BatchV1().Jobs(cj.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
+	started := err == nil
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		w.cfg.Metrics.Touch(TouchError)
+		return fmt.Errorf("start Job %s/%s of the CronJob: %w", cj.Namespace, job.Name, err)
+	}
+	if _, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil)); err != nil {
+		return err
+	}
+	if started {
+		w.cfg.Metrics.Touch(TouchStarted)
+		w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Started", "started Job "+job.Name+" with the new data")
 	}
 	return nil
 }

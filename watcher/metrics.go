@@ -47,6 +47,7 @@ const (
 	TouchAdopted      TouchResult = "adopted"       // a running workload, or sources that started to count, current: recorded without a rollout
 	TouchError        TouchResult = "error"         // the write failed
 	TouchRecreated    TouchResult = "recreated"     // a Job was recreated
+	TouchStarted      TouchResult = "started"       // a CronJob's Job was started for a change
 )
 
 // NoopRecorder records nothing.
@@ -142,7 +143,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, k := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		r.changes.WithLabelValues(string(k))
 	}
-	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchRecreated, TouchError} {
+	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchRecreated, TouchStarted, TouchError} {
 		r.touches.WithLabelValues(string(res))
 	}
 	for _, reason := range heldReasons {

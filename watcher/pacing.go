@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -75,9 +76,9 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	}
 	w.tracking.pause(key, due.Policy.PausePeriod)
 	trig := triggers(v, due.Record, w.sources)
-	admitted, err := w.touch(ctx, v, trig, map[string]any{
-		confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil,
-	})
+	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil}
+	maps.Copy(others, w.runMark(v, due))
+	admitted, err := w.touch(ctx, v, trig, others)
 	if err = w.verify(key, v, due, trig, nil, admitted, err); err == nil {
 		w.unhold(key)
 	}

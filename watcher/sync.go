@@ -114,6 +114,11 @@ func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error
 			return err
 		}
 	}
+	if v.RunDue {
+		if err := w.startRun(ctx, v); err != nil {
+			return err
+		}
+	}
 	return w.followRollout(ctx, v)
 }
 
@@ -125,7 +130,7 @@ func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d conf
 		w.tracking.pause(key, d.Policy.PausePeriod)
 	}
 	trig := triggers(v, d.Record, w.sources)
-	admitted, err := w.touch(ctx, v, trig, nil)
+	admitted, err := w.touch(ctx, v, trig, w.runMark(v, d))
 	return w.verify(key, v, d, trig, nil, admitted, err)
 }
 

@@ -83,6 +83,9 @@ type Config struct {
 	// RecreateFinishedJobs recreates a Job whose data changed even once it has
 	// finished, as Reloader does; otherwise only one that asks to be.
 	RecreateFinishedJobs bool
+	// RunCronJobsOnChange starts a Job of a CronJob whose data changed at once, as
+	// Reloader does; otherwise only for one that asks to.
+	RunCronJobsOnChange bool
 	// Alerts hears of what the watcher rolled, healed, or failed to; nil: no one.
 	Alerts  Alerter
 	Events  record.EventRecorder

@@ -42,6 +42,9 @@ type view struct {
 	// Of a Job: Owned when a controller, as a CronJob, made it; Finished once it
 	// completed or failed; RecreateFinished when it asks to be recreated even then.
 	Owned, Finished, RecreateFinished bool
+	// Of a CronJob: RunOnChange when it asks for a Job at once when its data
+	// changes; RunDue while that Job is to be started.
+	RunOnChange, RunDue bool
 }
 
 var (
@@ -96,6 +99,8 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			Owned:            metav1.GetControllerOfNoCopy(meta) != nil,
 			Finished:         finished(o),
 			RecreateFinished: meta.GetAnnotations()[confighash.AnnotationRecreateFinished] == "true",
+			RunOnChange:      meta.GetAnnotations()[confighash.AnnotationRunOnChange] == "true",
+			RunDue:           meta.GetAnnotations()[confighash.AnnotationRunDue] != "",
 		}, nil
 	}
 }

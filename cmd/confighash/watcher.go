@@ -43,6 +43,7 @@ type watcherConfig struct {
 	waveTimeout, snapshotSweep  time.Duration
 	pendingTimeout              time.Duration
 	recreateFinishedJobs        bool
+	runCronJobsOnChange         bool
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
@@ -70,6 +71,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.waveThreshold, "wave-threshold", 0, "a change rolls in waves only when it reaches more workloads than this, or than the wave size")
 	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
 	fs.BoolVar(&c.recreateFinishedJobs, "recreate-finished-jobs", false, "recreate a Job whose data changed even once it has finished (Complete or Failed), as Reloader does; otherwise only a Job annotated "+confighash.AnnotationRecreateFinished+`: "true"`)
+	fs.BoolVar(&c.runCronJobsOnChange, "run-cronjobs-on-change", false, "start a Job of a CronJob whose data changed at once, as Reloader does, besides its next run reading the new data; otherwise only for a CronJob annotated "+confighash.AnnotationRunOnChange+`: "true"`)
 	fs.DurationVar(&c.pendingTimeout, "pending-timeout", watcher.DefaultPendingTimeout, "how long the new pods of a workload a wave rolled may stay Pending before its --max-rolling slot goes to other workloads")
 	fs.DurationVar(&c.waveTimeout, "wave-timeout", watcher.DefaultWaveTimeout, "how long a workload a wave rolled may take to roll out before it counts as failed and halts the wave")
 	fs.DurationVar(&c.snapshotSweep, "snapshot-sweep", 10*time.Minute, "how often to delete the snapshots of pinned workloads that nothing has owned or named for this long (left by a create the API server refused); 0: never")
@@ -181,7 +183,8 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs,
-		Events: events, Metrics: recorder, Log: log,
+		RunCronJobsOnChange: cfg.runCronJobsOnChange,
+		Events:              events, Metrics: recorder, Log: log,
 	}
 	if notifier != nil {
 		wcfg.Alerts = notifier

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,4 +297,115 @@ func TestAFinishedOrOwnedJobIsLeftAlone(t *testing.T) {
 	if now := getJob(t, c, ns, owned.Name); now == nil || now.UID != owned.UID {
 		t.Fatal("the CronJob's Job was recreated")
 	}
+}
+
+// TestAForgedRecreationRecordMakesNoJob: whoever may write Secrets in a namespace, but
+// not Jobs, cannot have the watcher make a Job by writing a record of a recreation:
+// one the hash key did not seal is left alone.
+func TestAForgedRecreationRecordMakesNoJob(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	forged := fixtures.Job("miner", nil, fixtures.PlainTemplate())
+	forged.Namespace = ns
+	body, err := json.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("miner"), Labels: map[string]string{confighash.LabelRecreationOf: "miner"},
+			Annotations: map[string]string{confighash.AnnotationReplaces: "0000", confighash.AnnotationSnapshotSeal: strings.Repeat("0", 64)}},
+		Type: confighash.RecreationType, Immutable: ptr.To(true), Data: map[string][]byte{confighash.RecreationJobKey: body},
+	}
+	if _, err := c.Client.CoreV1().Secrets(ns).Create(t.Context(), rec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := startWatcher(t, c)
+	waitQuiet(t, w)
+	time.Sleep(2 * time.Second) // a retry, had there been one
+	if job := getJob(t, c, ns, "miner"); job != nil {
+		t.Fatal("the watcher made the Job of a forged record")
+	}
+	if _, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), rec.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the forged record is gone (%v): it is not the watcher's to delete", err)
+	}
+}
+
+// cronJobRuns returns the Jobs started by hand for the CronJob, by name.
+func cronJobRuns(t testing.TB, c *cluster.Cluster, ns, cronJob string) map[string]*batchv1.Job {
+	t.Helper()
+	jobs, err := c.Client.BatchV1().Jobs(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]*batchv1.Job{}
+	for i, j := range jobs.Items {
+		if ref := metav1.GetControllerOf(&j); ref != nil && ref.Kind == "CronJob" && ref.Name == cronJob && j.Annotations["cronjob.kubernetes.io/instantiate"] == "manual" {
+			runs[j.Name] = &jobs.Items[i]
+		}
+	}
+	return runs
+}
+
+// TestACronJobRunsOnChangeOncePerChange: a CronJob annotated run-on-change starts one
+// Job with the new data for each change, as Reloader does, also when the watcher is
+// killed before it started it; one without the annotation waits for its next run.
+func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	runs := fixtures.CronJob("runs", fixtures.EnvFromTemplate("cfg"))
+	runs.Annotations[confighash.AnnotationRunOnChange] = "true"
+	for _, cj := range []*batchv1.CronJob{runs, fixtures.CronJob("waits", fixtures.EnvFromTemplate("cfg"))} {
+		if _, err := c.Client.BatchV1().CronJobs(ns).Create(t.Context(), cj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hashOf := func(name string) string {
+		cj, err := c.Client.BatchV1().CronJobs(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cj.Spec.JobTemplate.Spec.Template.Annotations[confighash.AnnotationHash]
+	}
+	expectRun := func(t *testing.T, w *component, want int, before string) {
+		t.Helper()
+		waitFor(t, 30*time.Second, "the CronJob to roll", func() bool { return hashOf("runs") != before })
+		hash := hashOf("runs")
+		waitFor(t, 30*time.Second, "the CronJob's Job for the new data", func() bool { return cronJobRuns(t, c, ns, "runs")[confighash.RunName("runs", hash)] != nil })
+		waitQuiet(t, w)
+		got := cronJobRuns(t, c, ns, "runs")
+		run := got[confighash.RunName("runs", hash)]
+		if len(got) != want || run.Spec.Template.Annotations[confighash.AnnotationHash] != hash {
+			t.Fatalf("%d Jobs started, want %d; the last with hash %q, want %q", len(got), want, run.Spec.Template.Annotations[confighash.AnnotationHash], hash)
+		}
+		if n := len(cronJobRuns(t, c, ns, "waits")); n != 0 {
+			t.Fatalf("the CronJob that waits for its next run started %d Jobs", n)
+		}
+	}
+	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+
+	t.Run("one change, one Job", func(t *testing.T) {
+		w := startWatcher(t, c)
+		before := hashOf("runs")
+		setKey(t, c, ns, ref, "k", "1")
+		expectRun(t, w, 1, before)
+		w.stop(t)
+	})
+	t.Run("a watcher killed before it started the Job", func(t *testing.T) {
+		w := startWatcher(t, c)
+		probe := fixtures.Job("probe", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, fixtures.PlainTemplate())
+		lift := denyWhile(t, c, ns, "batch", "jobs", admissionregistrationv1.Create, `object.metadata.?annotations.orValue({})[?'cronjob.kubernetes.io/instantiate'].orValue('') != 'manual'`, func() bool {
+			_, err := c.Client.BatchV1().Jobs(ns).Create(t.Context(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+		})
+		before := hashOf("runs")
+		setKey(t, c, ns, ref, "k", "2")
+		waitFor(t, 30*time.Second, "the CronJob to roll", func() bool { return hashOf("runs") != before })
+		w.kill()
+		lift()
+		w = startWatcher(t, c)
+		expectRun(t, w, 2, before)
+	})
 }

@@ -172,6 +172,45 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 	if _, err := c.Client.BatchV1().CronJobs(ns).Create(ctx, cron, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	w := impersonate(t, c, home, "confighash-watcher")
+	hashedTemplate := fixtures.EnvFromTemplate("cfg")
+	hashedTemplate.Annotations = map[string]string{confighash.AnnotationHash: "v1:00"}
+	for name, tmpl := range map[string]corev1.PodTemplateSpec{"hashed": hashedTemplate, "plain": fixtures.EnvFromTemplate("cfg")} {
+		if _, err := c.Client.BatchV1().Jobs(ns).Create(ctx, fixtures.Job(name, nil, tmpl), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("hashed"), Labels: map[string]string{confighash.LabelRecreationOf: "hashed"}},
+		Type: confighash.RecreationType, Immutable: ptr.To(true)}
+	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, record, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	job := func(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec, owners ...metav1.OwnerReference) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			j := fixtures.Job(name, annotations, tmpl)
+			j.OwnerReferences = owners
+			_, err := w.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}
+	}
+	deleteJob := func(name string) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			return w.BatchV1().Jobs(ns).Delete(ctx, name, metav1.DeleteOptions{DryRun: dryRun})
+		}
+	}
+	createSecretAs := func(s *corev1.Secret) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			_, err := w.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}
+	}
+	otherRecord := record.DeepCopy()
+	otherRecord.Name = "stolen"
+	nightly, err := c.Client.BatchV1().CronJobs(ns).Get(ctx, "nightly", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byNightly := *metav1.NewControllerRef(nightly, batchv1.SchemeGroupVersion.WithKind("CronJob"))
 	for _, name := range []string{"cfg-0123456789abcdef", "cfg-fedcba9876543210"} {
 		snapshot := &corev1.ConfigMap{ObjectMeta: snapshotMeta(name, "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "0"}}
 		if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, snapshot, metav1.CreateOptions{}); err != nil {
@@ -179,7 +218,6 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		}
 	}
 
-	w := impersonate(t, c, home, "confighash-watcher")
 	merge, jsonPatch := types.MergePatchType, types.JSONPatchType
 	owner := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":%q}]}}`, web.UID)
 	checkPolicyCases(t, []policyCase{
@@ -204,6 +242,15 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		{"a snapshot none owns deleted", true, func(ctx context.Context, dryRun []string) error {
 			return w.CoreV1().ConfigMaps(ns).Delete(ctx, "cfg-fedcba9876543210", metav1.DeleteOptions{DryRun: dryRun})
 		}},
+
+		{"the record of a Job's recreation", true, createSecretAs(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("other"),
+			Labels: map[string]string{confighash.LabelRecreationOf: "other"}}, Type: confighash.RecreationType, Immutable: ptr.To(true)})},
+		{"the record of a Job's recreation deleted", true, func(ctx context.Context, dryRun []string) error {
+			return w.CoreV1().Secrets(ns).Delete(ctx, record.Name, metav1.DeleteOptions{DryRun: dryRun})
+		}},
+		{"a Job confighash hashed deleted", true, deleteJob("hashed")},
+		{"a Job made again in place of one", true, job("again", map[string]string{confighash.AnnotationRecreatedFrom: "0000"}, hashedTemplate)},
+		{"a CronJob's Job started", true, job("nightly-0123456789", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, hashedTemplate, byNightly)},
 
 		{"its hash key, created in its namespace", true, func(ctx context.Context, dryRun []string) error {
 			_, err := w.CoreV1().Secrets(home).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}}, metav1.CreateOptions{DryRun: dryRun})
@@ -242,6 +289,13 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		{"a ConfigMap's data updated", false, patchConfigMap(w, ns, "cfg", `{"data":{"k":"evil"}}`)},
 		{"owner references set on a ConfigMap that is not a snapshot", false, patchConfigMap(w, ns, "cfg", owner)},
 		{"a snapshot's label changed", false, patchConfigMap(w, ns, "cfg-0123456789abcdef", `{"metadata":{"labels":{"confighash.dev/snapshot-of":"other"}}}`)},
+		{"a Job confighash did not hash deleted", false, deleteJob("plain")},
+		{"a Job made that replaces none", false, job("miner", nil, hashedTemplate)},
+		{"a Job made in place of one, without the hash", false, job("again", map[string]string{confighash.AnnotationRecreatedFrom: "0000"}, fixtures.EnvFromTemplate("cfg"))},
+		{"a Job instantiated by hand that no CronJob owns", false, job("miner", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, hashedTemplate)},
+		{"a record of a recreation under another name", false, createSecretAs(otherRecord)},
+		{"a Secret of another type under a record's name", false, createSecretAs(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("x"),
+			Labels: map[string]string{confighash.LabelRecreationOf: "x"}}, Immutable: ptr.To(true)})},
 		{"a Secret other than its hash key created in its namespace", false, func(ctx context.Context, dryRun []string) error {
 			_, err := w.CoreV1().Secrets(home).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "stolen"}}, metav1.CreateOptions{DryRun: dryRun})
 			return err

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 )
 
 // A Job's pod template cannot change once it is made, so a change of what it uses
@@ -28,6 +29,24 @@ const (
 	// RecreationJobKey holds the new Job, as JSON, in the record.
 	RecreationJobKey = "job"
 )
+
+// A CronJob whose data changed gets the new data at its next run; one annotated
+// AnnotationRunOnChange "true" (or all, with the watcher's --run-cronjobs-on-change)
+// also starts a Job at once, as Reloader does. The watcher's touch that rolls it marks
+// it AnnotationRunDue, and the mark is removed once the Job, named after the CronJob
+// and its new hash, exists: a Job is started once per change, also when the watcher
+// stops in between.
+const (
+	AnnotationRunOnChange = Domain + "/run-on-change"
+	AnnotationRunDue      = Domain + "/run-due"
+)
+
+// RunName is the name of the Job a CronJob starts for the data of its hash: a
+// CronJob's name is at most 52 characters, so this one is at most 63.
+func RunName(cronJob, hash string) string {
+	_, digits, _ := strings.Cut(hash, ":")
+	return cronJob + "-" + digits[:min(10, len(digits))]
+}
 
 // RecreationName is the name of the record of the recreation of the named Job. A
 // Job's name is at most 63 characters, so this one always fits.
