@@ -136,6 +136,9 @@ func Explain(in ExplainInput) (e Explanation) {
 	case !in.HaveKey && in.Old == nil:
 		e.Verdict, e.Why = VerdictUnknown, "without the hash key, digests and hashes cannot be compared; the sources and the keys that count are listed"
 		return e
+	case d.Record == nil && w.Kind.Recreated():
+		e.Verdict, e.Why = VerdictNoRollout, "never hashed: a Job not hashed at its creation is never recreated"
+		return e
 	case d.Record == nil:
 		e.Verdict, e.Why = VerdictRollout, "never hashed: the watcher adopts it if its pods hold the current data of "+ListRefs(d.Unproven)+", and rolls it once otherwise"
 		return e
@@ -157,10 +160,15 @@ func Explain(in ExplainInput) (e Explanation) {
 		}
 	case !state.met() && in.New:
 		e.Verdict, e.Why = VerdictCreated, "the webhook writes this hash when the workload is created, so it starts with the current data"
+	case len(d.Unproven) > 0 && w.Kind.Recreated():
+		e.Verdict, e.Why = VerdictNoRollout, ListRefs(d.Unproven)+" started to count: a Job's pods read their data when they start, so it is not recreated for that"
 	case len(d.Unproven) > 0:
 		e.Verdict, e.Why = VerdictPending, ListRefs(d.Unproven)+" started to count: the watcher records them without a rollout if the running pods hold their current data, and rolls it once otherwise"
 	case d.Hash == e.TemplateHash:
 		e.Verdict, e.Why = VerdictUpToDate, "the hash is current; only the record will be rewritten ("+changedEntries(state.Record, d.Record)+")"
+	case w.Kind.Recreated():
+		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the watcher recreates the Job, unless it has finished ("+
+			AnnotationRecreateFinished+` "true", or --recreate-finished-jobs, recreates it then too) or a CronJob made it`
 	default:
 		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the next touch writes the new hash"
 	}

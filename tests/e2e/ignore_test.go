@@ -10,12 +10,12 @@ import (
 
 // TestResourcesToIgnoreSecretsLeavesSecretsOut: installed with Reloader's
 // --resources-to-ignore=secrets, a Deployment that uses a ConfigMap and a Secret rolls
-// once for a change of the ConfigMap and never for one of the Secret, and the webhook
-// reads no Secret to decide.
+// once for a change of the ConfigMap and never for one of the Secret; the webhook
+// reads no Secret to decide, and the watcher watches none.
 func TestResourcesToIgnoreSecretsLeavesSecretsOut(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	wh := startWebhook(t, c, "--resources-to-ignore=secrets")
-	startWatcher(t, c, "--resources-to-ignore=secrets")
+	w := startWatcher(t, c, "--resources-to-ignore=secrets")
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	createSecret(t, c, ns, "db", map[string]string{"k": "0"})
@@ -32,5 +32,9 @@ func TestResourcesToIgnoreSecretsLeavesSecretsOut(t *testing.T) {
 	}
 	if cms, secrets := reads("ConfigMap"), reads("Secret"); cms == 0 || secrets != 0 {
 		t.Fatalf("the webhook read %v ConfigMaps and %v Secrets, want some and none", cms, secrets)
+	}
+	seen := func(kind string) float64 { return w.metric(t, `confighash_watcher_source_changes_total{kind="`+kind+`"}`) }
+	if cms, secrets := seen("ConfigMap"), seen("Secret"); cms == 0 || secrets != 0 {
+		t.Fatalf("the watcher saw %v ConfigMap changes and %v Secret changes, want some and none", cms, secrets)
 	}
 }
