@@ -43,7 +43,7 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 		w.queue.AddAfter(key, at.Sub(now)) // a pause within an open window is no hold
 		return nil
 	}
-	if wv := w.waveOf(v, d); wv != nil {
+	if wv := w.waveOf(v, d); wv != nil && !v.Kind.Recreated() {
 		if ok, err := w.joinWave(ctx, key, v, d, wv); !ok || err != nil {
 			return err
 		}
@@ -114,8 +114,8 @@ func (w *Watcher) waveOf(v *view, d confighash.Decision) *wave {
 	return nil
 }
 
-// waveUsers returns the users of the source, in the order waves take them: by kind and
-// name. They are shared: not to be modified.
+// waveUsers returns the users of the source that waves take, in their order: by kind
+// and name. They are shared: not to be modified.
 func (w *Watcher) waveUsers(id waveID) []*view {
 	w.waves.mu.Lock()
 	at := w.memo().at
@@ -124,7 +124,9 @@ func (w *Watcher) waveUsers(id waveID) []*view {
 	if ok {
 		return users
 	}
-	users = w.users(id.namespace, id.source)
+	// A Job is recreated outside waves: it has no rollout to wait for, and no marker
+	// can be written on it.
+	users = slices.DeleteFunc(w.users(id.namespace, id.source), func(v *view) bool { return v.Kind.Recreated() })
 	slices.SortFunc(users, func(a, b *view) int {
 		return cmp.Or(strings.Compare(a.Kind.Kind, b.Kind.Kind), strings.Compare(a.Name, b.Name))
 	})
