@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	apiutil "github.com/cert-manager/cert-manager/pkg/api/util"
@@ -116,14 +117,18 @@ func TestServingCertificateIsIssuedInjectedAndRenewed(t *testing.T) {
 		})
 	}
 
-	// Renew as `cmctl renew` does: the Issuing condition, set through the status.
-	crt, err := cmc.CertmanagerV1().Certificates(ns).Get(ctx, "serving", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiutil.SetCertificateCondition(crt, crt.Generation, cmapi.CertificateConditionIssuing, cmmeta.ConditionTrue,
-		"ManuallyTriggered", "Certificate re-issuance manually triggered")
-	if _, err := cmc.CertmanagerV1().Certificates(ns).UpdateStatus(ctx, crt, metav1.UpdateOptions{}); err != nil {
+	// Renew as `cmctl renew` does: the Issuing condition, set through the status,
+	// again on a conflict with cert-manager's own status writes.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crt, err := cmc.CertmanagerV1().Certificates(ns).Get(ctx, "serving", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		apiutil.SetCertificateCondition(crt, crt.Generation, cmapi.CertificateConditionIssuing, cmmeta.ConditionTrue,
+			"ManuallyTriggered", "Certificate re-issuance manually triggered")
+		_, err = cmc.CertmanagerV1().Certificates(ns).UpdateStatus(ctx, crt, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	cm.eventually(t, "the renewed serving Certificate is Ready", func(ctx context.Context) (bool, error) {
