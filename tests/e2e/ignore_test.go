@@ -33,7 +33,9 @@ func TestResourcesToIgnoreSecretsLeavesSecretsOut(t *testing.T) {
 	if cms, secrets := reads("ConfigMap"), reads("Secret"); cms == 0 || secrets != 0 {
 		t.Fatalf("the webhook read %v ConfigMaps and %v Secrets, want some and none", cms, secrets)
 	}
-	seen := func(kind string) float64 { return w.metric(t, `confighash_watcher_source_changes_total{kind="`+kind+`"}`) }
+	seen := func(kind string) float64 {
+		return w.metric(t, `confighash_watcher_source_changes_total{kind="`+kind+`"}`)
+	}
 	if cms, secrets := seen("ConfigMap"), seen("Secret"); cms == 0 || secrets != 0 {
 		t.Fatalf("the watcher saw %v ConfigMap changes and %v Secret changes, want some and none", cms, secrets)
 	}
