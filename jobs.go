@@ -1,11 +1,6 @@
 package confighash
 
-import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"strings"
-)
+import "strings"
 
 // A Job's pod template cannot change once it is made, so a change of what it uses
 // recreates it: the watcher deletes it and makes it again, the same spec under the
@@ -52,22 +47,14 @@ func RunName(cronJob, hash string) string {
 // Job's name is at most 63 characters, so this one always fits.
 func RecreationName(job string) string { return "confighash-recreation-" + job }
 
-const recreationSealPrefix = "confighash.dev/recreation-seal/v1\x00"
-
 // RecreationSeal is the seal of the record that replaces the Job of this namespace,
 // name and UID by the given one. Only a holder of the hash key can write it: a
 // tenant who can write Secrets but not Jobs cannot have the watcher make a Job.
 func RecreationSeal(key Key, namespace, name, replaces string, job []byte) string {
-	msg := []byte(recreationSealPrefix)
-	for _, f := range []string{namespace, name, replaces, string(job)} {
-		msg = appendString(msg, f)
-	}
-	var sum [sha256.Size]byte
-	key.sum(msg, &sum)
-	return hex.EncodeToString(sum[:])
+	return seal(key, recreationSealPrefix, namespace, name, replaces, string(job))
 }
 
-// RecreationSealed reports whether seal is the seal of that record.
-func RecreationSealed(key Key, namespace, name, replaces string, job []byte, seal string) bool {
-	return hmac.Equal([]byte(seal), []byte(RecreationSeal(key, namespace, name, replaces, job)))
+// RecreationSealed reports whether the annotations hold the seal of that record.
+func RecreationSealed(key Key, namespace, name, replaces string, job []byte, annotations map[string]string) bool {
+	return sealedWith(annotations, RecreationSeal(key, namespace, name, replaces, job))
 }

@@ -6,20 +6,26 @@ import (
 	"encoding/hex"
 )
 
-// AnnotationSnapshotSeal is on every snapshot the webhook makes: SnapshotSeal of its
-// kind, namespace and name. Only a holder of the hash key can write one, and it holds
-// for that object alone, so the watcher deletes no object it cannot prove confighash
-// made: not a ConfigMap a user labelled as a snapshot, nor one restored from a
-// snapshot's YAML under another name or in another namespace.
-const AnnotationSnapshotSeal = Domain + "/seal"
+// AnnotationSeal is on every object confighash makes that it later acts on: a
+// snapshot the webhook makes (SnapshotSeal of its kind, namespace and name) and the
+// record of a Job's recreation (RecreationSeal). Only a holder of the hash key can
+// write one, and it holds for that object alone, so the watcher deletes no object it
+// cannot prove confighash made: not a ConfigMap a user labelled as a snapshot, nor one
+// restored from a snapshot's YAML under another name or in another namespace; and it
+// makes no Job from a record it did not write.
+const AnnotationSeal = Domain + "/seal"
 
-// sealPrefix separates seals from every other use of the key.
-const sealPrefix = "confighash.dev/snapshot-seal/v1\x00"
+// The prefixes separate seals from each other and from every other use of the key.
+const (
+	snapshotSealPrefix   = "confighash.dev/snapshot-seal/v1\x00"
+	recreationSealPrefix = "confighash.dev/recreation-seal/v1\x00"
+)
 
-// SnapshotSeal is the seal of the snapshot of the kind with this namespace and name.
-func SnapshotSeal(key Key, kind SourceKind, namespace, name string) string {
-	msg := []byte(sealPrefix)
-	for _, f := range []string{string(kind), namespace, name} {
+// seal is the keyed digest, in hex, of the fields under the prefix, each
+// length-prefixed.
+func seal(key Key, prefix string, fields ...string) string {
+	msg := []byte(prefix)
+	for _, f := range fields {
 		msg = appendString(msg, f)
 	}
 	var sum [sha256.Size]byte
@@ -27,9 +33,19 @@ func SnapshotSeal(key Key, kind SourceKind, namespace, name string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// sealedWith reports whether the annotations hold the seal want.
+func sealedWith(annotations map[string]string, want string) bool {
+	s, ok := annotations[AnnotationSeal]
+	return ok && hmac.Equal([]byte(s), []byte(want))
+}
+
+// SnapshotSeal is the seal of the snapshot of the kind with this namespace and name.
+func SnapshotSeal(key Key, kind SourceKind, namespace, name string) string {
+	return seal(key, snapshotSealPrefix, string(kind), namespace, name)
+}
+
 // Sealed reports whether the annotations hold the seal of the snapshot of the kind
 // with this namespace and name.
 func Sealed(key Key, kind SourceKind, namespace, name string, annotations map[string]string) bool {
-	seal, ok := annotations[AnnotationSnapshotSeal]
-	return ok && hmac.Equal([]byte(seal), []byte(SnapshotSeal(key, kind, namespace, name)))
+	return sealedWith(annotations, SnapshotSeal(key, kind, namespace, name))
 }

@@ -8,7 +8,7 @@ func TestASealHoldsForItsObjectAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := NewKey([]byte("fedcba9876543210fedcba9876543210"))
-	sealed := map[string]string{AnnotationSnapshotSeal: SnapshotSeal(key, ConfigMap, "prod", "app-0123456789abcdef")}
+	sealed := map[string]string{AnnotationSeal: SnapshotSeal(key, ConfigMap, "prod", "app-0123456789abcdef")}
 	if !Sealed(key, ConfigMap, "prod", "app-0123456789abcdef", sealed) {
 		t.Fatal("the seal the webhook wrote does not hold for its own object")
 	}

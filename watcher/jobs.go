@@ -70,8 +70,8 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 			Name: confighash.RecreationName(job.Name), Namespace: job.Namespace,
 			Labels: map[string]string{confighash.LabelRecreationOf: job.Name},
 			Annotations: map[string]string{
-				confighash.AnnotationReplaces:     string(job.UID),
-				confighash.AnnotationSnapshotSeal: confighash.RecreationSeal(w.cfg.Key, job.Namespace, job.Name, string(job.UID), body),
+				confighash.AnnotationReplaces: string(job.UID),
+				confighash.AnnotationSeal:     confighash.RecreationSeal(w.cfg.Key, job.Namespace, job.Name, string(job.UID), body),
 			},
 		},
 		Type:      confighash.RecreationType,
@@ -135,7 +135,7 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 	var bad error
 	switch {
 	case rec.Type != confighash.RecreationType || rec.Labels[confighash.LabelRecreationOf] != key.Name ||
-		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, string(replaces), body, rec.Annotations[confighash.AnnotationSnapshotSeal]):
+		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, string(replaces), body, rec.Annotations):
 		bad = errRecordForged
 	case json.Unmarshal(body, job) != nil || job.Name != key.Name || job.Namespace != key.Namespace:
 		bad = fmt.Errorf("the Job in it is not Job %s/%s", key.Namespace, key.Name)

@@ -43,7 +43,7 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 		w.queue.AddAfter(key, at.Sub(now)) // a pause within an open window is no hold
 		return nil
 	}
-	if wv := w.waveOf(v, d); wv != nil && !v.Kind.Recreated() {
+	if wv := w.waveOf(v, d); wv != nil {
 		if ok, err := w.joinWave(ctx, key, v, d, wv); !ok || err != nil {
 			return err
 		}
@@ -93,9 +93,12 @@ type wave struct {
 }
 
 // waveOf returns the wave the workload's due change rolls in, nil when it rolls at
-// once: no wave size applies, or no changed source reaches more workloads than the
-// threshold.
+// once: it is a Job, which waves leave out (waveUsers), no wave size applies, or no
+// changed source reaches more workloads than the threshold.
 func (w *Watcher) waveOf(v *view, d confighash.Decision) *wave {
+	if v.Kind.Recreated() {
+		return nil
+	}
 	size := d.Pacing.WaveSize
 	for _, ref := range d.Held {
 		if src, ok := w.sources.Lookup(v.Namespace, ref); ok && src.Source.WaveSize > 0 && (size == 0 || src.Source.WaveSize < size) {

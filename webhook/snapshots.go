@@ -90,7 +90,7 @@ func (s *Snapshots) prepare(ctx context.Context, namespace string, want configha
 	meta := metav1.ObjectMeta{Name: name, Namespace: namespace,
 		Labels: map[string]string{confighash.LabelSnapshotOf: confighash.SnapshotOf(o.Name)},
 		Annotations: map[string]string{confighash.LabelSnapshotOf: o.Name,
-			confighash.AnnotationSnapshotSeal: confighash.SnapshotSeal(s.key, o.Kind, namespace, name)}}
+			confighash.AnnotationSeal: confighash.SnapshotSeal(s.key, o.Kind, namespace, name)}}
 	if owner != nil {
 		meta.OwnerReferences = []metav1.OwnerReference{*owner}
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,7 +39,7 @@ func flagsContexts(scoped string) []flagsContext {
 	without := func(drop ...string) string {
 		var kept []string
 		for _, k := range all {
-			if !containsString(drop, k) {
+			if !slices.Contains(drop, k) {
 				kept = append(kept, k)
 			}
 		}

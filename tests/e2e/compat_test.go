@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,20 +126,13 @@ func compatRun(t *testing.T, c *cluster.Cluster, w *component, ns string, rows [
 		hash, _, _ := unstructured.NestedString(u.Object, path...)
 		return state{hash, string(u.GetUID())}
 	}
-	// started reports whether the CronJob started a Job as Reloader's suite checks
-	// it: owned by it, instantiated by hand.
+	// started reports whether the CronJob started a Job, as Reloader's suite checks it.
 	started := func(cronJob string) bool {
-		jobs, err := c.Client.BatchV1().Jobs(ns).List(t.Context(), metav1.ListOptions{})
+		jobs, err := startedByHand(t.Context(), c, ns, cronJob)
 		if err != nil {
 			t.Error(err)
-			return false
 		}
-		for _, j := range jobs.Items {
-			if ref := metav1.GetControllerOf(&j); ref != nil && ref.Kind == "CronJob" && ref.Name == cronJob && j.Annotations["cronjob.kubernetes.io/instantiate"] != "" {
-				return true
-			}
-		}
-		return false
+		return len(jobs) > 0
 	}
 	before := make([]state, len(rows))
 	if ns == installNamespace {
@@ -147,7 +141,7 @@ func compatRun(t *testing.T, c *cluster.Cluster, w *component, ns string, rows [
 	}
 	for i, r := range rows {
 		for _, s := range []string{"cm", "cm2", "s", "s2"} {
-			if !containsString(r.absent, s) {
+			if !slices.Contains(r.absent, s) {
 				compatSource(t, c, ns, names(i)[s], s, "initial", r.sourceAnnotations[s], r.sourceLabels[s])
 			}
 		}
@@ -228,15 +222,6 @@ func compatDiffers(r compatRow) string {
 		return ""
 	}
 	return "; a documented difference: " + r.differs
-}
-
-func containsString(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // compatRuns numbers the runs, so that rows of two runs in one namespace differ.

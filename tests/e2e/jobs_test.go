@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -314,7 +315,7 @@ func TestAForgedRecreationRecordMakesNoJob(t *testing.T) {
 	}
 	rec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("miner"), Labels: map[string]string{confighash.LabelRecreationOf: "miner"},
-			Annotations: map[string]string{confighash.AnnotationReplaces: "0000", confighash.AnnotationSnapshotSeal: strings.Repeat("0", 64)}},
+			Annotations: map[string]string{confighash.AnnotationReplaces: "0000", confighash.AnnotationSeal: strings.Repeat("0", 64)}},
 		Type: confighash.RecreationType, Immutable: ptr.To(true), Data: map[string][]byte{confighash.RecreationJobKey: body},
 	}
 	if _, err := c.Client.CoreV1().Secrets(ns).Create(t.Context(), rec, metav1.CreateOptions{}); err != nil {
@@ -331,17 +332,32 @@ func TestAForgedRecreationRecordMakesNoJob(t *testing.T) {
 	}
 }
 
-// cronJobRuns returns the Jobs started by hand for the CronJob, by name.
+// startedByHand lists the Jobs of the CronJob that were started by hand, as
+// Reloader's suite finds them: owned by it, annotated cronjob.kubernetes.io/instantiate.
+func startedByHand(ctx context.Context, c *cluster.Cluster, ns, cronJob string) ([]batchv1.Job, error) {
+	jobs, err := c.Client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(jobs.Items, func(j batchv1.Job) bool {
+		ref := metav1.GetControllerOf(&j)
+		_, instantiated := j.Annotations["cronjob.kubernetes.io/instantiate"]
+		return ref == nil || ref.Kind != "CronJob" || ref.Name != cronJob || !instantiated
+	}), nil
+}
+
+// cronJobRuns returns the Jobs started by hand for the CronJob as kubectl starts them
+// (instantiate: manual), by name.
 func cronJobRuns(t testing.TB, c *cluster.Cluster, ns, cronJob string) map[string]*batchv1.Job {
 	t.Helper()
-	jobs, err := c.Client.BatchV1().Jobs(ns).List(t.Context(), metav1.ListOptions{})
+	jobs, err := startedByHand(t.Context(), c, ns, cronJob)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runs := map[string]*batchv1.Job{}
-	for i, j := range jobs.Items {
-		if ref := metav1.GetControllerOf(&j); ref != nil && ref.Kind == "CronJob" && ref.Name == cronJob && j.Annotations["cronjob.kubernetes.io/instantiate"] == "manual" {
-			runs[j.Name] = &jobs.Items[i]
+	for i, j := range jobs {
+		if j.Annotations["cronjob.kubernetes.io/instantiate"] == "manual" {
+			runs[j.Name] = &jobs[i]
 		}
 	}
 	return runs

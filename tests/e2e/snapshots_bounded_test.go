@@ -352,7 +352,7 @@ func TestTheSweepsCallsDoNotGrowWithSnapshotsTimesWorkloads(t *testing.T) {
 		whole := confighash.Reference{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "app"}, AllKeys: true}
 		name := confighash.SnapshotName("app", confighash.SnapshotDigest(key, ns, whole, confighash.SourceOfConfigMap(cm)))
 		cm.ObjectMeta = metav1.ObjectMeta{Name: name, Labels: map[string]string{confighash.LabelSnapshotOf: "app"},
-			Annotations: map[string]string{confighash.LabelSnapshotOf: "app", confighash.AnnotationSnapshotSeal: confighash.SnapshotSeal(key, confighash.ConfigMap, ns, name)}}
+			Annotations: map[string]string{confighash.LabelSnapshotOf: "app", confighash.AnnotationSeal: confighash.SnapshotSeal(key, confighash.ConfigMap, ns, name)}}
 		if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
