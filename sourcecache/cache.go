@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -197,6 +198,10 @@ type Cache struct {
 	// generation counts the objects the informers took in, counted before they are
 	// stored: what was read while it did not move is still what the cache holds.
 	generation atomic.Uint64
+
+	mu sync.Mutex
+	// stored is closed, and replaced, once the cache has stored an object.
+	stored chan struct{}
 }
 
 // New returns a cache fed by informers on client, for the given namespaces, or for the
@@ -225,16 +230,35 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 	for _, kind := range filter.Ignored.All() {
 		delete(newInformers, kind)
 	}
-	c := &Cache{informers: map[confighash.SourceKind]*Informers{}}
+	c := &Cache{informers: map[confighash.SourceKind]*Informers{}, stored: make(chan struct{})}
 	counted := func(obj any) (any, error) {
 		c.generation.Add(1)
 		return toDigested(obj)
 	}
+	notify := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		close(c.stored)
+		c.stored = make(chan struct{})
+	}
 	for kind, newInformer := range newInformers {
 		// Cannot fail before the informers run.
 		c.informers[kind], _ = NewInformers(namespaces, newInformer, counted)
+		_ = c.informers[kind].AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { notify() },
+			UpdateFunc: func(any, any) { notify() },
+			DeleteFunc: func(any) { notify() },
+		})
 	}
 	return c
+}
+
+// Stored is closed once the cache has stored an object after Stored was called: one
+// waiting for a version to arrive looks again then.
+func (c *Cache) Stored() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stored
 }
 
 // Generation moves whenever the cache takes in an object, before it holds it.

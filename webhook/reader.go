@@ -210,10 +210,7 @@ func (r *CachedReader) Names(ctx context.Context, namespace string, kind configh
 
 // How long a source the API server has at a version the cache does not hold yet may
 // take to reach the cache before it is read live: a watch event takes milliseconds.
-const (
-	catchUpTimeout = 100 * time.Millisecond
-	catchUpPoll    = 2 * time.Millisecond
-)
+const catchUpTimeout = 100 * time.Millisecond
 
 // Read implements SourceReader.
 func (r *CachedReader) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
@@ -283,33 +280,32 @@ func (r *CachedReader) freshAsTriggered(namespace string, triggers []confighash.
 // cache once the cache holds that version; a source the API server does not have is
 // absent.
 func (r *CachedReader) freshAsServed(ctx context.Context, namespace string, refs []confighash.SourceRef) (func(confighash.SourceRef) (confighash.Source, bool), error) {
-	served := make([]Version, len(refs))
-	err := inParallel(ctx, nil, len(refs), func(ctx context.Context, i int) error {
-		var err error
-		served[i], err = r.versions.Get(ctx, namespace, refs[i])
-		return err
-	})
+	served, err := r.versions.Get(ctx, namespace, refs)
 	if err != nil {
 		return nil, err
 	}
-	index := make(map[confighash.SourceRef]Version, len(refs))
-	for i, ref := range refs {
-		index[ref] = served[i]
-	}
 	deadline := time.Now().Add(catchUpTimeout)
 	return func(ref confighash.SourceRef) (confighash.Source, bool) {
-		v := index[ref]
+		v := served[ref]
 		if !v.Exists {
 			return confighash.AbsentSource(ref), true
 		}
 		for {
+			stored := r.cache.Stored() // before the lookup, so no store is missed
 			if d, ok := r.cache.Lookup(namespace, ref); ok && atLeast(d.ResourceVersion, v.ResourceVersion) {
 				return d.Source, true
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			wait := time.Until(deadline)
+			if wait <= 0 || ctx.Err() != nil {
 				return confighash.Source{}, false
 			}
-			time.Sleep(catchUpPoll)
+			timer := time.NewTimer(wait)
+			select {
+			case <-stored:
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			timer.Stop()
 		}
 	}, nil
 }

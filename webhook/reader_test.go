@@ -63,23 +63,8 @@ func TestCachedReaderProvesTheCacheWithTheListedVersions(t *testing.T) {
 	// The cache holds current, behind (the list has a newer version) and deleted (the
 	// list no longer has it); absent is in neither.
 	client := fake.NewClientset(cm("current", "5"), cm("behind", "5"), cm("deleted", "5"))
-	scheme := runtime.NewScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	meta := metadatafake.NewSimpleMetadataClient(scheme, listed("current", "5"), listed("behind", "6"))
-	sources := sourcecache.New(client, nil, sourcecache.Filter{}, nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = sources.Run(ctx) }()
-	if !sources.WaitSynced(ctx) {
-		t.Fatal("cache not synced")
-	}
-	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, rec, nil), NewVersions(meta, sourcecache.Filter{}, 5*time.Second, rec), rec)
+	reader, rec := cachedReader(t, client, listed("current", "5"), listed("behind", "6"))
+	ctx := t.Context()
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}
@@ -100,4 +85,54 @@ func TestCachedReaderProvesTheCacheWithTheListedVersions(t *testing.T) {
 	if n := testutil.ToFloat64(rec.reads.WithLabelValues("ConfigMap", ReadFromCache)); n != 3 {
 		t.Errorf("cache reads = %v, want 3", n)
 	}
+}
+
+func TestCachedReaderWaitsForTheCacheToCatchUp(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late", ResourceVersion: "5"}, Data: map[string]string{"k": "old"}}
+	client := fake.NewClientset(cm)
+	// The API server has version 6 already; the cache still holds 5.
+	reader, rec := cachedReader(t, client, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late", ResourceVersion: "6"}})
+	ctx := t.Context()
+	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "late"}
+	updated := cm.DeepCopy()
+	updated.ResourceVersion, updated.Data["k"] = "6", "new"
+	go func() {
+		time.Sleep(20 * time.Millisecond) // while the read waits
+		_, _ = client.CoreV1().ConfigMaps("ns").Update(ctx, updated, metav1.UpdateOptions{})
+	}()
+	got, err := reader.Read(ctx, "ns", []confighash.SourceRef{ref}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := confighash.SourceOfConfigMap(updated); !got[ref].Equal(want) {
+		t.Errorf("read %+v, want %+v: the version the API server has", got[ref], want)
+	}
+	if n := testutil.ToFloat64(rec.reads.WithLabelValues("ConfigMap", ReadFromCache)); n != 1 {
+		t.Errorf("cache reads = %v, want 1: the cache caught up within the wait", n)
+	}
+	if n := testutil.ToFloat64(rec.reads.WithLabelValues("ConfigMap", ReadFromLive)); n != 0 {
+		t.Errorf("live reads = %v, want 0", n)
+	}
+}
+
+// cachedReader returns a CachedReader over a synced cache of client, which proves the
+// cache with the versions listed, and its recorder.
+func cachedReader(t *testing.T, client *fake.Clientset, listed ...runtime.Object) (*CachedReader, *PrometheusRecorder) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	meta := metadatafake.NewSimpleMetadataClient(scheme, listed...)
+	sources := sourcecache.New(client, nil, sourcecache.Filter{}, nil)
+	go func() { _ = sources.Run(t.Context()) }()
+	if !sources.WaitSynced(t.Context()) {
+		t.Fatal("cache not synced")
+	}
+	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, rec, nil), NewVersions(meta, sourcecache.Filter{}, 5*time.Second, rec), rec), rec
 }

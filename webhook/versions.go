@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
 )
@@ -23,111 +25,138 @@ type Version struct {
 // Versions reads the current version of sources with consistent, metadata-only GETs:
 // they go to etcd, not to the API server's watch cache, and carry no values.
 //
-// Admissions that want the same source at the same time share a GET, but only one sent
-// after each of them arrived, so that each still sees every write made before it: at
-// most one GET per source is in flight, and those that arrive meanwhile share the next.
+// The admissions of a namespace share rounds of GETs, but only a round sent after each
+// of them arrived, so that each still sees every write made before it: one round per
+// namespace is in flight, and those that arrive meanwhile join the next, which GETs
+// what all of them want once the round in flight answers. An admission waits for one
+// round, not for a GET of each of its sources.
 type Versions struct {
 	meta    metadata.Interface
 	filter  sourcecache.Filter
 	timeout time.Duration
 	metrics Recorder
 
-	mu    sync.Mutex
-	calls map[versionKey]*versionCalls
+	mu sync.Mutex
+	// next has a namespace while a round of it is in flight: the round that follows,
+	// nil until an admission waits for it.
+	next map[string]*round
 	// slots bounds the GETs in flight in the process.
 	slots chan struct{}
 }
 
-type versionKey struct {
-	namespace string
-	ref       confighash.SourceRef
+// round is the GETs of a set of sources, sent together.
+type round struct {
+	refs     map[confighash.SourceRef]bool
+	done     chan struct{}
+	versions map[confighash.SourceRef]Version
+	errs     map[confighash.SourceRef]error
 }
 
-// versionCalls are the GET in flight for one source and the one that follows it.
-type versionCalls struct{ inflight, next *versionCall }
-
-type versionCall struct {
-	done    chan struct{}
-	version Version
-	err     error
+func newRound() *round {
+	return &round{refs: map[confighash.SourceRef]bool{}, done: make(chan struct{})}
 }
 
 // NewVersions returns a reader of versions through meta, of the sources filter
-// admits (the others do not exist for confighash); a GET shared by several admissions
-// gives up after timeout.
+// admits (the others do not exist for confighash); a round shared by several
+// admissions gives up after timeout.
 func NewVersions(meta metadata.Interface, filter sourcecache.Filter, timeout time.Duration, metrics Recorder) *Versions {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &Versions{meta: meta, filter: filter, timeout: timeout, metrics: metrics, calls: map[versionKey]*versionCalls{},
+	return &Versions{meta: meta, filter: filter, timeout: timeout, metrics: metrics, next: map[string]*round{},
 		slots: make(chan struct{}, readsInFlight)}
 }
 
-// Get returns the current version of the source, from a GET sent after Get was called.
-func (v *Versions) Get(ctx context.Context, namespace string, ref confighash.SourceRef) (Version, error) {
-	key := versionKey{namespace, ref}
-	v.mu.Lock()
-	calls, ok := v.calls[key]
-	if !ok {
-		calls = &versionCalls{}
-		v.calls[key] = calls
+// Get returns the current version of each source, from GETs sent after Get was called.
+func (v *Versions) Get(ctx context.Context, namespace string, refs []confighash.SourceRef) (map[confighash.SourceRef]Version, error) {
+	if len(refs) == 0 {
+		return nil, nil
 	}
-	var call *versionCall
-	switch {
-	case calls.inflight == nil:
-		call = &versionCall{done: make(chan struct{})}
-		calls.inflight = call
-		go v.send(key, call)
-	case calls.next != nil:
-		call = calls.next
-	default:
-		// The GET in flight may have been read before this admission's sources were
+	v.mu.Lock()
+	call, inflight := v.next[namespace]
+	if call == nil {
+		call = newRound()
+	}
+	for _, ref := range refs {
+		call.refs[ref] = true
+	}
+	if inflight {
+		// The round in flight may have read before this admission's sources were
 		// written: wait for the next one.
-		call = &versionCall{done: make(chan struct{})}
-		calls.next = call
+		v.next[namespace] = call
+	} else {
+		v.next[namespace] = nil
+		go v.send(namespace, call)
 	}
 	v.mu.Unlock()
 	select {
 	case <-call.done:
-		return call.version, call.err
 	case <-ctx.Done():
-		return Version{}, ctx.Err()
+		return nil, ctx.Err()
 	}
+	out := make(map[confighash.SourceRef]Version, len(refs))
+	for _, ref := range refs {
+		if err := call.errs[ref]; err != nil {
+			return nil, err
+		}
+		out[ref] = call.versions[ref]
+	}
+	return out, nil
 }
 
-// send GETs the source for call, then sends the call that waited behind it, if any.
-func (v *Versions) send(key versionKey, call *versionCall) {
+// send GETs the sources of call, then sends the round that waited behind it, if any.
+func (v *Versions) send(namespace string, call *round) {
 	// Shared by several admissions: bounded by its own timeout, not one caller's.
 	ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
-	select {
-	case v.slots <- struct{}{}:
-		call.version, call.err = v.get(ctx, key)
-		<-v.slots
-	case <-ctx.Done():
-		call.err = fmt.Errorf("read the version of %s: %w", key.ref, ctx.Err())
+	var mu sync.Mutex
+	call.versions = make(map[confighash.SourceRef]Version, len(call.refs))
+	call.errs = map[confighash.SourceRef]error{}
+	// As many GETs at once as one admission makes; an error is its source's alone.
+	var g errgroup.Group
+	g.SetLimit(readsPerAdmission)
+	for ref := range call.refs {
+		g.Go(func() error {
+			version, err := v.getInSlot(ctx, namespace, ref)
+			mu.Lock()
+			defer mu.Unlock()
+			call.versions[ref], call.errs[ref] = version, err
+			return nil
+		})
 	}
+	_ = g.Wait()
 	cancel()
 	close(call.done)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	calls := v.calls[key]
-	calls.inflight, calls.next = calls.next, nil
-	if calls.inflight == nil {
-		delete(v.calls, key)
+	next := v.next[namespace]
+	if next == nil {
+		delete(v.next, namespace)
 		return
 	}
-	go v.send(key, calls.inflight)
+	v.next[namespace] = nil
+	go v.send(namespace, next)
 }
 
-func (v *Versions) get(ctx context.Context, key versionKey) (Version, error) {
-	v.metrics.VersionRead(key.ref.Kind)
+// getInSlot is get, within the process's bound on GETs in flight.
+func (v *Versions) getInSlot(ctx context.Context, namespace string, ref confighash.SourceRef) (Version, error) {
+	select {
+	case v.slots <- struct{}{}:
+		defer func() { <-v.slots }()
+		return v.get(ctx, namespace, ref)
+	case <-ctx.Done():
+		return Version{}, fmt.Errorf("read the version of %s: %w", ref, ctx.Err())
+	}
+}
+
+func (v *Versions) get(ctx context.Context, namespace string, ref confighash.SourceRef) (Version, error) {
+	v.metrics.VersionRead(ref.Kind)
 	// No resourceVersion: a consistent read, served by etcd.
-	obj, err := v.meta.Resource(sourcecache.Resource(key.ref.Kind)).Namespace(key.namespace).Get(ctx, key.ref.Name, metav1.GetOptions{})
+	obj, err := v.meta.Resource(sourcecache.Resource(ref.Kind)).Namespace(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return Version{}, nil
 	case err != nil:
-		return Version{}, fmt.Errorf("read the version of %s: %w", key.ref, err)
+		return Version{}, fmt.Errorf("read the version of %s: %w", ref, err)
 	case !v.filter.Admits(obj.Labels):
 		return Version{}, nil
 	}
