@@ -200,7 +200,8 @@ type Cache struct {
 	generation atomic.Uint64
 
 	mu sync.Mutex
-	// stored is closed, and replaced, once the cache has stored an object.
+	// stored is closed, and replaced, once the cache has stored an object (with
+	// NotifyStores).
 	stored chan struct{}
 }
 
@@ -235,26 +236,32 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 		c.generation.Add(1)
 		return toDigested(obj)
 	}
+	for kind, newInformer := range newInformers {
+		// Cannot fail before the informers run.
+		c.informers[kind], _ = NewInformers(namespaces, newInformer, counted)
+	}
+	return c
+}
+
+// NotifyStores has the cache close Stored each time it stores an object; call it
+// before Run. Only a reader that waits for a version to arrive needs it: the watcher,
+// which never waits, leaves its informers without the handler.
+func (c *Cache) NotifyStores() error {
 	notify := func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		close(c.stored)
 		c.stored = make(chan struct{})
 	}
-	for kind, newInformer := range newInformers {
-		// Cannot fail before the informers run.
-		c.informers[kind], _ = NewInformers(namespaces, newInformer, counted)
-		_ = c.informers[kind].AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { notify() },
-			UpdateFunc: func(any, any) { notify() },
-			DeleteFunc: func(any) { notify() },
-		})
-	}
-	return c
+	return c.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	})
 }
 
-// Stored is closed once the cache has stored an object after Stored was called: one
-// waiting for a version to arrive looks again then.
+// Stored is closed once the cache has stored an object after Stored was called, if
+// NotifyStores was: one waiting for a version to arrive looks again then.
 func (c *Cache) Stored() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()

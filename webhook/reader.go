@@ -191,11 +191,13 @@ type CachedReader struct {
 var _ SourceReader = (*CachedReader)(nil)
 
 // NewCachedReader returns a reader over the cache that proves it current with versions
-// and falls back to live.
+// and falls back to live. Make it before the cache runs: it asks the cache to tell it
+// of each object stored.
 func NewCachedReader(c *sourcecache.Cache, live *LiveReader, versions *Versions, metrics Recorder) *CachedReader {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
+	_ = c.NotifyStores() // cannot fail before the cache runs
 	return &CachedReader{cache: c, live: live, versions: versions, metrics: metrics}
 }
 

@@ -37,12 +37,12 @@ func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
 	sources := sourcecache.New(client, []string{"watched"}, sourcecache.Filter{}, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, nil, nil), nil, nil)
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {
 		t.Fatal("cache not synced")
 	}
 	ref := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
-	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, nil, nil), nil, nil)
 	got, err := reader.Read(ctx, "other", []confighash.SourceRef{ref}, []confighash.Trigger{{SourceRef: confighash.SourceRef{Kind: confighash.Secret, Name: "x"}, ResourceVersion: "1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,9 +101,14 @@ func TestCachedReaderWaitsForTheCacheToCatchUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // while the read waits
 		_, _ = client.CoreV1().ConfigMaps("ns").Update(ctx, updated, metav1.UpdateOptions{})
 	}()
+	start := time.Now()
 	got, err := reader.Read(ctx, "ns", []confighash.SourceRef{ref}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Woken by the store, not by the end of the wait, which would look once more.
+	if took := time.Since(start); took >= catchUpTimeout {
+		t.Errorf("the read took %v, the whole catch-up wait: the cache's store did not wake it", took)
 	}
 	if want := confighash.SourceOfConfigMap(updated); !got[ref].Equal(want) {
 		t.Errorf("read %+v, want %+v: the version the API server has", got[ref], want)
@@ -126,13 +131,14 @@ func cachedReader(t *testing.T, client *fake.Clientset, listed ...runtime.Object
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme, listed...)
 	sources := sourcecache.New(client, nil, sourcecache.Filter{}, nil)
-	go func() { _ = sources.Run(t.Context()) }()
-	if !sources.WaitSynced(t.Context()) {
-		t.Fatal("cache not synced")
-	}
 	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, rec, nil), NewVersions(meta, sourcecache.Filter{}, 5*time.Second, rec), rec), rec
+	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, rec, nil), NewVersions(meta, sourcecache.Filter{}, 5*time.Second, rec), rec)
+	go func() { _ = sources.Run(t.Context()) }()
+	if !sources.WaitSynced(t.Context()) {
+		t.Fatal("cache not synced")
+	}
+	return reader, rec
 }

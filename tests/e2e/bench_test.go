@@ -93,12 +93,12 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
 	sources := sourcecache.New(c.Client, nil, sourcecache.Filter{}, nil)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {
 		b.Fatal("cache did not sync")
 	}
 	key, _ := confighash.NewKey(bytes.Repeat([]byte{3}, 32))
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
 	mutator, err := webhook.New(webhook.Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader,
 		Snapshots: webhook.NewSnapshots(c.Client, key, nil)})
 	if err != nil {

@@ -300,6 +300,8 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 	// A cache that stops watching once synced: it keeps what it saw, and never sees
 	// what follows, as an informer that lags would not for a while.
 	sources := sourcecache.New(c.Client, []string{ns}, sourcecache.Filter{}, nil)
+	rec := &readCounter{}
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, rec, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, rec), rec)
 	watching, stopWatching := context.WithCancel(t.Context())
 	go func() { _ = sources.Run(watching) }()
 	if !sources.WaitSynced(watching) {
@@ -312,8 +314,6 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 	}
 	created := createConfigMap(t, c, ns, "created", map[string]string{"k": "v"})
 
-	rec := &readCounter{}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, rec, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, rec), rec)
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}
