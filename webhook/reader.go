@@ -41,8 +41,8 @@ const (
 
 var _ SourceReader = (*LiveReader)(nil)
 
-// inParallel calls f for 0 to n-1 at once, at most readsPerAdmission together and, with
-// slots, within the process's bound; a panic is returned as an error, since the
+// inParallel calls f for 0 to n-1 at once, at most readsPerAdmission together and
+// within the process's bound, slots; a panic is returned as an error, since the
 // admission's recover does not reach these goroutines and the webhook never crashes.
 func inParallel(ctx context.Context, slots chan struct{}, n int, f func(ctx context.Context, i int) error) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -54,14 +54,12 @@ func inParallel(ctx context.Context, slots chan struct{}, n int, f func(ctx cont
 					err = fmt.Errorf("internal error: %v", p)
 				}
 			}()
-			if slots != nil {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				defer func() { <-slots }()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
+			defer func() { <-slots }()
 			return f(ctx, i)
 		})
 	}

@@ -3,14 +3,14 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -108,22 +108,24 @@ func (v *Versions) Get(ctx context.Context, namespace string, refs []confighash.
 func (v *Versions) send(namespace string, call *round) {
 	// Shared by several admissions: bounded by its own timeout, not one caller's.
 	ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
+	refs := slices.Collect(maps.Keys(call.refs))
+	call.versions = make(map[confighash.SourceRef]Version, len(refs))
+	call.errs = make(map[confighash.SourceRef]error, len(refs))
 	var mu sync.Mutex
-	call.versions = make(map[confighash.SourceRef]Version, len(call.refs))
-	call.errs = map[confighash.SourceRef]error{}
 	// As many GETs at once as one admission makes; an error is its source's alone.
-	var g errgroup.Group
-	g.SetLimit(readsPerAdmission)
-	for ref := range call.refs {
-		g.Go(func() error {
-			version, err := v.getInSlot(ctx, namespace, ref)
-			mu.Lock()
-			defer mu.Unlock()
-			call.versions[ref], call.errs[ref] = version, err
-			return nil
-		})
+	err := inParallel(ctx, v.slots, len(refs), func(ctx context.Context, i int) error {
+		version, err := v.get(ctx, namespace, refs[i])
+		mu.Lock()
+		defer mu.Unlock()
+		call.versions[refs[i]], call.errs[refs[i]] = version, err
+		return nil
+	})
+	// What did not answer (no slot in time, a panic) has the error, never a version.
+	for _, ref := range refs {
+		if _, answered := call.errs[ref]; !answered {
+			call.errs[ref] = fmt.Errorf("read the version of %s: %w", ref, err)
+		}
 	}
-	_ = g.Wait()
 	cancel()
 	close(call.done)
 	v.mu.Lock()
@@ -135,17 +137,6 @@ func (v *Versions) send(namespace string, call *round) {
 	}
 	v.next[namespace] = nil
 	go v.send(namespace, next)
-}
-
-// getInSlot is get, within the process's bound on GETs in flight.
-func (v *Versions) getInSlot(ctx context.Context, namespace string, ref confighash.SourceRef) (Version, error) {
-	select {
-	case v.slots <- struct{}{}:
-		defer func() { <-v.slots }()
-		return v.get(ctx, namespace, ref)
-	case <-ctx.Done():
-		return Version{}, fmt.Errorf("read the version of %s: %w", ref, ctx.Err())
-	}
 }
 
 func (v *Versions) get(ctx context.Context, namespace string, ref confighash.SourceRef) (Version, error) {
