@@ -389,7 +389,7 @@ func parallel(t testing.TB, workers, n int, fn func(i int) error) {
 
 func BenchmarkScenarioAdmission(b *testing.B) {
 	c := cluster.Require(b, testCluster)
-	const creates, inParallel, rounds = 1000, 16, 10
+	const creates, inParallel, rounds = 3000, 16, 10
 	scenario(b, bench.Scenario{
 		Name: "admission", Title: "What the webhook adds to a create",
 		Setup: "four namespaces, each with 3 ConfigMaps and 2 Secrets of 10 keys of 1 KiB: one labelled for confighash; one served by a webhook that allows every create unchanged (the no-op webhook); one by a webhook that makes one consistent read and returns confighash's patch (the floor webhook); one no webhook serves. All three webhooks stay registered throughout",

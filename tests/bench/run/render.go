@@ -254,7 +254,7 @@ var headlines = []struct {
 		[][2]string{{"max-ms", "all rolled"}, {"plain-PATCH-floor-ms", "the client"}}},
 	{"memory-at-rest", "550 MiB of Secret and ConfigMap values, 2,000 workloads",
 		[][2]string{{"all watcher RSS", "watcher RSS"}, {"all webhook RSS", "webhook RSS"}}},
-	{"admission", "1,000 creates with 5 sources, 16 in parallel: added by the webhook, against a webhook making one consistent read",
+	{"admission", "3,000 creates with 5 sources, 16 in parallel: added by the webhook, against a webhook making one consistent read",
 		[][2]string{{"added p50", "p50"}, {"floor webhook added p50", "the floor's"}, {"added p99", "p99"}, {"floor webhook added p99", "the floor's"}}},
 	{"BenchmarkChangeToRollout/fanout-1", "ConfigMap update to rollout, no debounce",
 		[][2]string{{"p50-ms", "p50"}}},
