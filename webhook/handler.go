@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 	kwhhttp "github.com/slok/kubewebhook/v2/pkg/http"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // MaxBodyBytes caps an AdmissionReview body. The API server limits objects to about
@@ -83,67 +83,21 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// hasRequest reports whether body is a JSON object with exactly one "request"
+// hasRequest reports whether body is one JSON object with exactly one "request"
 // member, an object with exactly one non-empty "uid": what kubewebhook needs before
 // it dereferences the request. Member names are matched exactly, as the API
 // machinery's decoder matches them; a repeated member is refused, since which one
-// wins would be the decoder's choice.
+// wins would be the decoder's choice. It is one pass over the body, which skips the
+// object without copying it.
 func hasRequest(body []byte) bool {
-	found := false
-	ok := members(body, func(name string, value json.RawMessage) bool {
-		if name != "request" {
-			return true
-		}
-		if found || !hasUID(value) {
-			return false
-		}
-		found = true
-		return true
-	})
-	return ok && found
-}
-
-// hasUID reports whether a request has exactly one "uid", a non-empty string.
-func hasUID(request json.RawMessage) bool {
-	found := false
-	ok := members(request, func(name string, value json.RawMessage) bool {
-		if name != "uid" {
-			return true
-		}
-		var uid string
-		if found || json.Unmarshal(value, &uid) != nil || uid == "" {
-			return false
-		}
-		found = true
-		return true
-	})
-	return ok && found
-}
-
-// members calls each with the name and raw value of every member of the JSON object
-// in data, until it returns false; it reports whether data is one whole object and
-// each returned true.
-func members(data []byte, each func(name string, value json.RawMessage) bool) bool {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return false
+	var review struct {
+		Request *struct {
+			UID *string `json:"uid"`
+		} `json:"request"`
 	}
-	for dec.More() {
-		t, err := dec.Token()
-		name, isName := t.(string)
-		if err != nil || !isName {
-			return false
-		}
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil || !each(name, value) {
-			return false
-		}
-	}
-	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
-		return false
-	}
-	_, err := dec.Token()
-	return errors.Is(err, io.EOF)
+	// Only repeated members are refused: the review has members this struct lacks.
+	repeated, err := sigsjson.UnmarshalStrict(body, &review, sigsjson.DisallowDuplicateFields)
+	return err == nil && len(repeated) == 0 && review.Request != nil && review.Request.UID != nil && *review.Request.UID != ""
 }
 
 // Reasons a request is refused before admission, for metrics.

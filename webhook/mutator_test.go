@@ -109,6 +109,12 @@ func TestHasRequest(t *testing.T) {
 		`{"Request":{"uid":"1"}}`:                               false, // names match exactly
 		`{"request":{"uid":"1"}} {"request":null}`:              false, // one object only
 		`{"apiVersion":"v1","request":{"uid":"1"},"extra":[1]}`: true,
+		`{"request":{"UID":"1"}}`:                               false,
+		`{"request":{"uid":null}}`:                              false,
+		`{"request":[]}`:                                        false,
+		`null`:                                                  false,
+		// The object is the API server's: hasRequest does not look inside it.
+		`{"request":{"uid":"1","object":{"a":1,"a":2}}}`: true,
 	}
 	for body, want := range tests {
 		if got := hasRequest([]byte(body)); got != want {
