@@ -224,6 +224,32 @@ func watchGenerationBumps(b *testing.B, c *cluster.Cluster, ns string, gen map[s
 	}
 }
 
+// webhookCalls reads the API server's own record of its calls to admission webhooks:
+// by webhook name, the calls and the seconds they took, from the API server's side of
+// the connection.
+func webhookCalls(b *testing.B, c *cluster.Cluster) map[string]struct{ count, seconds float64 } {
+	b.Helper()
+	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]struct{ count, seconds float64 }{}
+	const metric = "apiserver_admission_webhook_admission_duration_seconds"
+	forEachSample(bytes.NewReader(raw), metric, func(line string, v float64) {
+		_, rest, _ := strings.Cut(line, `name="`)
+		name, _, _ := strings.Cut(rest, `"`)
+		calls := out[name]
+		switch {
+		case strings.HasPrefix(line, metric+"_count{"):
+			calls.count += v
+		case strings.HasPrefix(line, metric+"_sum{"):
+			calls.seconds += v
+		}
+		out[name] = calls
+	})
+	return out
+}
+
 // apiRequests reads the API server's request counters, summed by "VERB resource" (as
 // "PATCH deployments") and by verb alone (as "LIST").
 func apiRequests(b *testing.B, c *cluster.Cluster) map[string]float64 {
