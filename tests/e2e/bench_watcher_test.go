@@ -229,15 +229,10 @@ func watchGenerationBumps(b *testing.B, c *cluster.Cluster, ns string, gen map[s
 // the connection.
 func webhookCalls(b *testing.B, c *cluster.Cluster) map[string]struct{ count, seconds float64 } {
 	b.Helper()
-	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.Context())
-	if err != nil {
-		b.Fatal(err)
-	}
 	out := map[string]struct{ count, seconds float64 }{}
 	const metric = "apiserver_admission_webhook_admission_duration_seconds"
-	forEachSample(bytes.NewReader(raw), metric, func(line string, v float64) {
-		_, rest, _ := strings.Cut(line, `name="`)
-		name, _, _ := strings.Cut(rest, `"`)
+	forEachSample(bytes.NewReader(apiServerMetrics(b, c)), metric, func(line string, v float64) {
+		name := metricLabel(line, "name")
 		calls := out[name]
 		switch {
 		case strings.HasPrefix(line, metric+"_count{"):
@@ -250,27 +245,35 @@ func webhookCalls(b *testing.B, c *cluster.Cluster) map[string]struct{ count, se
 	return out
 }
 
-// apiRequests reads the API server's request counters, summed by "VERB resource" (as
-// "PATCH deployments") and by verb alone (as "LIST").
-func apiRequests(b *testing.B, c *cluster.Cluster) map[string]float64 {
+// apiServerMetrics returns the API server's metrics, as Prometheus text.
+func apiServerMetrics(b *testing.B, c *cluster.Cluster) []byte {
 	b.Helper()
 	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.Context())
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := map[string]float64{}
-	label := func(line, name string) string {
-		_, rest, ok := strings.Cut(line, name+`="`)
-		if !ok {
-			return ""
-		}
-		v, _, _ := strings.Cut(rest, `"`)
-		return v
+	return raw
+}
+
+// metricLabel returns the value of the named label in a Prometheus sample line.
+func metricLabel(line, name string) string {
+	_, rest, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return ""
 	}
-	forEachSample(bytes.NewReader(raw), "apiserver_request_total{", func(line string, v float64) {
-		verb := label(line, "verb")
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
+
+// apiRequests reads the API server's request counters, summed by "VERB resource" (as
+// "PATCH deployments") and by verb alone (as "LIST").
+func apiRequests(b *testing.B, c *cluster.Cluster) map[string]float64 {
+	b.Helper()
+	out := map[string]float64{}
+	forEachSample(bytes.NewReader(apiServerMetrics(b, c)), "apiserver_request_total{", func(line string, v float64) {
+		verb := metricLabel(line, "verb")
 		out[verb] += v
-		out[verb+" "+label(line, "resource")] += v
+		out[verb+" "+metricLabel(line, "resource")] += v
 	})
 	return out
 }

@@ -397,28 +397,17 @@ func BenchmarkScenarioAdmission(b *testing.B) {
 			creates, inParallel, rounds, creates/rounds),
 	}, func(s *bench.Scenario) {
 		w := startWebhook(b, c, benchLogLevel)
-		ns := labeledNamespace(b, c)
-		createFiveSources(b, c, ns)
-		noopNS, err := c.CreateNamespace(b.Context(), "noop", startNoopWebhook(b, c))
-		if err != nil {
-			b.Fatal(err)
+		// A namespace per series, each with the same five sources.
+		withSources := func(labels map[string]string) string {
+			created := namespace(b, c, labels)
+			createFiveSources(b, c, created)
+			return created
 		}
-		b.Cleanup(func() { _ = c.DeleteNamespace(context.Background(), noopNS) })
-		createFiveSources(b, c, noopNS)
-		floorNS, err := c.CreateNamespace(b.Context(), "floor", startFloorWebhook(b, c))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = c.DeleteNamespace(context.Background(), floorNS) })
-		createFiveSources(b, c, floorNS)
-		withoutNS, err := c.CreateNamespace(b.Context(), "without", nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = c.DeleteNamespace(context.Background(), withoutNS) })
-		createFiveSources(b, c, withoutNS)
-		everyNS := namespace(b, c, map[string]string{confighash.InjectionLabel: confighash.InjectionEvery})
-		createFiveSources(b, c, everyNS)
+		ns := withSources(map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled})
+		noopNS := withSources(startNoopWebhook(b, c))
+		floorNS := withSources(startFloorWebhook(b, c))
+		withoutNS := withSources(nil)
+		everyNS := withSources(map[string]string{confighash.InjectionLabel: confighash.InjectionEvery})
 		const without, noop, floor, hooked, every = "without", "noop", "floor", "hooked", "every"
 		namespaces := map[string]string{without: withoutNS, noop: noopNS, floor: floorNS, hooked: ns, every: everyNS}
 		samples := map[string][]time.Duration{}
