@@ -200,8 +200,8 @@ type Cache struct {
 	generation atomic.Uint64
 
 	mu sync.Mutex
-	// stored is closed, and replaced, once the cache has stored an object (with
-	// NotifyStores).
+	// stored, while a reader waits on it, is closed at the next object the cache
+	// stores (with NotifyStores); nil while none waits, so a store costs no channel.
 	stored chan struct{}
 }
 
@@ -231,7 +231,7 @@ func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dy
 	for _, kind := range filter.Ignored.All() {
 		delete(newInformers, kind)
 	}
-	c := &Cache{informers: map[confighash.SourceKind]*Informers{}, stored: make(chan struct{})}
+	c := &Cache{informers: map[confighash.SourceKind]*Informers{}}
 	counted := func(obj any) (any, error) {
 		c.generation.Add(1)
 		return toDigested(obj)
@@ -250,8 +250,10 @@ func (c *Cache) NotifyStores() error {
 	notify := func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		close(c.stored)
-		c.stored = make(chan struct{})
+		if c.stored != nil {
+			close(c.stored)
+			c.stored = nil
+		}
 	}
 	return c.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { notify() },
@@ -265,6 +267,9 @@ func (c *Cache) NotifyStores() error {
 func (c *Cache) Stored() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stored == nil {
+		c.stored = make(chan struct{})
+	}
 	return c.stored
 }
 
