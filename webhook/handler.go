@@ -2,30 +2,99 @@ package webhook
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/rs/zerolog"
 	kwhhttp "github.com/slok/kubewebhook/v2/pkg/http"
+	"golang.org/x/sync/semaphore"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/confighash/confighash"
 )
 
-// MaxBodyBytes caps an AdmissionReview body. The API server limits objects to about
-// 3 MiB and a review carries the object and the old object.
-const MaxBodyBytes = 7 << 20
+// MaxBodyBytes caps an AdmissionReview body. The largest object the API server keeps
+// is etcd's request limit, 1.5 MiB (its own request bodies are capped at 3 MiB, and a
+// create of more is refused by etcd unless it is a dry run); the review of an update
+// carries it twice, object and oldObject, so 3 MiB. Half a MiB more covers the rest of
+// the review (uid, kinds, userInfo with its groups and extras, options) and JSON's
+// overhead over the stored encoding. A larger review is refused before it is read;
+// with failurePolicy Ignore the write goes through unchanged and the watcher heals.
+const MaxBodyBytes = 3<<20 + 512<<10
 
-// NewHandler returns the HTTP handler that admits workloads with the mutator. It
-// refuses bodies that are too large, not JSON, or not an AdmissionReview with a request
-// with a 4xx before they reach the mutator, and turns a panic into a 500 (which the
-// API server, with failurePolicy Ignore, treats as allowed).
+// Default bounds on the admissions handled at once (DESIGN rules 9 and 11): by count,
+// and by the bytes of their bodies, which are read, decoded and copied a few times
+// each. A burst of 256 ordinary reviews of 10 KB passes; four reviews at MaxBodyBytes
+// fill the bytes, which bounds the memory they take to tens of MiB.
+const (
+	DefaultMaxInFlight      = 256
+	DefaultMaxInFlightBytes = 16 << 20
+)
+
+// shedPrefixBytes is how much of a review shed by the bounds is read to find its uid,
+// which the API server writes first: {"kind":...,"apiVersion":...,"request":{"uid":...
+const shedPrefixBytes = 4 << 10
+
+// bodyReadTimeout bounds the reading of a body, which holds its share of the bounds:
+// the API server sends it at once.
+const bodyReadTimeout = 5 * time.Second
+
+// Why an admission was shed, for metrics.
+const (
+	shedCount = "count"
+	shedBytes = "bytes"
+)
+
+// limiter bounds the admissions in flight in the process, by count and by bytes. One
+// is shared by every path a Mutator serves.
+type limiter struct {
+	count *semaphore.Weighted
+	bytes *semaphore.Weighted
+	// maxBytes is the bytes' capacity: a body of unknown length weighs MaxBodyBytes,
+	// never more.
+	maxBytes int64
+}
+
+func newLimiter(count int, bytes int64) *limiter {
+	return &limiter{count: semaphore.NewWeighted(int64(count)), bytes: semaphore.NewWeighted(bytes), maxBytes: bytes}
+}
+
+// acquire takes a slot and weight bytes at once, without waiting; on failure it says
+// which bound is full.
+func (l *limiter) acquire(weight int64) (release func(), full string) {
+	if !l.count.TryAcquire(1) {
+		return nil, shedCount
+	}
+	weight = min(weight, l.maxBytes)
+	if !l.bytes.TryAcquire(weight) {
+		l.count.Release(1)
+		return nil, shedBytes
+	}
+	return func() { l.bytes.Release(weight); l.count.Release(1) }, ""
+}
+
+// NewHandler returns the HTTP handler that admits workloads with the mutator. Before
+// anything is decoded it sheds what is beyond the bounds on admissions in flight
+// (allowed, unchanged), and refuses bodies that are too large, not JSON, or not an
+// AdmissionReview with a request with a 4xx; a review of a namespace confighash does
+// not act in, of a kind it does not handle, or of another operation is answered
+// allowed, unchanged, without decoding the object. It turns a panic into a 500 (which
+// the API server, with failurePolicy Ignore, treats as allowed).
 func NewHandler(m *Mutator, log zerolog.Logger) (http.Handler, error) {
 	inner, err := kwhhttp.HandlerFor(kwhhttp.HandlerConfig{Webhook: m, Logger: NewKubewebhookLogger(log)})
 	if err != nil {
 		return nil, err
 	}
-	return &guard{next: inner, metrics: m.cfg.Metrics, log: log}, nil
+	return &guard{next: inner, mutator: m, metrics: m.cfg.Metrics, log: log}, nil
 }
 
 // NewServeMux serves the mutator at Path, and its form for namespaces that opt every
@@ -44,6 +113,7 @@ func NewServeMux(m *Mutator, log zerolog.Logger) (*http.ServeMux, error) {
 
 type guard struct {
 	next    http.Handler
+	mutator *Mutator
 	metrics Recorder
 	log     zerolog.Logger
 }
@@ -64,7 +134,22 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, reasonContentType, "want Content-Type application/json", http.StatusUnsupportedMediaType)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if r.ContentLength > MaxBodyBytes {
+		g.refuse(w, reasonTooLarge, "body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	weight := r.ContentLength
+	if weight < 0 {
+		weight = MaxBodyBytes // chunked: it may be as large as the cap
+	}
+	release, full := g.mutator.limits.acquire(weight)
+	if release == nil {
+		g.shed(w, r, full)
+		return
+	}
+	defer release()
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout)) // not supported in tests
+	body, err := readBody(w, r)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -75,29 +160,188 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// kubewebhook assumes a request is present; check before it dereferences it.
-	if !hasRequest(body) {
+	p, ok := previewOf(body)
+	if !ok {
 		g.refuse(w, reasonMalformed, "not an AdmissionReview with a request", http.StatusBadRequest)
+		return
+	}
+	if kind, ok := g.mutator.handles(p); !ok {
+		// The API server sends none of these: answered without decoding the object.
+		start := time.Now()
+		answer(w, p.APIVersion, *p.Request.UID, nil)
+		g.metrics.ObserveAdmission(kind, operationLabel(p.Request.Operation), ResultSkipped, time.Since(start))
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	g.next.ServeHTTP(w, r)
 }
 
-// hasRequest reports whether body is one JSON object with exactly one "request"
-// member, an object with exactly one non-empty "uid": what kubewebhook needs before
-// it dereferences the request. Member names are matched exactly, as the API
-// machinery's decoder matches them; a repeated member is refused, since which one
-// wins would be the decoder's choice. It is one pass over the body, which skips the
-// object without copying it.
-func hasRequest(body []byte) bool {
-	var review struct {
-		Request *struct {
-			UID *string `json:"uid"`
-		} `json:"request"`
+// readBody reads the body, up to MaxBodyBytes, into a buffer of its declared length.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // ReadFrom wants room to see the end
 	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	return buf.Bytes(), err
+}
+
+// shed answers a review beyond the bounds on admissions in flight at once: allowed,
+// unchanged, with a warning, from the uid found in a short prefix of the body; or 429
+// when it is not there, which the API server, with failurePolicy Ignore, takes as
+// allowed too. The rest of the body is never read.
+func (g *guard) shed(w http.ResponseWriter, r *http.Request, full string) {
+	g.metrics.Shed(full)
+	prefix := make([]byte, shedPrefixBytes)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	n, _ := io.ReadFull(r.Body, prefix)
+	apiVersion, uid, ok := uidInPrefix(prefix[:n])
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "too many admissions at once", http.StatusTooManyRequests)
+		return
+	}
+	// The body is not read to its end: close the connection rather than drain it.
+	w.Header().Set("Connection", "close")
+	answer(w, apiVersion, uid, []string{warningPrefix + "too many admissions at once: allowed unchanged; the watcher will update the hash"})
+}
+
+// uidInPrefix finds the review's apiVersion, if it comes first, and request.uid in
+// the first bytes of a review, which may end anywhere.
+func uidInPrefix(prefix []byte) (apiVersion, uid string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	next := func() json.Token {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		return t
+	}
+	// skip skips a value whose first token is t.
+	skip := func(t json.Token) bool {
+		for depth := 0; ; t = next() {
+			switch t {
+			case nil:
+				return false
+			case json.Delim('{'), json.Delim('['):
+				depth++
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+			if depth == 0 {
+				return true
+			}
+		}
+	}
+	// members calls f with each member's name of the object that starts now, until f
+	// says stop or the prefix ends.
+	members := func(f func(name string) (stop bool)) bool {
+		if next() != json.Delim('{') {
+			return false
+		}
+		for {
+			name, isName := next().(string)
+			if !isName {
+				return false
+			}
+			if f(name) {
+				return true
+			}
+		}
+	}
+	found := members(func(name string) bool {
+		switch name {
+		case "apiVersion":
+			apiVersion, _ = next().(string)
+			return false
+		case "request":
+			members(func(name string) bool {
+				if name == "uid" {
+					uid, _ = next().(string)
+					return true
+				}
+				return !skip(next())
+			})
+			return true
+		}
+		return !skip(next())
+	})
+	return apiVersion, uid, found && uid != ""
+}
+
+// answer writes an AdmissionReview that allows the request unchanged.
+func answer(w http.ResponseWriter, apiVersion, uid string, warnings []string) {
+	if apiVersion != admissionv1.SchemeGroupVersion.String() && apiVersion != "admission.k8s.io/v1beta1" {
+		apiVersion = admissionv1.SchemeGroupVersion.String()
+	}
+	out, _ := json.Marshal(admissionv1.AdmissionReview{ // strings only: cannot fail
+		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "AdmissionReview"},
+		Response: &admissionv1.AdmissionResponse{UID: types.UID(uid), Allowed: true, Warnings: warnings},
+	})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	_, _ = w.Write(out)
+}
+
+// preview is what the guard reads of a review before the object is decoded.
+type preview struct {
+	APIVersion string `json:"apiVersion"`
+	Request    *struct {
+		UID       *string                 `json:"uid"`
+		Kind      metav1.GroupVersionKind `json:"kind"`
+		Namespace string                  `json:"namespace"`
+		Operation string                  `json:"operation"`
+	} `json:"request"`
+}
+
+// previewOf reads the review's request, its uid, kind, namespace and operation. It
+// reports whether body is one JSON object with exactly one "request" member, an
+// object with exactly one non-empty "uid": what kubewebhook needs before it
+// dereferences the request. Member names are matched exactly, as the API machinery's
+// decoder matches them; a repeated member is refused, since which one wins would be
+// the decoder's choice. It is one pass over the body, which skips the object without
+// copying it.
+func previewOf(body []byte) (preview, bool) {
+	var p preview
 	// Only repeated members are refused: the review has members this struct lacks.
-	repeated, err := sigsjson.UnmarshalStrict(body, &review, sigsjson.DisallowDuplicateFields)
-	return err == nil && len(repeated) == 0 && review.Request != nil && review.Request.UID != nil && *review.Request.UID != ""
+	repeated, err := sigsjson.UnmarshalStrict(body, &p, sigsjson.DisallowDuplicateFields)
+	return p, err == nil && len(repeated) == 0 && p.Request != nil && p.Request.UID != nil && *p.Request.UID != ""
+}
+
+// hasRequest reports whether previewOf accepts body.
+func hasRequest(body []byte) bool { _, ok := previewOf(body); return ok }
+
+// handles reports whether the mutator may act on the review: a create or update of a
+// kind it handles (a Job's, only its create), in a namespace it acts in. Otherwise it
+// answers allowed, unchanged, without reading the object. kind is for metrics: the
+// kind's name, or "unknown".
+func (m *Mutator) handles(p preview) (kind string, ok bool) {
+	k, err := m.cfg.Kinds.Lookup(schema.GroupVersionKind(p.Request.Kind))
+	if err != nil {
+		return "unknown", false
+	}
+	switch p.Request.Operation {
+	case string(admissionv1.Create):
+	case string(admissionv1.Update):
+		if k.Recreated() {
+			return k.Kind, false // its template cannot change: any write to it would be refused
+		}
+	default:
+		return k.Kind, false
+	}
+	if m.cfg.Gate != nil && m.cfg.Gate.Mode(p.Request.Namespace) == confighash.ModeOff {
+		return k.Kind, false // the API server does not send these: read nothing for others
+	}
+	return k.Kind, true
+}
+
+// operationLabel is the operation for metrics: CREATE, UPDATE or, from a caller that
+// is not the API server, "unknown".
+func operationLabel(op string) string {
+	if op == string(admissionv1.Create) || op == string(admissionv1.Update) {
+		return op
+	}
+	return "unknown"
 }
 
 // Reasons a request is refused before admission, for metrics.

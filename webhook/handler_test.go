@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/confighash/confighash"
 )
@@ -96,16 +98,17 @@ func review(object string) []byte { return reviewOf("CREATE", object, "") }
 func reviewUpdate(object, old string) []byte { return reviewOf("UPDATE", object, old) }
 
 func reviewOf(operation, object, old string) []byte {
-	request := map[string]any{
-		"uid": "1", "operation": operation, "namespace": "ns", "name": "web",
-		"kind":     map[string]string{"group": "apps", "version": "v1", "kind": "Deployment"},
-		"resource": map[string]string{"group": "apps", "version": "v1", "resource": "deployments"},
-		"object":   json.RawMessage(object),
+	// Marshalled from the API's types, in the API server's order: the uid first.
+	request := &admissionv1.AdmissionRequest{
+		UID: "1", Operation: admissionv1.Operation(operation), Namespace: "ns", Name: "web",
+		Kind:     metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+		Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+		Object:   runtime.RawExtension{Raw: []byte(object)},
 	}
 	if old != "" {
-		request["oldObject"] = json.RawMessage(old)
+		request.OldObject = runtime.RawExtension{Raw: []byte(old)}
 	}
-	b, _ := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+	b, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: request})
 	return b
 }
 

@@ -22,6 +22,9 @@ type Recorder interface {
 	BadRequest(reason string)
 	// Panic records a recovered panic.
 	Panic()
+	// Shed records an admission answered at once, allowed unchanged (or 429 without a
+	// uid), because the admissions in flight were at a bound: "count" or "bytes".
+	Shed(limit string)
 	// SnapshotsCapped records a pinned workload admitted unpinned, its namespace's
 	// snapshots being at their cap: "count" or "bytes".
 	SnapshotsCapped(limit string)
@@ -38,6 +41,7 @@ func (NoopRecorder) VersionRead(confighash.SourceKind)                      {}
 func (NoopRecorder) BadRequest(string)                                      {}
 func (NoopRecorder) Panic()                                                 {}
 func (NoopRecorder) SnapshotsCapped(string)                                 {}
+func (NoopRecorder) Shed(string)                                            {}
 
 // ResultAnnotationsTooLarge: the hash or the record would take the workload over the
 // API server's bound on annotations: allowed unchanged.
@@ -71,6 +75,7 @@ type PrometheusRecorder struct {
 	badRequests *prometheus.CounterVec
 	panics      prometheus.Counter
 	capped      *prometheus.CounterVec
+	shed        *prometheus.CounterVec
 }
 
 var _ Recorder = (*PrometheusRecorder)(nil)
@@ -107,8 +112,12 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "webhook", Name: "snapshots_capped_total",
 			Help: "Pinned workloads admitted unpinned because their namespace's snapshots were at their cap, by the cap reached: count or bytes.",
 		}, []string{"limit"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "webhook", Name: "admissions_shed_total",
+			Help: "Admissions answered at once, allowed unchanged and unread (429 when the uid was not in the first bytes), because the admissions in flight were at their bound, by the bound reached: count or bytes.",
+		}, []string{"limit"}),
 	}
-	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.versions, r.badRequests, r.panics, r.capped} {
+	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.versions, r.badRequests, r.panics, r.capped, r.shed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -135,6 +144,9 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, limit := range []string{"count", "bytes"} {
 		r.capped.WithLabelValues(limit)
 	}
+	for _, limit := range []string{shedCount, shedBytes} {
+		r.shed.WithLabelValues(limit)
+	}
 	return r, nil
 }
 
@@ -156,3 +168,5 @@ func (r *PrometheusRecorder) BadRequest(reason string) { r.badRequests.WithLabel
 func (r *PrometheusRecorder) Panic() { r.panics.Inc() }
 
 func (r *PrometheusRecorder) SnapshotsCapped(limit string) { r.capped.WithLabelValues(limit).Inc() }
+
+func (r *PrometheusRecorder) Shed(limit string) { r.shed.WithLabelValues(limit).Inc() }

@@ -57,6 +57,8 @@ type Mutator struct {
 	// mode is how confighash acts in the namespaces whose requests reach it: the API
 	// server sends those that opt every workload in to EveryPath.
 	mode confighash.Mode
+	// limits bounds the admissions in flight, shared by ForEveryWorkload's copy.
+	limits *limiter
 }
 
 var _ kwhwebhook.Webhook = (*Mutator)(nil)
@@ -82,6 +84,12 @@ type Config struct {
 	// one is let through unchanged, with a warning.
 	Snapshots *Snapshots
 	Metrics   Recorder
+	// MaxInFlight bounds the admissions handled at once, and MaxInFlightBytes the bytes
+	// of their bodies; beyond either, an admission is answered at once, allowed
+	// unchanged, before its body is read. Zero: DefaultMaxInFlight,
+	// DefaultMaxInFlightBytes.
+	MaxInFlight      int
+	MaxInFlightBytes int64
 }
 
 func (c *Config) defaults() error {
@@ -93,6 +101,15 @@ func (c *Config) defaults() error {
 	}
 	if len(c.Kinds) == 0 {
 		c.Kinds = confighash.Builtin
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if c.MaxInFlight < 0 || c.MaxInFlightBytes < MaxBodyBytes {
+		return fmt.Errorf("the bounds on admissions in flight must be positive, and at least %d bytes, the largest review; got %d and %d bytes", MaxBodyBytes, c.MaxInFlight, c.MaxInFlightBytes)
 	}
 	return nil
 }
@@ -108,7 +125,7 @@ func New(cfg Config) (*Mutator, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Mutator{cfg: cfg, mode: confighash.ModeOptedIn}, nil
+	return &Mutator{cfg: cfg, mode: confighash.ModeOptedIn, limits: newLimiter(cfg.MaxInFlight, cfg.MaxInFlightBytes)}, nil
 }
 
 // ForEveryWorkload returns the mutator for namespaces that opt every workload in.

@@ -37,6 +37,8 @@ type webhookConfig struct {
 	clientNames       string
 	snapshotMaxCount  int
 	snapshotMaxBytes  int64
+	maxInFlight       int
+	maxInFlightBytes  int64
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
@@ -52,6 +54,8 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.clientNames, "client-allowed-names", "", "comma-separated common or DNS names a client certificate must carry, with --client-ca-file; empty: any it signed")
 	fs.IntVar(&c.snapshotMaxCount, "snapshot-max-count", 1000, "most snapshots of pinned workloads per namespace; beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
 	fs.Int64Var(&c.snapshotMaxBytes, "snapshot-max-bytes", 64<<20, "most bytes of data the snapshots of pinned workloads hold per namespace (keys and values); beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
+	fs.IntVar(&c.maxInFlight, "admission-max-in-flight", webhook.DefaultMaxInFlight, "most admissions handled at once; beyond it one is answered at once, allowed unchanged with a warning, before its body is read, and the watcher updates the workload")
+	fs.Int64Var(&c.maxInFlightBytes, "admission-max-in-flight-bytes", webhook.DefaultMaxInFlightBytes, fmt.Sprintf("most bytes of admission requests handled at once (a request of unknown length counts as %d, the largest read); beyond it one is answered as beyond --admission-max-in-flight; at least %d", webhook.MaxBodyBytes, webhook.MaxBodyBytes))
 	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
 }
 
@@ -108,6 +112,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if cfg.snapshotMaxCount < 0 || cfg.snapshotMaxBytes < 0 {
 		return fmt.Errorf("--snapshot-max-count and --snapshot-max-bytes must not be negative, got %d and %d", cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
 	}
+	if cfg.maxInFlight < 1 || cfg.maxInFlightBytes < webhook.MaxBodyBytes {
+		return fmt.Errorf("--admission-max-in-flight must be at least 1 and --admission-max-in-flight-bytes at least %d, got %d and %d", webhook.MaxBodyBytes, cfg.maxInFlight, cfg.maxInFlightBytes)
+	}
 	e, err := cfg.connect(ctx, "webhook", stderr)
 	if err != nil {
 		return err
@@ -150,7 +157,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
-		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap),
+		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
 	})
 	if err != nil {
 		return err
