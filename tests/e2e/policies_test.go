@@ -97,7 +97,13 @@ func checkPolicyCases(t *testing.T, cases []policyCase) {
 	for deadline := time.Now().Add(30 * time.Second); !enforced() && time.Now().Before(deadline); {
 		time.Sleep(500 * time.Millisecond)
 	}
+	var allowed, refused int
 	for _, pc := range cases {
+		if pc.allowed {
+			allowed++
+		} else {
+			refused++
+		}
 		err := pc.write(t.Context(), nil)
 		switch {
 		case pc.allowed && err != nil:
@@ -106,6 +112,7 @@ func checkPolicyCases(t *testing.T, cases []policyCase) {
 			t.Errorf("%s: got %v, want a refusal by a ValidatingAdmissionPolicy", pc.what, err)
 		}
 	}
+	t.Logf("%d writes allowed, %d variations refused", allowed, refused)
 }
 
 // refusedByPolicy says whether a write was refused by an admission policy, not by RBAC:
@@ -113,6 +120,11 @@ func checkPolicyCases(t *testing.T, cases []policyCase) {
 func refusedByPolicy(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy") &&
 		!strings.Contains(err.Error(), "resulted in error") // a refusal the policy's message explains
+}
+
+// forbiddenByRBAC says whether a write was refused by RBAC, before any policy.
+func forbiddenByRBAC(err error) bool {
+	return apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
 }
 
 func patchDeployment(client kubernetes.Interface, ns, name string, pt types.PatchType, patch string) func(context.Context, []string) error {
@@ -139,28 +151,46 @@ func snapshotMeta(name, source string) metav1.ObjectMeta {
 // TestWatcherServiceAccountMakesOnlyTheWatchersWrites: with the install's RBAC and
 // policies, in a namespace other than confighash, the watcher's ServiceAccount touches,
 // heals, renames a pinned workload's sources to their snapshots, owns and deletes
-// snapshots, creates its hash key; it cannot scale a Deployment, change an image or a schedule, write other
-// annotations or labels, point a pod at another object, delete or change a ConfigMap
-// that is not a snapshot, or create a Secret other than its hash key. Each refused
-// write passed its RBAC before the policy.
+// snapshots, recreates Jobs, starts a CronJob's Job, creates its hash key and Events.
+// Each variation just outside one of those writes is refused by a policy, after its
+// RBAC allowed it: another namespace (one confighash does not act in, kube-system, its
+// own, even labelled), another field (replicas, image, schedule, other annotations, a
+// pod pointed at another object, env or envFrom dropped, repeated or reordered),
+// another type (a Secret that is not its key or a record, a key that is not an
+// immutable Opaque Secret), a Job beyond Pod Security's baseline, another object
+// (a ConfigMap that is not a snapshot, a Job confighash did not hash).
 func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	ctx := t.Context()
 	home := installElsewhere(t, c)
-	ns := namespace(t, c, nil)
-	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	ns, off := labeledNamespace(t, c), namespace(t, c, nil)
+	privileged := namespace(t, c, map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled, "pod-security.kubernetes.io/enforce": "privileged"})
+	// Its own namespace, even where confighash is told to act in it.
+	if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, home, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+confighash.InjectionLabel+`":"`+confighash.InjectionEnabled+`"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{ns, off, home} {
+		createConfigMap(t, c, in, "cfg", map[string]string{"k": "0"})
+	}
 	createSecret(t, c, ns, "db", map[string]string{"password": "0"})
-	// Every kind of use a pinned pod spec renames: a Secret volume, envFrom, an env
-	// key, a ConfigMap volume and a projected one.
+	// Every kind of use a pinned pod spec renames, two of each where a list holds them:
+	// Secret volumes, envFrom, env keys, a ConfigMap volume and a projected one.
 	tmpl := fixtures.SecretVolumeTemplate("db")
-	tmpl.Spec.Containers[0].EnvFrom = fixtures.EnvFromTemplate("cfg").Spec.Containers[0].EnvFrom
-	cfgRef := corev1.LocalObjectReference{Name: "cfg"}
-	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: cfgRef, Key: "k"}}}}
+	cfgRef, dbRef := corev1.LocalObjectReference{Name: "cfg"}, corev1.LocalObjectReference{Name: "db"}
+	tmpl.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: cfgRef}}, {SecretRef: &corev1.SecretEnvSource{LocalObjectReference: dbRef}}}
+	tmpl.Spec.Containers[0].Env = []corev1.EnvVar{
+		{Name: "K", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: cfgRef, Key: "k"}}},
+		{Name: "P", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: dbRef, Key: "password"}}},
+	}
 	tmpl.Spec.Volumes = append(tmpl.Spec.Volumes,
 		corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: cfgRef}}},
 		corev1.Volume{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: cfgRef}}}}}})
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: cfgRef}}, {Secret: &corev1.SecretProjection{LocalObjectReference: dbRef}}}}}})
 	createDeployment(t, c, ns, fixtures.Deployment("web", 1, tmpl))
+	for _, in := range []string{off, home} {
+		createDeployment(t, c, in, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
+	}
 	web, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -175,9 +205,11 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 	w := impersonate(t, c, home, "confighash-watcher")
 	hashedTemplate := fixtures.EnvFromTemplate("cfg")
 	hashedTemplate.Annotations = map[string]string{confighash.AnnotationHash: "v1:00"}
-	for name, tmpl := range map[string]corev1.PodTemplateSpec{"hashed": hashedTemplate, "plain": fixtures.EnvFromTemplate("cfg")} {
-		if _, err := c.Client.BatchV1().Jobs(ns).Create(ctx, fixtures.Job(name, nil, tmpl), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+	for _, in := range []string{ns, off} {
+		for name, tmpl := range map[string]corev1.PodTemplateSpec{"hashed": hashedTemplate, "plain": fixtures.EnvFromTemplate("cfg")} {
+			if _, err := c.Client.BatchV1().Jobs(in).Create(ctx, fixtures.Job(name, nil, tmpl), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	record := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("hashed"), Labels: map[string]string{confighash.LabelRecreationOf: "hashed"}},
@@ -185,24 +217,51 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, record, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	job := func(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec, owners ...metav1.OwnerReference) func(context.Context, []string) error {
+	const replaced = "0f0e0d0c-0b0a-0908-0706-050403020100"
+	recreated := map[string]string{confighash.AnnotationRecreatedFrom: replaced}
+	jobIn := func(in, name string, annotations map[string]string, tmpl corev1.PodTemplateSpec, owners ...metav1.OwnerReference) func(context.Context, []string) error {
 		return func(ctx context.Context, dryRun []string) error {
 			j := fixtures.Job(name, annotations, tmpl)
 			j.OwnerReferences = owners
-			_, err := w.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{DryRun: dryRun})
+			_, err := w.BatchV1().Jobs(in).Create(ctx, j, metav1.CreateOptions{DryRun: dryRun})
 			return err
 		}
 	}
-	deleteJob := func(name string) func(context.Context, []string) error {
+	job := func(name string, annotations map[string]string, tmpl corev1.PodTemplateSpec, owners ...metav1.OwnerReference) func(context.Context, []string) error {
+		return jobIn(ns, name, annotations, tmpl, owners...)
+	}
+	// hashedWith is the hashed template with a change of pod security.
+	hashedWith := func(change func(*corev1.PodSpec)) corev1.PodTemplateSpec {
+		tmpl := *hashedTemplate.DeepCopy()
+		change(&tmpl.Spec)
+		return tmpl
+	}
+	privilegedPod := hashedWith(func(s *corev1.PodSpec) {
+		s.HostPID = true
+		s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		s.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+	})
+	deleteJobIn := func(in, name string) func(context.Context, []string) error {
 		return func(ctx context.Context, dryRun []string) error {
-			return w.BatchV1().Jobs(ns).Delete(ctx, name, metav1.DeleteOptions{DryRun: dryRun})
+			return w.BatchV1().Jobs(in).Delete(ctx, name, metav1.DeleteOptions{DryRun: dryRun})
 		}
 	}
-	createSecretAs := func(s *corev1.Secret) func(context.Context, []string) error {
+	createSecretIn := func(in string, s *corev1.Secret) func(context.Context, []string) error {
 		return func(ctx context.Context, dryRun []string) error {
-			_, err := w.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{DryRun: dryRun})
+			_, err := w.CoreV1().Secrets(in).Create(ctx, s, metav1.CreateOptions{DryRun: dryRun})
 			return err
 		}
+	}
+	event := func(in string) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			_, err := w.CoreV1().Events(in).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "web."},
+				InvolvedObject: corev1.ObjectReference{Kind: "Deployment", Namespace: in, Name: "web"}, Reason: "ConfigChanged", Message: "rolling", Type: corev1.EventTypeNormal},
+				metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}
+	}
+	hashKey := func(typ corev1.SecretType, immutable bool) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Type: typ, Immutable: ptr.To(immutable), Data: map[string][]byte{"key": []byte("k")}}
 	}
 	otherRecord := record.DeepCopy()
 	otherRecord.Name = "stolen"
@@ -217,12 +276,22 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	snapshotElsewhere := &corev1.ConfigMap{ObjectMeta: snapshotMeta("cfg-0123456789abcdef", "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "0"}}
+	if _, err := c.Client.CoreV1().ConfigMaps(off).Create(ctx, snapshotElsewhere, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	merge, jsonPatch := types.MergePatchType, types.JSONPatchType
+	touch := `{"metadata":{"annotations":{"confighash.dev/trigger":"ConfigMap/cfg@1"}}}`
 	owner := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":%q}]}}`, web.UID)
+	env := `/spec/template/spec/containers/0/env`
+	envK := `{"name":"K","valueFrom":{"configMapKeyRef":{"name":"cfg","key":"k"}}}`
+	envP := `{"name":"P","valueFrom":{"secretKeyRef":{"name":"db","key":"password"}}}`
+	envFrom := `/spec/template/spec/containers/0/envFrom`
+	fromCfg, fromDB := `{"configMapRef":{"name":"cfg"}}`, `{"secretRef":{"name":"db"}}`
+	sources := `/spec/template/spec/volumes/2/projected/sources`
 	checkPolicyCases(t, []policyCase{
-		{"a touch (a confighash.dev/ annotation on the metadata)", true,
-			patchDeployment(w, ns, "web", merge, `{"metadata":{"annotations":{"confighash.dev/trigger":"ConfigMap/cfg@1"}}}`)},
+		{"a touch (a confighash.dev/ annotation on the metadata)", true, patchDeployment(w, ns, "web", merge, touch)},
 		{"a heal (the pod template's hash and the record)", true,
 			patchDeployment(w, ns, "web", merge, `{"metadata":{"annotations":{"confighash.dev/sources":"configmap/cfg=0123456789abcdef"}},"spec":{"template":{"metadata":{"annotations":{"confighash.dev/hash":"v1:00"}}}}}`)},
 		{"a heal of a CronJob's pod template", true, func(ctx context.Context, dryRun []string) error {
@@ -231,10 +300,13 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		}},
 		{"a pinned workload's sources renamed to their snapshots, with its pins, as the webhook does in a touch", true,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"db-0123456789abcdef"},`+
-				`{"op":"replace","path":"/spec/template/spec/containers/0/envFrom/0/configMapRef/name","value":"cfg-0123456789abcdef"},`+
-				`{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"`+envFrom+`/0/configMapRef/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"`+envFrom+`/1/secretRef/name","value":"db-0123456789abcdef"},`+
+				`{"op":"replace","path":"`+env+`/0/valueFrom/configMapKeyRef/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"`+env+`/1/valueFrom/secretKeyRef/name","value":"db-0123456789abcdef"},`+
 				`{"op":"replace","path":"/spec/template/spec/volumes/1/configMap/name","value":"cfg-0123456789abcdef"},`+
-				`{"op":"replace","path":"/spec/template/spec/volumes/2/projected/sources/0/configMap/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"`+sources+`/0/configMap/name","value":"cfg-0123456789abcdef"},`+
+				`{"op":"replace","path":"`+sources+`/1/secret/name","value":"db-0123456789abcdef"},`+
 				`{"op":"add","path":"/spec/template/metadata/annotations/confighash.dev~1pinned","value":"configmap/cfg=0123456789abcdef secret/db=0123456789abcdef"}]`)},
 		{"a pinned source renamed to its next snapshot", true,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"db-fedcba9876543210"}]`)},
@@ -243,20 +315,35 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 			return w.CoreV1().ConfigMaps(ns).Delete(ctx, "cfg-fedcba9876543210", metav1.DeleteOptions{DryRun: dryRun})
 		}},
 
-		{"the record of a Job's recreation", true, createSecretAs(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("other"),
+		{"the record of a Job's recreation", true, createSecretIn(ns, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("other"),
 			Labels: map[string]string{confighash.LabelRecreationOf: "other"}}, Type: confighash.RecreationType, Immutable: ptr.To(true)})},
 		{"the record of a Job's recreation deleted", true, func(ctx context.Context, dryRun []string) error {
 			return w.CoreV1().Secrets(ns).Delete(ctx, record.Name, metav1.DeleteOptions{DryRun: dryRun})
 		}},
-		{"a Job confighash hashed deleted", true, deleteJob("hashed")},
-		{"a Job made again in place of one", true, job("again", map[string]string{confighash.AnnotationRecreatedFrom: "0000"}, hashedTemplate)},
+		{"a Job confighash hashed deleted", true, deleteJobIn(ns, "hashed")},
+		{"a Job made again in place of one", true, job("again", recreated, hashedTemplate)},
+		{"a privileged Job made again where the namespace enforces privileged", true, jobIn(privileged, "again", recreated, privilegedPod)},
 		{"a CronJob's Job started", true, job("nightly-0123456789", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, hashedTemplate, byNightly)},
+		{"an Event on a workload", true, event(ns)},
+		{"an Event in its own namespace", true, event(home)},
+		{"its hash key, created in its namespace", true, createSecretIn(home, hashKey(corev1.SecretTypeOpaque, true))},
 
-		{"its hash key, created in its namespace", true, func(ctx context.Context, dryRun []string) error {
-			_, err := w.CoreV1().Secrets(home).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}}, metav1.CreateOptions{DryRun: dryRun})
-			return err
+		// Another namespace.
+		{"a touch where confighash does not act", false, patchDeployment(w, off, "web", merge, touch)},
+		{"a touch in its own namespace, labelled for injection", false, patchDeployment(w, home, "web", merge, touch)},
+		{"a Job made again where confighash does not act", false, jobIn(off, "again", recreated, hashedTemplate)},
+		{"a Job made again in kube-system", false, jobIn(metav1.NamespaceSystem, "again", recreated, hashedTemplate)},
+		{"a Job made again in its own namespace", false, jobIn(home, "again", recreated, hashedTemplate)},
+		{"a hashed Job deleted where confighash does not act", false, deleteJobIn(off, "hashed")},
+		{"a snapshot deleted where confighash does not act", false, func(ctx context.Context, dryRun []string) error {
+			return w.CoreV1().ConfigMaps(off).Delete(ctx, snapshotElsewhere.Name, metav1.DeleteOptions{DryRun: dryRun})
 		}},
+		{"a record made where confighash does not act", false, createSecretIn(off, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("hashed"),
+			Labels: map[string]string{confighash.LabelRecreationOf: "hashed"}}, Type: confighash.RecreationType, Immutable: ptr.To(true)})},
+		{"an Event where confighash does not act", false, event(off)},
+		{"an Event in kube-system", false, event(metav1.NamespaceSystem)},
 
+		// Another field.
 		{"a Deployment's replicas set", false, patchDeployment(w, ns, "web", merge, `{"spec":{"replicas":5}}`)},
 		{"a pod template's image changed", false,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"example.com/evil:1"}]`)},
@@ -269,37 +356,69 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		{"a pinned source pointed at another object's snapshot", false,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"other-0123456789abcdef"}]`)},
 		{"an environment variable's key changed", false,
-			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/key","value":"other"}]`)},
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"`+env+`/0/valueFrom/configMapKeyRef/key","value":"other"}]`)},
 		{"a projected volume pointed at another ConfigMap", false,
-			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/2/projected/sources/0/configMap/name","value":"other"}]`)},
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"`+sources+`/0/configMap/name","value":"other"}]`)},
 		{"a ConfigMap volume pointed at another ConfigMap", false,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/volumes/1/configMap/name","value":"other"}]`)},
 		{"an environment variable added", false,
-			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"add","path":"/spec/template/spec/containers/0/env","value":[{"name":"X","value":"1"}]}]`)},
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"add","path":"`+env+`/-","value":{"name":"X","value":"1"}}]`)},
+		{"an environment variable dropped", false, patchDeployment(w, ns, "web", jsonPatch, `[{"op":"remove","path":"`+env+`/1"}]`)},
+		{"environment variables reordered", false, patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"`+env+`","value":[`+envP+`,`+envK+`]}]`)},
+		{"an environment variable repeated in place of another", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"`+env+`","value":[`+envK+`,`+envK+`]}]`)},
+		{"envFrom reordered", false, patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"`+envFrom+`","value":[`+fromDB+`,`+fromCfg+`]}]`)},
+		{"an envFrom source repeated in place of another", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"`+envFrom+`","value":[`+fromCfg+`,`+fromCfg+`]}]`)},
+		{"an envFrom source dropped", false, patchDeployment(w, ns, "web", jsonPatch, `[{"op":"remove","path":"`+envFrom+`/1"}]`)},
+		{"a projected volume's sources reordered", false,
+			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"`+sources+`","value":[{"secret":{"name":"db"}},{"configMap":{"name":"cfg"}}]}]`)},
 		{"a CronJob's schedule changed", false, func(ctx context.Context, dryRun []string) error {
 			_, err := w.BatchV1().CronJobs(ns).Patch(ctx, "nightly", merge, []byte(`{"spec":{"schedule":"* * * * *"}}`), metav1.PatchOptions{DryRun: dryRun})
 			return err
 		}},
+		{"a ConfigMap's data updated", false, patchConfigMap(w, ns, "cfg", `{"data":{"k":"evil"}}`)},
+		{"owner references set on a ConfigMap that is not a snapshot", false, patchConfigMap(w, ns, "cfg", owner)},
+		{"a snapshot's label changed", false, patchConfigMap(w, ns, "cfg-0123456789abcdef", `{"metadata":{"labels":{"confighash.dev/snapshot-of":"other"}}}`)},
+
+		// Another object, or a Job beyond its level.
 		{"a plain ConfigMap deleted", false, func(ctx context.Context, dryRun []string) error {
 			return w.CoreV1().ConfigMaps(ns).Delete(ctx, "cfg", metav1.DeleteOptions{DryRun: dryRun})
 		}},
 		{"a plain Secret deleted", false, func(ctx context.Context, dryRun []string) error {
 			return w.CoreV1().Secrets(ns).Delete(ctx, "db", metav1.DeleteOptions{DryRun: dryRun})
 		}},
-		{"a ConfigMap's data updated", false, patchConfigMap(w, ns, "cfg", `{"data":{"k":"evil"}}`)},
-		{"owner references set on a ConfigMap that is not a snapshot", false, patchConfigMap(w, ns, "cfg", owner)},
-		{"a snapshot's label changed", false, patchConfigMap(w, ns, "cfg-0123456789abcdef", `{"metadata":{"labels":{"confighash.dev/snapshot-of":"other"}}}`)},
-		{"a Job confighash did not hash deleted", false, deleteJob("plain")},
+		{"a Job confighash did not hash deleted", false, deleteJobIn(ns, "plain")},
 		{"a Job made that replaces none", false, job("miner", nil, hashedTemplate)},
-		{"a Job made in place of one, without the hash", false, job("again", map[string]string{confighash.AnnotationRecreatedFrom: "0000"}, fixtures.EnvFromTemplate("cfg"))},
+		{"a Job made in place of one that is not a UID", false, job("again", map[string]string{confighash.AnnotationRecreatedFrom: "0000"}, hashedTemplate)},
+		{"a Job made in place of one, without the hash", false, job("again", recreated, fixtures.EnvFromTemplate("cfg"))},
 		{"a Job instantiated by hand that no CronJob owns", false, job("miner", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, hashedTemplate)},
-		{"a record of a recreation under another name", false, createSecretAs(otherRecord)},
-		{"a Secret of another type under a record's name", false, createSecretAs(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("x"),
+		{"a CronJob's Job under a name not of its hash", false, job("nightly-miner", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, hashedTemplate, byNightly)},
+		{"a privileged Job with the host's PID namespace and root filesystem", false, job("again", recreated, privilegedPod)},
+		{"a privileged container", false, job("again", recreated, hashedWith(func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}))},
+		{"a Job on the host's network", false, job("again", recreated, hashedWith(func(s *corev1.PodSpec) { s.HostNetwork = true }))},
+		{"a Job mounting a host path", false, job("again", recreated, hashedWith(func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}))},
+		{"a Job adding SYS_ADMIN", false, job("again", recreated, hashedWith(func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}))},
+		{"a CronJob's privileged Job", false, job("nightly-0123456789", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, privilegedPod, byNightly)},
+
+		// Another name or type.
+		{"a record of a recreation under another name", false, createSecretIn(ns, otherRecord)},
+		{"a Secret of another type under a record's name", false, createSecretIn(ns, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("x"),
 			Labels: map[string]string{confighash.LabelRecreationOf: "x"}}, Immutable: ptr.To(true)})},
-		{"a Secret other than its hash key created in its namespace", false, func(ctx context.Context, dryRun []string) error {
-			_, err := w.CoreV1().Secrets(home).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "stolen"}}, metav1.CreateOptions{DryRun: dryRun})
-			return err
-		}},
+		{"a Secret other than its hash key created in its namespace", false, createSecretIn(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "stolen"}})},
+		{"its hash key as a service account token", false, createSecretIn(home, func() *corev1.Secret {
+			s := hashKey(corev1.SecretTypeServiceAccountToken, true)
+			s.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+			return s
+		}())},
+		{"its hash key, mutable", false, createSecretIn(home, hashKey(corev1.SecretTypeOpaque, false))},
+		{"its hash key's name, outside its namespace", false, createSecretIn(ns, hashKey(corev1.SecretTypeOpaque, true))},
 	})
 }
 
@@ -314,7 +433,7 @@ func TestWebhookServiceAccountMakesOnlyTheWebhooksWrites(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	ctx := t.Context()
 	home := installElsewhere(t, c)
-	ns := namespace(t, c, nil)
+	ns, off := labeledNamespace(t, c), namespace(t, c, nil)
 	// Its configuration, calling nothing: no namespace carries the label it selects.
 	configs := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	_, err := configs.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
@@ -365,7 +484,9 @@ func TestWebhookServiceAccountMakesOnlyTheWebhooksWrites(t *testing.T) {
 			secret(ns, &corev1.Secret{ObjectMeta: snapshotMeta("tls-0123456789abcdef", "tls"), Immutable: ptr.To(true), Type: corev1.SecretTypeTLS, Data: tlsData})},
 		{"the snapshot of a source whose name is longer than a label value", true,
 			secret(ns, &corev1.Secret{ObjectMeta: snapshotMeta(strings.Repeat("a", 70)+"-0123456789abcdef", strings.Repeat("a", 70)), Immutable: ptr.To(true), Data: data})},
-		{"its hash key, in its own namespace", true, secret(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Data: data})},
+		{"its hash key, in its own namespace", true, secret(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Immutable: ptr.To(true), Data: data})},
+		{"its self-signed certificate, in its own namespace", true,
+			secret(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-webhook-tls"}, Type: corev1.SecretTypeTLS, Data: tlsData})},
 		{"the caBundle of its webhook configuration", true,
 			patchConfiguration(fmt.Sprintf(`[{"op":"add","path":"/webhooks/0/clientConfig/caBundle","value":%q}]`, base64.StdEncoding.EncodeToString(caBundle.CertPEM)))},
 
@@ -390,7 +511,17 @@ func TestWebhookServiceAccountMakesOnlyTheWebhooksWrites(t *testing.T) {
 				m.Labels[confighash.LabelSnapshotOf] = "app"
 				return m
 			}(), Immutable: ptr.To(true)})},
-		{"its hash key's name, outside its namespace", false, secret(ns, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Data: data})},
+		{"its hash key's name, outside its namespace", false, secret(ns, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Immutable: ptr.To(true), Data: data})},
+		{"its hash key as a service account token", false, secret(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key",
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Immutable: ptr.To(true), Type: corev1.SecretTypeServiceAccountToken})},
+		{"its hash key, mutable", false, secret(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-hash-key"}, Data: data})},
+		{"its certificate as an Opaque Secret", false, secret(home, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "confighash-webhook-tls"}, Data: tlsData})},
+		{"a snapshot where confighash does not act", false,
+			configMap(off, &corev1.ConfigMap{ObjectMeta: snapshotMeta("cfg-0123456789abcdef", "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "v"}})},
+		{"a snapshot in kube-system", false,
+			configMap(metav1.NamespaceSystem, &corev1.ConfigMap{ObjectMeta: snapshotMeta("cfg-0123456789abcdef", "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "v"}})},
+		{"a snapshot in its own namespace", false,
+			configMap(home, &corev1.ConfigMap{ObjectMeta: snapshotMeta("cfg-0123456789abcdef", "cfg"), Immutable: ptr.To(true), Data: map[string]string{"k": "v"}})},
 		{"its webhook configuration's failure policy", false,
 			patchConfiguration(`[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Fail"}]`)},
 		{"its webhook configuration's URL", false,

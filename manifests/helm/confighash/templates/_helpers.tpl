@@ -59,6 +59,45 @@ affinity:
 {{- join "," $terms -}}
 {{- end }}
 
+{{- /* A LabelSelector as a CEL condition on variables.labels, the labels of the
+request's namespace (the policies in scope-policy.yaml). */ -}}
+{{- define "confighash.selectorCEL" -}}
+{{- $terms := list -}}
+{{- range $k, $v := .matchLabels -}}
+{{- $terms = append $terms (printf "(%s in variables.labels && variables.labels[%s] == %s)" (squote $k) (squote $k) (squote $v)) -}}
+{{- end -}}
+{{- range .matchExpressions -}}
+{{- $values := list -}}
+{{- range .values }}{{ $values = append $values (squote .) }}{{ end -}}
+{{- $in := printf "(%s in variables.labels && variables.labels[%s] in [%s])" (squote .key) (squote .key) (join ", " $values) -}}
+{{- if eq .operator "In" -}}{{- $terms = append $terms $in -}}
+{{- else if eq .operator "NotIn" -}}{{- $terms = append $terms (printf "!%s" $in) -}}
+{{- else if eq .operator "Exists" -}}{{- $terms = append $terms (printf "%s in variables.labels" (squote .key)) -}}
+{{- else if eq .operator "DoesNotExist" -}}{{- $terms = append $terms (printf "!(%s in variables.labels)" (squote .key)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $terms }}{{ join " && " $terms }}{{ else }}true{{ end -}}
+{{- end }}
+
+{{- /* Whether a request is for an extraKinds entry, in CEL. */ -}}
+{{- define "confighash.extraKindIs" -}}
+request.resource.group == {{ squote (ternary (dir .apiVersion) "" (contains "/" .apiVersion)) }} && request.resource.resource == {{ squote .resource }}
+{{- end }}
+
+{{- /* For an extraKinds entry, in CEL: the object's spec equals the old object's but
+along the path of its pod template (watcher-policy.yaml). */ -}}
+{{- define "confighash.specButTemplate" -}}
+{{- $parts := splitList "." .template -}}
+{{- if or (lt (len $parts) 2) (ne (first $parts) "spec") }}{{ fail (printf "extraKinds: %s's template %q is not under spec" .kind .template) }}{{ end -}}
+{{- $checks := list -}}
+{{- range $i := untilStep 1 (len $parts) 1 -}}
+{{- $at := join "." (slice $parts 0 $i) -}}
+{{- $key := index $parts $i -}}
+{{- $checks = append $checks (printf "object.%s.all(k, k == '%s' || (k in oldObject.%s && object.%s[k] == oldObject.%s[k])) && oldObject.%s.all(k, k == '%s' || k in object.%s)" $at $key $at $at $at $at $key $at) -}}
+{{- end -}}
+{{- join " && " $checks -}}
+{{- end }}
+
 {{- /* Flags both components share, where the values differ from the defaults. */ -}}
 {{- define "confighash.sharedArgs" -}}
 {{- if not .Values.reloaderAnnotations }}
