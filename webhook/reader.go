@@ -199,10 +199,21 @@ func NewCachedReader(c *sourcecache.Cache, live *LiveReader, versions *Versions,
 	return &CachedReader{cache: c, live: live, versions: versions, metrics: metrics}
 }
 
-// Names implements SourceReader: the cache could miss a source created just before
-// the workload, so the names come from a consistent list.
+// Names implements SourceReader with the names the cache holds: a name pattern costs
+// no list, however many or large a tenant's sources are (DESIGN rules 10 and 11). What
+// counts is still fresh (rule 4): Read proves each source a pattern matches current,
+// or reads it live, and one deleted since is absent. What the cache may lack is a
+// source created in the last milliseconds, before its watch event arrived: it is not
+// matched at this admission. Its arrival in the watcher's cache makes the watcher look
+// at the workload again, and a source that starts to count is met as rule 8 says:
+// recorded without a rollout when the pods started after it was written, as in a
+// `helm install` of both, rolled once otherwise. Where the cache does not hold the
+// namespace, the names come from a list of metadata in small pages.
 func (r *CachedReader) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
-	if r.versions == nil || kind == confighash.SecretProviderClass {
+	switch {
+	case r.cache.Keeps(kind) && r.cache.Synced() && r.cache.Covers(namespace):
+		return r.cache.Names(namespace, kind), nil
+	case r.versions == nil || kind == confighash.SecretProviderClass:
 		return r.live.Names(ctx, namespace, kind)
 	}
 	return r.versions.Names(ctx, namespace, kind)

@@ -1,7 +1,11 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
@@ -125,6 +132,13 @@ func TestCachedReaderWaitsForTheCacheToCatchUp(t *testing.T) {
 // cache with the versions listed, and its recorder.
 func cachedReader(t *testing.T, client *fake.Clientset, listed ...runtime.Object) (*CachedReader, *PrometheusRecorder) {
 	t.Helper()
+	reader, rec, _ := cachedReaderWithMeta(t, client, listed...)
+	return reader, rec
+}
+
+// cachedReaderWithMeta is cachedReader, with the metadata client the versions come from.
+func cachedReaderWithMeta(t *testing.T, client *fake.Clientset, listed ...runtime.Object) (*CachedReader, *PrometheusRecorder, *metadatafake.FakeMetadataClient) {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -140,5 +154,52 @@ func cachedReader(t *testing.T, client *fake.Clientset, listed ...runtime.Object
 	if !sources.WaitSynced(t.Context()) {
 		t.Fatal("cache not synced")
 	}
-	return reader, rec
+	return reader, rec, meta
+}
+
+// TestNamePatternsAreMatchedAgainstTheCacheWithoutAList (issue 41): the names a
+// pattern is matched against come from the cache, never a list per admission; the
+// sources they match are then proven current as any other, by a version GET each.
+func TestNamePatternsAreMatchedAgainstTheCacheWithoutAList(t *testing.T) {
+	secret := func(name string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: "5",
+			Annotations: map[string]string{"large": strings.Repeat("x", 1<<10)}}, Data: map[string][]byte{"k": []byte(name)}}
+	}
+	listed := func(name string) runtime.Object {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: "5"}}
+	}
+	client := fake.NewClientset(secret("s-1"), secret("s-2"), secret("other"))
+	reader, rec, meta := cachedReaderWithMeta(t, client, listed("s-1"), listed("s-2"), listed("other"))
+	var lists atomic.Int32
+	meta.PrependReactor("list", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
+	names, err := reader.Names(t.Context(), "ns", confighash.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"other", "s-1", "s-2"}) {
+		t.Errorf("names %q, want the cache's three", names)
+	}
+	// Through an admission: a Deployment that reloads with s.* hashes s-1 and s-2,
+	// each proven current by one version GET.
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	h, err := NewHandler(newMutator(t, Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true}, Reader: reader, Metrics: rec}), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := strings.Replace(deploymentJSON, "%s", `"`+confighash.ReloaderSecretReload+`":"s-.*"`, 1)
+	resp := decodeResponse(t, post(h, "application/json", review(object)))
+	if len(jsonPatch(t, resp)) == 0 {
+		t.Fatalf("not hashed; warnings %q", resp.Warnings)
+	}
+	if n := lists.Load(); n != 0 {
+		t.Errorf("%d lists, want none: the names are the cache's", n)
+	}
+	if n := testutil.ToFloat64(rec.versions.WithLabelValues("Secret")); n != 2 {
+		t.Errorf("version GETs of Secrets = %v, want 2: s-1 and s-2, proven current", n)
+	}
 }

@@ -154,17 +154,28 @@ func (v *Versions) get(ctx context.Context, namespace string, ref confighash.Sou
 	return Version{Exists: true, ResourceVersion: obj.ResourceVersion}, nil
 }
 
+// namesPage is how many objects' metadata a page of Names holds: each may carry up to
+// 256 KiB of annotations.
+const namesPage = 16
+
 // Names lists the sources of a kind that exist in the namespace now, with a
-// consistent, metadata-only list: what Reloader's name patterns are matched against.
-// The Secrets Helm keeps releases in are left out, as in the source cache.
+// consistent, metadata-only list in small pages: what Reloader's name patterns are
+// matched against where the cache does not hold the namespace. The Secrets Helm keeps
+// releases in are left out, as in the source cache.
 func (v *Versions) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
-	list, err := v.meta.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, v.filter.ListOptions(kind))
-	if err != nil {
-		return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)
+	var names []string
+	opts := v.filter.ListOptions(kind)
+	opts.Limit = namesPage
+	for {
+		list, err := v.meta.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)
+		}
+		for _, item := range list.Items {
+			names = append(names, item.Name)
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return names, nil
+		}
 	}
-	names := make([]string, len(list.Items))
-	for i, item := range list.Items {
-		names[i] = item.Name
-	}
-	return names, nil
 }
