@@ -209,7 +209,9 @@ func New(cfg Config) (*Watcher, error) {
 		csi:     csi != nil,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[workloadKey]{Name: "confighash-watcher"}),
+			workqueue.TypedRateLimitingQueueConfig[workloadKey]{DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[workloadKey]{
+				Name: "confighash-watcher", Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[workloadKey]{Queue: newFairQueue()}),
+			})}),
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
 		waves:         newWaves(),

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +70,59 @@ func TestPendingWorkloadsOfOneNamespaceDoNotHoldEveryRollingSlot(t *testing.T) {
 		t.Errorf("confighash_watcher_pending_too_long_total = %v, want %d", got, size)
 	}
 	t.Logf("%s's change rolled its %d Deployments in %v while %s's first wave stayed Pending", free, n, took.Round(100*time.Millisecond), stuck)
+}
+
+// TestOneNamespacesBacklogDelaysNoOtherNamespacesRollout: each touch of a workload of
+// namespace "busy" is held 1 s on its way to the API server (as an admission webhook of
+// its own that answers slowly would hold it), and a change of a ConfigMap its 24
+// Deployments use makes a backlog of 12 s for 2 workers. A change in namespace "quiet"
+// made once that backlog is queued rolls quiet's Deployment while most of busy's
+// touches still wait: the workers take namespaces in turn. With one FIFO, it waited
+// behind all 24.
+func TestOneNamespacesBacklogDelaysNoOtherNamespacesRollout(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	const n = 24
+	startWebhook(t, c)
+	busy, quiet := labeledNamespace(t, c), labeledNamespace(t, c)
+	var held atomic.Int64
+	kubeconfig := proxyAPIServer(t, c, func(r *http.Request) bool {
+		if r.Method != http.MethodPatch || !strings.Contains(r.URL.Path, "/namespaces/"+busy+"/deployments/") {
+			return true
+		}
+		held.Add(1)
+		select {
+		case <-time.After(time.Second):
+			return true
+		case <-r.Context().Done():
+			return false
+		}
+	})
+	startWatcher(t, c, "--kubeconfig="+kubeconfig, "--workers=2")
+	pacedApps(t, c, busy, n, 600)
+	pacedApps(t, c, quiet, 1, 600)
+
+	shared := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}
+	setKey(t, c, busy, shared, "k", "v1")
+	waitFor(t, 10*time.Second, "the backlog of "+busy+" to be under way", func() bool { return held.Load() >= 2 })
+	setKey(t, c, quiet, shared, "k", "v1")
+	waitFor(t, 30*time.Second, quiet+"'s Deployment to roll", func() bool { return replicaSetsPerApp(t, c, quiet)["app-00"] == 2 })
+	touched := held.Load()
+	if touched > n/2 {
+		t.Errorf("%s's Deployment rolled after %d of %s's %d touches, want it among the first: behind the backlog", quiet, touched, busy, n)
+	}
+	waitFor(t, 60*time.Second, "every Deployment of "+busy+" to roll", func() bool {
+		r := replicaSetsPerApp(t, c, busy)
+		return len(r) == n && !slices.ContainsFunc(slices.Collect(maps.Values(r)), func(k int) bool { return k < 2 })
+	})
+	time.Sleep(quietPeriod)
+	for _, ns := range []string{busy, quiet} {
+		for name, got := range replicaSetsPerApp(t, c, ns) {
+			if got != 2 {
+				t.Errorf("%s/%s rolled %d times for one change, want once", ns, name, got-1)
+			}
+		}
+	}
+	t.Logf("%s's Deployment rolled after %d of %s's %d held touches", quiet, touched, busy, n)
 }
 
 // labelNodes sets the label on every node, or removes it for nil.
