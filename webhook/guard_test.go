@@ -298,6 +298,7 @@ func TestUIDInPrefix(t *testing.T) {
 		{`{"request":{"kind":{"group":"apps"},"uid":"u"`, "", "u"},
 		{`{"apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"u"}}`, "admission.k8s.io/v1beta1", "u"},
 		{`{"other":[1,{"uid":"x"}],"request":{"uid":"u"`, "", "u"},
+		{`{"a":null,"b":{"c":[null,true]},"apiVersion":{"x":"y"},"request":{"d":null,"uid":"u"`, "", "u"},
 		{`{"request":{"uid":"u`, "", ""},
 		{`{"request":{"object":{"uid":"x"},"uid`, "", ""},
 		{`{"Request":{"uid":"u"}}`, "", ""},

@@ -210,10 +210,11 @@ func (g *guard) shed(w http.ResponseWriter, r *http.Request, full string) {
 // the first bytes of a review, which may end anywhere.
 func uidInPrefix(prefix []byte) (apiVersion, uid string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(prefix))
+	type end struct{} // the prefix ends, or is not JSON; a JSON null is nil
 	next := func() json.Token {
 		t, err := dec.Token()
 		if err != nil {
-			return nil
+			return end{}
 		}
 		return t
 	}
@@ -221,7 +222,7 @@ func uidInPrefix(prefix []byte) (apiVersion, uid string, ok bool) {
 	skip := func(t json.Token) bool {
 		for depth := 0; ; t = next() {
 			switch t {
-			case nil:
+			case end{}:
 				return false
 			case json.Delim('{'), json.Delim('['):
 				depth++
@@ -252,8 +253,12 @@ func uidInPrefix(prefix []byte) (apiVersion, uid string, ok bool) {
 	found := members(func(name string) bool {
 		switch name {
 		case "apiVersion":
-			apiVersion, _ = next().(string)
-			return false
+			t := next()
+			if s, ok := t.(string); ok {
+				apiVersion = s
+				return false
+			}
+			return !skip(t)
 		case "request":
 			members(func(name string) bool {
 				if name == "uid" {
