@@ -333,3 +333,20 @@ func TestAShedAnswerIsAReviewTheAPIServerAccepts(t *testing.T) {
 		t.Errorf("Content-Type %q", ct)
 	}
 }
+
+// TestAReviewNamingAnEnabledNamespaceForAnObjectOfAnotherReadsNothing: the guard reads
+// the request's namespace, the mutator the object's; a forged review that names an
+// enabled namespace for an object of another is answered unchanged, nothing read.
+func TestAReviewNamingAnEnabledNamespaceForAnObjectOfAnotherReadsNothing(t *testing.T) {
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	m := newMutator(t, Config{Key: key, Reader: stubReader{panics: true}, Gate: modes{"ns": confighash.ModeOptedIn}})
+	h, err := NewHandler(m, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := strings.Replace(optedIn, `"namespace":"ns"`, `"namespace":"victim"`, 1)
+	resp := decodeResponse(t, post(h, "application/json", review(object)))
+	if len(jsonPatch(t, resp)) != 0 || len(resp.Warnings) != 0 {
+		t.Fatalf("patch %v, warnings %q: want nothing read and nothing said", jsonPatch(t, resp), resp.Warnings)
+	}
+}

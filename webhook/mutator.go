@@ -199,7 +199,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return nil, nil // its template cannot change: any write to it would be refused
 	}
 	if m.cfg.Gate != nil && m.cfg.Gate.Mode(w.Namespace) == confighash.ModeOff {
-		return nil, nil // the API server does not send these: read nothing for others
+		// The guard checked the request's namespace; a forged review may name another in
+		// its object. The API server sends neither: read nothing for others.
+		return nil, nil
 	}
 
 	state := m.cfg.Vocabulary.Read(w)
