@@ -126,6 +126,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "internal error", http.StatusInternalServerError)
 		}
 	}()
+	// Before anything is read: a caller that is not the API server learns nothing.
+	if c := g.mutator.cfg.Callers; c != nil && !c.Allows(r.RemoteAddr) {
+		g.refuse(w, reasonCaller, "forbidden", http.StatusForbidden)
+		return
+	}
 	if r.Method != http.MethodPost {
 		g.refuse(w, reasonMethod, "want POST", http.StatusMethodNotAllowed)
 		return
@@ -356,9 +361,10 @@ const (
 	reasonTooLarge    = "too_large"
 	reasonRead        = "read"
 	reasonMalformed   = "malformed"
+	reasonCaller      = "caller"
 )
 
-var badRequestReasons = []string{reasonMethod, reasonContentType, reasonTooLarge, reasonRead, reasonMalformed}
+var badRequestReasons = []string{reasonMethod, reasonContentType, reasonTooLarge, reasonRead, reasonMalformed, reasonCaller}
 
 func (g *guard) refuse(w http.ResponseWriter, reason, msg string, status int) {
 	g.metrics.BadRequest(reason)

@@ -83,7 +83,10 @@ type Config struct {
 	// Snapshots makes the snapshots of pinned workloads; nil: an admission that needs
 	// one is let through unchanged, with a warning.
 	Snapshots *Snapshots
-	Metrics   Recorder
+	// Callers, when set, are the addresses whose reviews are read; another caller is
+	// refused before its body is read.
+	Callers *Callers
+	Metrics Recorder
 	// MaxInFlight bounds the admissions handled at once, and MaxInFlightBytes the bytes
 	// of their bodies; beyond either, an admission is answered at once, allowed
 	// unchanged, before its body is read. Zero: DefaultMaxInFlight,

@@ -38,6 +38,7 @@ type webhookConfig struct {
 	snapshotMaxCount  int
 	snapshotMaxBytes  int64
 	maxInFlight       int
+	callers           string
 	maxInFlightBytes  int64
 }
 
@@ -54,6 +55,7 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.clientNames, "client-allowed-names", "", "comma-separated common or DNS names a client certificate must carry, with --client-ca-file; empty: any it signed")
 	fs.IntVar(&c.snapshotMaxCount, "snapshot-max-count", 1000, "most snapshots of pinned workloads per namespace; beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
 	fs.Int64Var(&c.snapshotMaxBytes, "snapshot-max-bytes", 64<<20, "most bytes of data the snapshots of pinned workloads hold per namespace (keys and values); beyond it a pinned workload is admitted unpinned, with a warning; 0: no cap")
+	fs.StringVar(&c.callers, "admission-callers", "", "addresses or CIDRs, comma-separated, the API server may call the webhook from besides those it finds (the endpoints of default/kubernetes, kube-system's konnectivity agents, the control-plane nodes); a review from any other address is refused before it is read. \"any\": every address (the NetworkPolicy alone keeps callers out); unused with --client-ca-file")
 	fs.IntVar(&c.maxInFlight, "admission-max-in-flight", webhook.DefaultMaxInFlight, "most admissions handled at once; beyond it one is answered at once, allowed unchanged with a warning, before its body is read, and the watcher updates the workload")
 	fs.Int64Var(&c.maxInFlightBytes, "admission-max-in-flight-bytes", webhook.DefaultMaxInFlightBytes, fmt.Sprintf("most bytes of admission requests handled at once (a request of unknown length counts as %d, the largest read); beyond it one is answered as beyond --admission-max-in-flight; at least %d", webhook.MaxBodyBytes, webhook.MaxBodyBytes))
 	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
@@ -154,10 +156,20 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
 	snapshotCap := webhook.NewSnapshotCap(client, cfg.watched, cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
+	// With a client certificate the API server proves who it is; otherwise its address
+	// is what tells it from a pod posting forged reviews.
+	var callers *webhook.Callers
+	if cfg.clientCAFile == "" && cfg.callers != "any" {
+		extra, err := webhook.ParseCallers(cfg.callers)
+		if err != nil {
+			return fmt.Errorf("--admission-callers: %w", err)
+		}
+		callers = webhook.NewCallers(client, extra, log)
+	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
-		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
+		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
 	})
 	if err != nil {
 		return err
@@ -188,7 +200,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ops, err := listenOps(cfg.ops, reg, cfg.profiling, serving.Ready, sources.Synced, snapshotCap.Synced, gate.HasSynced, func() bool { return !draining.Load() })
+	ready := []func() bool{serving.Ready, sources.Synced, snapshotCap.Synced, gate.HasSynced, func() bool { return !draining.Load() }}
+	if callers != nil {
+		ready = append(ready, callers.Synced)
+	}
+	ops, err := listenOps(cfg.ops, reg, cfg.profiling, ready...)
 	if err != nil {
 		return err
 	}
@@ -205,6 +221,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g.Go(func() error { return sources.Run(ctx) })
 	g.Go(func() error { return snapshotCap.Run(ctx) })
 	gate.Run(ctx)
+	if callers != nil {
+		callers.Run(ctx)
+	}
 	g.Go(func() error { return admissionServer.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	return g.Wait()

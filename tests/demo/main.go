@@ -157,6 +157,7 @@ func startComponents(ctx context.Context, c *cluster.Cluster, binary string) (st
 	watcherOps := fmt.Sprintf("127.0.0.1:%d", ports[2])
 	if err := c.Run("webhook", bin, append([]string{"webhook",
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]), "--ops-address=" + webhookOps,
+		"--admission-callers=127.0.0.1", // the local API server's address, which no Endpoints may list
 		"--tls-cert-file=" + filepath.Join(tlsDir, "tls.crt"), "--tls-key-file=" + filepath.Join(tlsDir, "tls.key"),
 		"--shutdown-delay=0", // no Service routes to it: Ctrl-C stops it at once
 	}, common...)...); err != nil {

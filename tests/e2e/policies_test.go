@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,13 +15,11 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -553,22 +550,7 @@ func TestWebhookWithAClientCAAnswersOnlyTheAPIServer(t *testing.T) {
 	forged.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 	forged.Namespace = ns
 	forged.Annotations[confighash.AnnotationPin] = "true"
-	object, err := json.Marshal(forged)
-	if err != nil {
-		t.Fatal(err)
-	}
-	review, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID: "forged", Operation: admissionv1.Create, Namespace: ns, Name: "forged",
-			Kind:     metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
-			Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
-			Object:   runtime.RawExtension{Raw: object},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	review := createReview(t, forged)
 	post := func(cert *tls.Certificate) error {
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(wh.ca.CertPEM)
