@@ -18,6 +18,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/bounded"
 )
 
 // Jobs: a Job's pod template cannot change, so a due change recreates it. The
@@ -46,6 +47,11 @@ func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confi
 		return nil
 	case len(d.Held) > 0:
 		return w.paced(ctx, key, v, d)
+	case w.recreations.givenUp(key, v.UID, d.Hash):
+		// Tried recreationAttempts times and refused each time, as its Event says:
+		// the next change of its data tries again.
+		w.forget(key)
+		return nil
 	}
 	return w.recreate(ctx, key, v, d)
 }
@@ -85,7 +91,8 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 		return w.resumeRecreation(ctx, key) // an earlier one, not finished: that one first
 	case err != nil:
 		w.cfg.Metrics.Touch(TouchError)
-		return fmt.Errorf("record the recreation of Job %s/%s: %w", job.Namespace, job.Name, err)
+		err = fmt.Errorf("record the recreation of Job %s/%s: %w", job.Namespace, job.Name, err)
+		return w.refused(ctx, key, job.UID, d.Hash, nil, err)
 	}
 	if err := w.carryOut(ctx, key, created); err != nil {
 		return err
@@ -99,12 +106,21 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 // resumeRecreation finishes the recreation of the Job written down in its record, if
 // there is one.
 func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
-	rec, err := w.cfg.Client.CoreV1().Secrets(key.Namespace).Get(ctx, confighash.RecreationName(key.Name), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	name := confighash.RecreationName(key.Name)
+	rec, err := bounded.Get[corev1.Secret](ctx, w.cfg.Reads, secretsIn(key.Namespace), name, recordBytes)
+	switch {
+	case apierrors.IsNotFound(err):
+		// None, or no longer: the Job is synced as any other (a record the API server
+		// refused is tried again, and its attempts counted).
 		w.recreations.done(key)
+		return w.sync(ctx, key)
+	case errors.Is(err, bounded.ErrExceeded):
+		// Larger than any record a watcher writes: a namespace user made it, and it is
+		// not read.
+		w.recreations.finished(key)
+		w.cfg.Log.Warn().Err(err).Str("record", key.Namespace+"/"+name).Msg("not a record of a recreation; left as it is")
 		return nil
-	}
-	if err != nil {
+	case err != nil:
 		return err
 	}
 	switch err := w.carryOut(ctx, key, rec); {
@@ -119,11 +135,55 @@ func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
 }
 
 // errRecordForged is a record the hash key did not seal: the watcher makes no Job
-// from it. errBadRecord ends a recreation at such a record.
+// from it. errBadRecord ends a recreation at such a record. errStillDeleting is an old
+// Job that something (a finalizer) keeps after its delete.
 var (
-	errRecordForged = errors.New("not sealed with the hash key")
-	errBadRecord    = errors.New("not a record of a recreation")
+	errRecordForged  = errors.New("not sealed with the hash key")
+	errBadRecord     = errors.New("not a record of a recreation")
+	errStillDeleting = errors.New("the old one is still being deleted")
 )
+
+// recordBytes caps the read of a recreation's record: a Secret holds at most 1 MiB of
+// data, 1.33 MiB in base64, and a watcher writes little metadata. One larger was made
+// or grown by a namespace user, and is not read.
+const recordBytes = 3 << 19 // 1.5 MiB
+
+// recreationAttempts is how many times a recreation the API server refuses is tried,
+// with the queue's backoff, before it is given up.
+const recreationAttempts = 5
+
+// refused counts a failed attempt at the recreation of the Job with UID replaces, to
+// the data of hash, and returns err, to be retried with backoff. An error the API
+// server answered with a refusal (the request invalid, forbidden, in conflict, or the
+// old Job kept by a finalizer: a foreign finalizer, a manual selector, a quota) is
+// retried recreationAttempts times; then the recreation is given up, with a Warning
+// Event on the Job, its record rec (if any) is deleted, and this Job is not recreated
+// again for the same data. An error of the connection or of an API server that did
+// not answer is retried as long as it lasts.
+func (w *Watcher) refused(ctx context.Context, key workloadKey, replaces types.UID, hash string, rec *corev1.Secret, err error) error {
+	if !refusal(err) || w.recreations.failed(key) < recreationAttempts {
+		return err
+	}
+	if rec != nil {
+		del := w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
+		if del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
+			return fmt.Errorf("delete the record of Job %s/%s's recreation, given up: %w", key.Namespace, key.Name, del)
+		}
+	}
+	w.recreations.giveUp(key, replaces, hash)
+	w.cfg.Metrics.Touch(TouchGivenUp)
+	w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Int("attempts", recreationAttempts).Msg("recreation of a Job given up")
+	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name, UID: replaces},
+		corev1.EventTypeWarning, "RecreationFailed", fmt.Sprintf("the recreation was refused %d times and is given up: %v", recreationAttempts, err))
+	return nil
+}
+
+// refusal reports whether the API server answered the request and refused it.
+func refusal(err error) bool {
+	return errors.Is(err, errStillDeleting) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsMethodNotSupported(err) ||
+		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsUnauthorized(err)
+}
 
 // carryOut deletes the Job the record replaces, if it still exists, makes the new one,
 // unless it exists already, then deletes the record. Each step may have been done
@@ -142,7 +202,7 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 	}
 	if bad != nil {
 		// No retry makes it good: it is left as it is, and no Job is made from it.
-		w.recreations.done(key)
+		w.recreations.finished(key)
 		w.cfg.Log.Warn().Err(bad).Str("record", rec.Namespace+"/"+rec.Name).Msg("not a record of a recreation; left as it is")
 		return errBadRecord
 	}
@@ -152,9 +212,10 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground), // its pods go with it
 	})
 	// Not found, or a conflict (another UID holds the name): it is gone already.
+	hash := job.Spec.Template.Annotations[confighash.AnnotationHash]
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		w.cfg.Metrics.Touch(TouchError)
-		return fmt.Errorf("delete Job %s/%s to recreate it: %w", key.Namespace, key.Name, err)
+		return w.refused(ctx, key, replaces, hash, rec, fmt.Errorf("delete Job %s/%s to recreate it: %w", key.Namespace, key.Name, err))
 	}
 	_, err = jobs.Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -163,7 +224,8 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 		case getErr != nil:
 			return getErr
 		case now.UID == replaces:
-			return fmt.Errorf("recreate Job %s/%s: the old one is still being deleted", key.Namespace, key.Name)
+			w.cfg.Metrics.Touch(TouchError)
+			return w.refused(ctx, key, replaces, hash, rec, fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, errStillDeleting))
 		case now.Annotations[confighash.AnnotationRecreatedFrom] != string(replaces):
 			// Someone else made a Job of that name: it is theirs.
 			w.cfg.Log.Warn().Str("workload", key.String()).Msg("a Job of the same name was made by another while it was being recreated; the recreation ends there")
@@ -172,13 +234,13 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 	}
 	if err != nil {
 		w.cfg.Metrics.Touch(TouchError)
-		return fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, err)
+		return w.refused(ctx, key, replaces, hash, rec, fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, err))
 	}
 	err = w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
 	}
-	w.recreations.done(key)
+	w.recreations.finished(key)
 	w.cfg.Metrics.Touch(TouchRecreated)
 	return nil
 }
@@ -225,13 +287,52 @@ func remade(job *batchv1.Job, d confighash.Decision, trig []confighash.Trigger) 
 }
 
 // recreations are the Jobs whose recreation may be under way: written down and not
-// yet finished.
+// yet finished, with the attempts refused; and those given up, by the UID of the Job
+// and the hash of the data it was to be recreated for.
 type recreations struct {
-	mu      sync.Mutex
-	pending map[workloadKey]bool
+	mu       sync.Mutex
+	pending  map[workloadKey]bool
+	attempts map[workloadKey]int
+	given    map[workloadKey]givenUp
 }
 
-func newRecreations() *recreations { return &recreations{pending: map[workloadKey]bool{}} }
+type givenUp struct {
+	uid  types.UID
+	hash string
+}
+
+func newRecreations() *recreations {
+	return &recreations{pending: map[workloadKey]bool{}, attempts: map[workloadKey]int{}, given: map[workloadKey]givenUp{}}
+}
+
+// failed counts a refused attempt, and returns how many there were.
+func (r *recreations) failed(key workloadKey) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts[key]++
+	return r.attempts[key]
+}
+
+func (r *recreations) giveUp(key workloadKey, uid types.UID, hash string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, key)
+	delete(r.attempts, key)
+	r.given[key] = givenUp{uid, hash}
+}
+
+// givenUp reports whether the recreation of the Job with this UID to the data of hash
+// was given up.
+func (r *recreations) givenUp(key workloadKey, uid types.UID, hash string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.given[key]
+	if ok && (g.uid != uid || g.hash != hash) {
+		delete(r.given, key) // another Job, or other data: tried again
+		return false
+	}
+	return ok
+}
 
 func (r *recreations) add(key workloadKey) {
 	r.mu.Lock()
@@ -245,35 +346,58 @@ func (r *recreations) done(key workloadKey) {
 	delete(r.pending, key)
 }
 
+// finished ends the recreation, and forgets its attempts.
+func (r *recreations) finished(key workloadKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, key)
+	delete(r.attempts, key)
+}
+
 func (r *recreations) has(key workloadKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pending[key]
 }
 
+// recordsLimits bound the list of one namespace's records of recreations: their
+// metadata alone, a record for each Job whose recreation is under way.
+var recordsLimits = bounded.Limits{Page: 100, PageBytes: 2 << 20, Items: 1000, Bytes: 8 << 20}
+
 // findRecreations queues the Jobs whose recreation a watcher wrote down and did not
-// finish, so that the leader finishes them.
+// finish, so that the leader finishes them. It lists the records' metadata alone, in
+// the namespaces confighash acts in, each namespace on its own: a namespace user may
+// make Secrets of their type, as many and as large as their quota allows, and those of
+// one namespace keep no other's from being found. Each record is read when its Job is
+// worked on.
 func (w *Watcher) findRecreations(ctx context.Context) error {
 	if _, ok := w.workloads[confighash.Job.Kind]; !ok {
 		return nil
 	}
-	namespaces := w.cfg.Watched
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
+	namespaces, err := w.actingNamespaces(ctx)
+	if err != nil {
+		return fmt.Errorf("list recreations under way: %w", err)
 	}
 	opts := metav1.ListOptions{LabelSelector: confighash.LabelRecreationOf, FieldSelector: fields.OneTermEqualSelector("type", confighash.RecreationType).String()}
+	var errs []error
 	for _, ns := range namespaces {
-		list, err := w.cfg.Client.CoreV1().Secrets(ns).List(ctx, opts)
+		err := bounded.Each(ctx, w.cfg.Reads, secretsIn(ns), opts, recordsLimits, func(records []metav1.PartialObjectMetadata) error {
+			for _, rec := range records {
+				job := rec.Labels[confighash.LabelRecreationOf]
+				if rec.Name != confighash.RecreationName(job) {
+					continue // not the record of the Job it names
+				}
+				key := workloadKey{confighash.Job.Kind, rec.Namespace, job}
+				w.recreations.add(key)
+				w.queue.Add(key)
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("list recreations under way: %w", err)
-		}
-		for _, rec := range list.Items {
-			key := workloadKey{confighash.Job.Kind, rec.Namespace, rec.Labels[confighash.LabelRecreationOf]}
-			w.recreations.add(key)
-			w.queue.Add(key)
+			errs = append(errs, fmt.Errorf("list recreations under way in %s: %w", ns, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // runMark is the mark the touch that rolls a CronJob that runs on change writes, so

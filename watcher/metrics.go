@@ -48,6 +48,7 @@ const (
 	TouchError        TouchResult = "error"         // the write failed
 	TouchRecreated    TouchResult = "recreated"     // a Job was recreated
 	TouchStarted      TouchResult = "started"       // a CronJob's Job was started for a change
+	TouchGivenUp      TouchResult = "given_up"      // a Job's recreation was refused each time it was tried, and given up
 )
 
 // NoopRecorder records nothing.
@@ -143,7 +144,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, k := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		r.changes.WithLabelValues(string(k))
 	}
-	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchRecreated, TouchStarted, TouchError} {
+	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchRecreated, TouchStarted, TouchGivenUp, TouchError} {
 		r.touches.WithLabelValues(string(res))
 	}
 	for _, reason := range heldReasons {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/bounded"
 )
 
 // Snapshots of a pinned workload are owned by each revision whose pod template names
@@ -230,6 +231,11 @@ func (w *Watcher) snapshotsOf(ctx context.Context, namespace string, kind config
 		return nil, err
 	}
 	return objects(pointers(l.Items)), nil
+}
+
+// secretsIn is the Secrets of the namespace, to read bounded.
+func secretsIn(namespace string) bounded.Resource {
+	return bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("secrets"), Namespace: namespace}
 }
 
 func pointers[T any](items []T) []*T {

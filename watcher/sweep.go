@@ -2,13 +2,17 @@ package watcher
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/bounded"
 	"github.com/confighash/confighash/sourcecache"
 )
 
@@ -43,6 +47,34 @@ func (s *sweep) spend(n int) bool {
 	}
 	s.calls += n
 	return true
+}
+
+// namespacesLimits bound the list of the cluster's namespaces, their metadata alone, a
+// page at a time: only the names of those confighash acts in are kept.
+var namespacesLimits = bounded.Limits{Page: 500, PageBytes: 4 << 20, Items: 1 << 20, Bytes: 1 << 30}
+
+// actingNamespaces returns the namespaces confighash acts in: those it watches, or,
+// for a cluster-wide install, those the cluster has, in the mode they are in now.
+func (w *Watcher) actingNamespaces(ctx context.Context) ([]string, error) {
+	acting := func(names []string) []string {
+		return slices.DeleteFunc(names, func(ns string) bool { return w.gate.Mode(ns) == confighash.ModeOff })
+	}
+	if len(w.cfg.Watched) > 0 {
+		return acting(slices.Clone(w.cfg.Watched)), nil
+	}
+	var names []string
+	res := bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("namespaces")}
+	err := bounded.Each(ctx, w.cfg.Reads, res, metav1.ListOptions{}, namespacesLimits, func(page []metav1.PartialObjectMetadata) error {
+		for _, ns := range page {
+			names = append(names, ns.Name)
+		}
+		names = acting(names)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	return names, nil
 }
 
 // sweepSnapshots sweeps each kind of each namespace in turn, until the calls are spent.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/bounded"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
 )
@@ -35,6 +36,9 @@ type Config struct {
 	Dynamic dynamic.Interface // for the kinds without Go types, as Argo Rollouts; nil to skip them
 	// Metadata lists snapshots without their data, for the sweep; nil: no sweep.
 	Metadata metadata.Interface
+	// Reads reads what a namespace user may make large, bounded in bytes before it is
+	// decoded (lists of records, snapshots, revisions, pods); nil: through Client.
+	Reads *bounded.Reader
 	// SnapshotSweep is how often snapshots that nothing owns or names are deleted,
 	// and how long one must have had no owner first; 0: never.
 	SnapshotSweep time.Duration
@@ -124,6 +128,9 @@ func (c *Config) defaults() error {
 	}
 	if len(c.Kinds) == 0 {
 		c.Kinds = confighash.Builtin
+	}
+	if c.Reads == nil {
+		c.Reads = bounded.New(c.Client.CoreV1().RESTClient())
 	}
 	if c.WaveTimeout <= 0 {
 		c.WaveTimeout = DefaultWaveTimeout
