@@ -106,32 +106,51 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 // resumeRecreation finishes the recreation of the Job written down in its record, if
 // there is one.
 func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
-	name := confighash.RecreationName(key.Name)
-	rec, err := bounded.Get[corev1.Secret](ctx, w.cfg.Reads, secretsIn(key.Namespace), name, recordBytes)
+	rec, job, err := w.readRecord(ctx, key)
 	switch {
 	case apierrors.IsNotFound(err):
 		// None, or no longer: the Job is synced as any other (a record the API server
 		// refused is tried again, and its attempts counted).
 		w.recreations.done(key)
 		return w.sync(ctx, key)
-	case errors.Is(err, bounded.ErrExceeded):
-		// Larger than any record a watcher writes: a namespace user made it, and it is
-		// not read.
-		w.recreations.finished(key)
-		w.cfg.Log.Warn().Err(err).Str("record", key.Namespace+"/"+name).Msg("not a record of a recreation; left as it is")
-		return nil
-	case err != nil:
-		return err
-	}
-	switch err := w.carryOut(ctx, key, rec); {
 	case errors.Is(err, errBadRecord):
 		return nil
 	case err != nil:
 		return err
 	}
+	if err := w.replace(ctx, key, rec, job); err != nil {
+		return err
+	}
 	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name},
 		corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
 	return nil
+}
+
+// readRecord reads the record of the Job's recreation, capped, and returns it without
+// its data, and the Job it holds. Records are read one at a time: a namespace user may
+// make many, of up to the cap each, and the watcher finds them all at its start.
+func (w *Watcher) readRecord(ctx context.Context, key workloadKey) (*corev1.Secret, *batchv1.Job, error) {
+	select {
+	case w.recreations.reading <- struct{}{}:
+		defer func() { <-w.recreations.reading }()
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	name := confighash.RecreationName(key.Name)
+	rec, err := bounded.Get[corev1.Secret](ctx, w.cfg.Reads, secretsIn(key.Namespace), name, recordBytes)
+	switch {
+	case errors.Is(err, bounded.ErrExceeded):
+		// Larger than any record a watcher writes: a namespace user made it, and it is
+		// not read.
+		w.recreations.finished(key)
+		w.cfg.Log.Warn().Err(err).Str("record", key.Namespace+"/"+name).Msg("not a record of a recreation; left as it is")
+		return nil, nil, errBadRecord
+	case err != nil:
+		return nil, nil, err
+	}
+	job, err := w.recordedJob(key, rec)
+	rec.Data = nil
+	return rec, job, err
 }
 
 // errRecordForged is a record the hash key did not seal: the watcher makes no Job
@@ -185,17 +204,24 @@ func refusal(err error) bool {
 		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsUnauthorized(err)
 }
 
-// carryOut deletes the Job the record replaces, if it still exists, makes the new one,
-// unless it exists already, then deletes the record. Each step may have been done
-// before, by this watcher or one stopped in the middle.
+// carryOut carries out the recreation the record holds.
 func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Secret) error {
-	replaces := types.UID(rec.Annotations[confighash.AnnotationReplaces])
+	job, err := w.recordedJob(key, rec)
+	if err != nil {
+		return err
+	}
+	return w.replace(ctx, key, rec, job)
+}
+
+// recordedJob returns the Job the record holds, or errBadRecord.
+func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job, error) {
+	replaces := rec.Annotations[confighash.AnnotationReplaces]
 	body := rec.Data[confighash.RecreationJobKey]
 	job := &batchv1.Job{}
 	var bad error
 	switch {
 	case rec.Type != confighash.RecreationType || rec.Labels[confighash.LabelRecreationOf] != key.Name ||
-		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, string(replaces), body, rec.Annotations):
+		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, replaces, body, rec.Annotations):
 		bad = errRecordForged
 	case json.Unmarshal(body, job) != nil || job.Name != key.Name || job.Namespace != key.Namespace:
 		bad = fmt.Errorf("the Job in it is not Job %s/%s", key.Namespace, key.Name)
@@ -204,8 +230,16 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 		// No retry makes it good: it is left as it is, and no Job is made from it.
 		w.recreations.finished(key)
 		w.cfg.Log.Warn().Err(bad).Str("record", rec.Namespace+"/"+rec.Name).Msg("not a record of a recreation; left as it is")
-		return errBadRecord
+		return nil, errBadRecord
 	}
+	return job, nil
+}
+
+// replace deletes the Job the record replaces, if it still exists, makes the new one,
+// job, unless it exists already, then deletes the record. Each step may have been done
+// before, by this watcher or one stopped in the middle.
+func (w *Watcher) replace(ctx context.Context, key workloadKey, rec *corev1.Secret, job *batchv1.Job) error {
+	replaces := types.UID(rec.Annotations[confighash.AnnotationReplaces])
 	jobs := w.cfg.Client.BatchV1().Jobs(key.Namespace)
 	err := jobs.Delete(ctx, key.Name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &replaces},
@@ -294,6 +328,8 @@ type recreations struct {
 	pending  map[workloadKey]bool
 	attempts map[workloadKey]int
 	given    map[workloadKey]givenUp
+	// reading is held while a record is read.
+	reading chan struct{}
 }
 
 type givenUp struct {
@@ -302,7 +338,7 @@ type givenUp struct {
 }
 
 func newRecreations() *recreations {
-	return &recreations{pending: map[workloadKey]bool{}, attempts: map[workloadKey]int{}, given: map[workloadKey]givenUp{}}
+	return &recreations{pending: map[workloadKey]bool{}, attempts: map[workloadKey]int{}, given: map[workloadKey]givenUp{}, reading: make(chan struct{}, 1)}
 }
 
 // failed counts a refused attempt, and returns how many there were.
