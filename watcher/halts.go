@@ -11,6 +11,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/bounded"
 )
 
 // A wave halts when a workload it let roll has failed and none still rolls: markers
@@ -65,14 +66,28 @@ func (w *Watcher) followRollout(ctx context.Context, v *view) error {
 	return w.halt(ctx, key, h)
 }
 
+// podsLimits bound the list of a workload's pods: read whole, for their statuses, a
+// page at a time, only what is found in each kept. A workload may have thousands, and a
+// namespace user may make more with its labels, as large as their quota allows.
+var podsLimits = bounded.Limits{Page: 100, PageBytes: 4 << 20, Items: 100_000, Bytes: 1 << 30}
+
 // failingPods returns why a pod of the workload's latest template cannot start, "" if
 // none is known to fail, and since when one has been Pending.
-func (w *Watcher) failingPods(ctx context.Context, v *view) (string, time.Time, error) {
-	pods, err := w.cfg.Client.CoreV1().Pods(v.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v.Selector})
+func (w *Watcher) failingPods(ctx context.Context, v *view) (why string, pending time.Time, err error) {
+	res := bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("pods"), Namespace: v.Namespace}
+	err = bounded.Each(ctx, w.cfg.Reads, res, metav1.ListOptions{LabelSelector: v.Selector}, podsLimits, func(pods []corev1.Pod) error {
+		if why == "" {
+			why = failingPod(pods, v.Hash)
+		}
+		if since := pendingSince(pods, v.Hash); !since.IsZero() && (pending.IsZero() || since.Before(pending)) {
+			pending = since
+		}
+		return nil
+	})
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("list the pods of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
 	}
-	return failingPod(pods.Items, v.Hash), pendingSince(pods.Items, v.Hash), nil
+	return why, pending, nil
 }
 
 // haltWrites is what a halt marks: the users still due, held from the hash they are

@@ -410,7 +410,7 @@ func (w *Watcher) findRecreations(ctx context.Context) error {
 	if _, ok := w.workloads[confighash.Job.Kind]; !ok {
 		return nil
 	}
-	namespaces, err := w.actingNamespaces(ctx)
+	namespaces, err := w.actingNamespaces(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("list recreations under way: %w", err)
 	}

@@ -13,10 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/bounded"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // What the running pods of a workload hold, found out for the sources that started
@@ -115,23 +118,30 @@ func (w *Watcher) neverRewritten(ctx context.Context, namespace string, ref conf
 		ResourceVersion:      strconv.FormatUint(before-1, 10),
 		ResourceVersionMatch: metav1.ResourceVersionMatchExact,
 	}
-	var n int
-	switch ref.Kind {
-	case confighash.ConfigMap:
-		list, err := w.cfg.Client.CoreV1().ConfigMaps(namespace).List(ctx, opts)
-		if err != nil {
-			return false, historyGone(err)
-		}
-		n = len(list.Items)
-	case confighash.Secret:
-		list, err := w.cfg.Client.CoreV1().Secrets(namespace).List(ctx, opts)
-		if err != nil {
-			return false, historyGone(err)
-		}
-		n = len(list.Items)
+	res := bounded.Resource{GroupVersionResource: sourcecache.Resource(ref.Kind), Namespace: namespace}
+	then, err := bounded.List[metav1.PartialObjectMetadata](ctx, w.cfg.Reads, res, opts, byNameLimits)
+	if err != nil {
+		return false, historyGone(err)
 	}
-	return n == 0, nil
+	return len(then) == 0, nil
 }
+
+// Bounds on the lists of a workload's revisions, which a namespace user may make as
+// many and as large as their quota allows, with the workload's labels and owner:
+// revisionsLimits on those read whole, for what their pod templates name and whether
+// they run pods (a Deployment keeps 11 by default, of a few KiB each);
+// versionLimits on their metadata at an earlier version; byNameLimits on a list of one
+// object by its name. A list beyond them is an error: the workload is neither adopted
+// nor rolled from what fits, and is tried again with backoff.
+var (
+	revisionsLimits = bounded.Limits{Page: 50, PageBytes: 4 << 20, Items: 1000, Bytes: 4 << 20}
+	versionLimits   = bounded.Limits{Page: 100, PageBytes: 2 << 20, Items: 1000, Bytes: 4 << 20}
+	byNameLimits    = bounded.Limits{Page: 10, PageBytes: 2 << 20, Items: 10, Bytes: 2 << 20}
+)
+
+// objectBytes caps the read of one object's metadata: an object is at most about
+// 1.5 MiB.
+const objectBytes = 2 << 20
 
 // historyGone returns nil for an error saying the API server no longer keeps the
 // version asked for: not known, rather than a failure.
@@ -142,11 +152,12 @@ func historyGone(err error) error {
 	return err
 }
 
-// revisions lists the revisions of a workload: its ReplicaSets or ControllerRevisions.
+// revisions are the revisions of a workload: its ReplicaSets or ControllerRevisions.
 type revisions struct {
-	list func(ctx context.Context, opts metav1.ListOptions) ([]metav1.Object, error)
-	// running are those that may still run pods.
-	running []metav1.Object
+	// all are the revisions, read whole; running those that may still run pods.
+	all, running []metav1.Object
+	// at lists the revisions at an earlier resource version, their metadata alone.
+	at func(ctx context.Context, resourceVersion string) ([]metav1.Object, error)
 }
 
 // running returns what is known of when the workload's running pods started: the
@@ -170,7 +181,7 @@ func (w *Watcher) running(ctx context.Context, v *view, versions []string) (conf
 		return newer
 	})
 	for _, rv := range slices.Compact(versions) {
-		then, err := revs.list(ctx, metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+		then, err := revs.at(ctx, rv)
 		if err != nil {
 			return r, historyGone(err)
 		}
@@ -231,37 +242,24 @@ func (w *Watcher) revisions(ctx context.Context, v *view) (revisions, error) {
 // unknown: its pods all started after it was created, so a source written before that
 // is held by every one of them.
 func (w *Watcher) itself(ctx context.Context, v *view) (revisions, error) {
+	res := bounded.Resource{GroupVersionResource: v.Kind.GroupVersion().WithResource(v.Kind.Resource), Namespace: v.Namespace}
 	byName := fields.OneTermEqualSelector("metadata.name", v.Name).String()
-	list := func(ctx context.Context, opts metav1.ListOptions) ([]metav1.Object, error) {
-		opts.FieldSelector = byName
-		l, err := w.dynamic(v).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]metav1.Object, len(l.Items))
-		for i := range l.Items {
-			out[i] = &l.Items[i]
-		}
-		return out, nil
+	at := func(ctx context.Context, rv string) ([]metav1.Object, error) {
+		opts := metav1.ListOptions{FieldSelector: byName, ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact}
+		l, err := bounded.List[metav1.PartialObjectMetadata](ctx, w.cfg.Reads, res, opts, byNameLimits)
+		return objects(pointers(l)), err
 	}
-	u, err := w.dynamic(v).Get(ctx, v.Name, metav1.GetOptions{})
+	u, err := bounded.Get[metav1.PartialObjectMetadata](ctx, w.cfg.Reads, res, v.Name, objectBytes)
 	if err != nil {
 		return revisions{}, err
 	}
-	return revisions{list: list, running: []metav1.Object{u}}, nil
+	return revisions{all: []metav1.Object{u}, running: []metav1.Object{u}, at: at}, nil
 }
 
 // replicaSets returns the workload's ReplicaSets; those that have pods, and the
 // newest, may run pods.
 func (w *Watcher) replicaSets(ctx context.Context, v *view, selector *metav1.LabelSelector) (revisions, error) {
-	list := func(ctx context.Context, opts metav1.ListOptions) ([]appsv1.ReplicaSet, error) {
-		l, err := w.cfg.Client.AppsV1().ReplicaSets(v.Namespace).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		return l.Items, nil
-	}
-	return ownedRevisions(ctx, v, selector, list, func(all []*appsv1.ReplicaSet, rs *appsv1.ReplicaSet) bool {
+	return ownedRevisions(ctx, w.cfg.Reads, v, appsv1.SchemeGroupVersion.WithResource("replicasets"), selector, func(all []*appsv1.ReplicaSet, rs *appsv1.ReplicaSet) bool {
 		return rs.Status.Replicas > 0 || !slices.ContainsFunc(all, func(o *appsv1.ReplicaSet) bool { return revisionOf(o) > revisionOf(rs) })
 	})
 }
@@ -279,14 +277,7 @@ func revisionOf(rs *appsv1.ReplicaSet) int64 {
 // controllerRevisions returns the workload's ControllerRevisions; those keep selects
 // may run pods.
 func (w *Watcher) controllerRevisions(ctx context.Context, v *view, selector *metav1.LabelSelector, keep func(all []*appsv1.ControllerRevision, r *appsv1.ControllerRevision) bool) (revisions, error) {
-	list := func(ctx context.Context, opts metav1.ListOptions) ([]appsv1.ControllerRevision, error) {
-		l, err := w.cfg.Client.AppsV1().ControllerRevisions(v.Namespace).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		return l.Items, nil
-	}
-	return ownedRevisions(ctx, v, selector, list, keep)
+	return ownedRevisions(ctx, w.cfg.Reads, v, appsv1.SchemeGroupVersion.WithResource("controllerrevisions"), selector, keep)
 }
 
 // ownedRevisions lists the revisions of the workload with its selector, those it
@@ -294,26 +285,21 @@ func (w *Watcher) controllerRevisions(ctx context.Context, v *view, selector *me
 func ownedRevisions[T any, P interface {
 	*T
 	metav1.Object
-}](ctx context.Context, v *view, selector *metav1.LabelSelector, list func(context.Context, metav1.ListOptions) ([]T, error), keep func(all []P, r P) bool) (revisions, error) {
+}](ctx context.Context, r *bounded.Reader, v *view, gvr schema.GroupVersionResource, selector *metav1.LabelSelector, keep func(all []P, r P) bool) (revisions, error) {
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
 		return revisions{}, err
 	}
-	owned := func(ctx context.Context, opts metav1.ListOptions) ([]P, error) {
-		opts.LabelSelector = sel.String()
-		items, err := list(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		return ownedBy[T, P](items, v.UID), nil
-	}
-	all, err := owned(ctx, metav1.ListOptions{})
+	res := bounded.Resource{GroupVersionResource: gvr, Namespace: v.Namespace}
+	items, err := bounded.List[T](ctx, r, res, metav1.ListOptions{LabelSelector: sel.String()}, revisionsLimits)
 	if err != nil {
 		return revisions{}, err
 	}
-	revs := revisions{list: func(ctx context.Context, opts metav1.ListOptions) ([]metav1.Object, error) {
-		l, err := owned(ctx, opts)
-		return objects(l), err
+	all := ownedBy[T, P](items, v.UID)
+	revs := revisions{all: objects(all), at: func(ctx context.Context, rv string) ([]metav1.Object, error) {
+		opts := metav1.ListOptions{LabelSelector: sel.String(), ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact}
+		l, err := bounded.List[metav1.PartialObjectMetadata](ctx, r, res, opts, versionLimits)
+		return objects(ownedBy(l, v.UID)), err
 	}}
 	for _, r := range all {
 		if keep(all, r) {

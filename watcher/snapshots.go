@@ -19,6 +19,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/bounded"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // Snapshots of a pinned workload are owned by each revision whose pod template names
@@ -102,12 +103,8 @@ func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins,
 	if err != nil {
 		return nil, err
 	}
-	all, err := revs.list(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
 	var out []revisionPins
-	for _, obj := range all {
+	for _, obj := range revs.all {
 		switch r := obj.(type) {
 		case *appsv1.ReplicaSet:
 			out = append(out, revisionPins{metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: r.Name, UID: r.UID}, confighash.TemplatePins(&r.Spec.Template)})
@@ -203,7 +200,15 @@ func sooner(a, b time.Duration) time.Duration {
 	return a
 }
 
-// snapshotsOf lists the namespace's snapshots of the sources of the kind.
+// snapshotsLimits bound the list of the snapshots of a workload's sources: their
+// metadata alone (those to delete are read whole, one at a time), a few for each
+// source and revision. A namespace user may make more, with the label, as large as
+// their quota allows: beyond the bound, the workload's snapshots are not reconciled,
+// and it is tried again with backoff.
+var snapshotsLimits = bounded.Limits{Page: 100, PageBytes: 2 << 20, Items: 2000, Bytes: 4 << 20}
+
+// snapshotsOf lists the metadata of the namespace's snapshots of the sources of the
+// kind.
 func (w *Watcher) snapshotsOf(ctx context.Context, namespace string, kind confighash.SourceKind, sources map[confighash.SourceRef]bool) ([]metav1.Object, error) {
 	var names []string
 	for ref := range sources {
@@ -219,18 +224,12 @@ func (w *Watcher) snapshotsOf(ctx context.Context, namespace string, kind config
 		return nil, err
 	}
 	opts := metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*of).String()}
-	if kind == confighash.ConfigMap {
-		l, err := w.cfg.Client.CoreV1().ConfigMaps(namespace).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		return objects(pointers(l.Items)), nil
-	}
-	l, err := w.cfg.Client.CoreV1().Secrets(namespace).List(ctx, opts)
+	res := bounded.Resource{GroupVersionResource: sourcecache.Resource(kind), Namespace: namespace}
+	l, err := bounded.List[metav1.PartialObjectMetadata](ctx, w.cfg.Reads, res, opts, snapshotsLimits)
 	if err != nil {
 		return nil, err
 	}
-	return objects(pointers(l.Items)), nil
+	return objects(pointers(l)), nil
 }
 
 // secretsIn is the Secrets of the namespace, to read bounded.

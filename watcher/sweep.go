@@ -2,8 +2,10 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,8 +32,14 @@ import (
 // per workload, once a sweep) and deletes.
 const sweepCalls = 200
 
-// sweepPage is how many snapshots one list call returns.
-const sweepPage = 500
+// sweepLimits bound the list of a namespace's snapshots: their metadata alone, a page
+// of sweepLimits.Page at a time, each page capped in bytes (a namespace user may make
+// objects with the label, as large as their quota allows); the sweep's calls bound the
+// pages.
+var sweepLimits = bounded.Limits{Page: 100, PageBytes: 2 << 20, Items: 1 << 20, Bytes: 1 << 30}
+
+// errSweepSpent stops a list when the sweep's calls are spent.
+var errSweepSpent = errors.New("the sweep's calls are spent")
 
 // sweep is one sweep's state.
 type sweep struct {
@@ -54,8 +62,9 @@ func (s *sweep) spend(n int) bool {
 var namespacesLimits = bounded.Limits{Page: 500, PageBytes: 4 << 20, Items: 1 << 20, Bytes: 1 << 30}
 
 // actingNamespaces returns the namespaces confighash acts in: those it watches, or,
-// for a cluster-wide install, those the cluster has, in the mode they are in now.
-func (w *Watcher) actingNamespaces(ctx context.Context) ([]string, error) {
+// for a cluster-wide install, those the cluster has, in the mode they are in now. It
+// counts the calls it makes in calls, if not nil.
+func (w *Watcher) actingNamespaces(ctx context.Context, calls *int) ([]string, error) {
 	acting := func(names []string) []string {
 		return slices.DeleteFunc(names, func(ns string) bool { return w.gate.Mode(ns) == confighash.ModeOff })
 	}
@@ -65,6 +74,9 @@ func (w *Watcher) actingNamespaces(ctx context.Context) ([]string, error) {
 	var names []string
 	res := bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("namespaces")}
 	err := bounded.Each(ctx, w.cfg.Reads, res, metav1.ListOptions{}, namespacesLimits, func(page []metav1.PartialObjectMetadata) error {
+		if calls != nil {
+			*calls++
+		}
 		for _, ns := range page {
 			names = append(names, ns.Name)
 		}
@@ -77,24 +89,37 @@ func (w *Watcher) actingNamespaces(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// sweepSnapshots sweeps each kind of each namespace in turn, until the calls are spent.
+// sweepSnapshots sweeps each kind of each namespace confighash acts in, in turn, from
+// where the last sweep stopped, until the calls are spent.
 func (w *Watcher) sweepSnapshots(ctx context.Context) {
 	s := &sweep{revisions: map[types.UID][]revisionPins{}}
 	defer func() { w.cfg.Metrics.SweepCalls(s.calls) }()
 	if w.sweepCandidates == nil {
 		w.sweepCandidates, w.sweepFrom = map[types.UID]bool{}, map[string]string{}
 	}
-	namespaces := w.cfg.Watched
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
+	namespaces, err := w.actingNamespaces(ctx, &s.calls)
+	if err != nil {
+		w.cfg.Log.Warn().Err(err).Msg("list namespaces to sweep")
+		return
 	}
+	var at []string
 	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
 		for _, ns := range namespaces {
-			if !w.sweepList(ctx, s, kind, ns) {
-				return
-			}
+			at = append(at, string(kind)+"/"+ns)
 		}
 	}
+	// The lists after the one the last sweep stopped in come first: however many
+	// namespaces there are, each is swept in its turn.
+	start := max(0, slices.Index(at, w.sweepAt))
+	for i := range at {
+		next := at[(start+i)%len(at)]
+		kind, ns, _ := strings.Cut(next, "/")
+		if !w.sweepList(ctx, s, confighash.SourceKind(kind), ns) {
+			w.sweepAt = next
+			return
+		}
+	}
+	w.sweepAt = ""
 }
 
 // sweepList sweeps the snapshots of a kind in a namespace, a page at a time, from where
@@ -102,31 +127,37 @@ func (w *Watcher) sweepSnapshots(ctx context.Context) {
 func (w *Watcher) sweepList(ctx context.Context, s *sweep, kind confighash.SourceKind, namespace string) bool {
 	at := string(kind) + "/" + namespace
 	from := w.sweepFrom[at]
-	opts := metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf, Limit: sweepPage}
-	for {
-		if !s.spend(1) {
-			return false
-		}
-		list, err := w.cfg.Metadata.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, opts)
-		if err != nil {
-			w.cfg.Log.Warn().Err(err).Str("kind", string(kind)).Msg("list snapshots to sweep")
-			return true
-		}
-		for i := range list.Items {
-			item := &list.Items[i]
+	if s.calls >= sweepCalls {
+		return false
+	}
+	res := bounded.Resource{GroupVersionResource: sourcecache.Resource(kind), Namespace: namespace}
+	err := bounded.Each(ctx, w.cfg.Reads, res, metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf}, sweepLimits, func(items []metav1.PartialObjectMetadata) error {
+		s.calls++ // the call that listed the page
+		for i := range items {
+			item := &items[i]
 			// Lists are in key order: what the last sweep looked at is behind.
 			if key := item.Namespace + "/" + item.Name; key > from {
 				if !w.sweepOne(ctx, s, kind, item) {
-					return false
+					return errSweepSpent
 				}
 				w.sweepFrom[at] = key
 			}
 		}
-		if opts.Continue = list.Continue; opts.Continue == "" {
-			delete(w.sweepFrom, at)
-			return true
+		if s.calls >= sweepCalls {
+			return errSweepSpent // none left for the next page
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSweepSpent):
+		return false
+	case err != nil:
+		s.calls++
+		w.cfg.Log.Warn().Err(err).Str("kind", string(kind)).Str("namespace", namespace).Msg("list snapshots to sweep")
+		return true
 	}
+	delete(w.sweepFrom, at)
+	return true
 }
 
 // sweepOne deletes the snapshot if it is the second sweep in a row to find it made by

@@ -184,9 +184,12 @@ type Watcher struct {
 	relists *relists
 	// sweepCandidates are the snapshots a sweep found owned and named by nothing, and
 	// sweepFrom, per kind and namespace, where the next sweep goes on from when the
-	// last one spent its calls; only the sweep reads and writes them.
+	// last one spent its calls, and sweepAt in which; only the sweep reads and writes
+	// them.
 	sweepCandidates map[types.UID]bool
 	sweepFrom       map[string]string
+	// sweepAt is the kind and namespace the last sweep stopped in.
+	sweepAt string
 	// workloadsGeneration moves whenever a workload informer takes in an object, before
 	// it holds it, and when a relist swaps a store in; namespacesGeneration when a
 	// namespace's mode or pacing changes. Waves' memos hold while neither moves.
