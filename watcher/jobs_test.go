@@ -1,11 +1,15 @@
 package watcher
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
@@ -44,5 +48,44 @@ func TestRemadeJobDropsTheOldIdentity(t *testing.T) {
 	old.Spec.ManualSelector = ptr.To(true)
 	if n := remade(old, d, nil); n.Spec.Selector == nil {
 		t.Error("a manual selector is the user's: it must be kept")
+	}
+}
+
+// A recreation is given up only where the API server refused it, and for that Job and
+// data alone: another Job of the name, or a change of its data, tries again.
+func TestARecreationIsGivenUpOnlyOnRefusalsAndForItsJobAndData(t *testing.T) {
+	job := schema.GroupResource{Group: "batch", Resource: "jobs"}
+	for err, want := range map[error]bool{
+		fmt.Errorf("recreate: %w", errStillDeleting):                                  true,
+		apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", nil): true,
+		apierrors.NewForbidden(job, "j", errors.New("quota")):                         true,
+		apierrors.NewConflict(job, "j", errors.New("uid")):                            true,
+		apierrors.NewServiceUnavailable("restarting"):                                 false,
+		apierrors.NewTimeoutError("slow", 1):                                          false,
+		apierrors.NewInternalError(errors.New("etcd")):                                false,
+		errors.New("connection refused"):                                              false,
+	} {
+		if got := refusal(err); got != want {
+			t.Errorf("refusal(%v) = %v, want %v", err, got, want)
+		}
+	}
+	r := newRecreations()
+	key := workloadKey{"Job", "ns", "j"}
+	for i := 1; i <= recreationAttempts; i++ {
+		if n := r.failed(key); n != i {
+			t.Fatalf("attempt %d counted as %d", i, n)
+		}
+	}
+	r.giveUp(key, "u1", "v1:a")
+	switch {
+	case !r.givenUp(key, "u1", "v1:a"):
+		t.Error("the Job given up is tried again for the same data")
+	case r.givenUp(key, "u1", "v1:b"):
+		t.Error("the Job given up is not tried again for other data")
+	case r.givenUp(key, "u1", "v1:a"):
+		t.Error("other data tried once forgets what was given up")
+	}
+	if n := r.failed(key); n != 1 {
+		t.Errorf("a new recreation starts at %d attempts, want 1", n)
 	}
 }
