@@ -35,14 +35,16 @@ func TestDomainDoesNoIO(t *testing.T) {
 
 // TestAdaptersNeverImportEachOther: the webhook and the watcher share the domain, the
 // source cache and the namespace gate, and each may use leaf packages of its own
-// (alert), but never the other; the shared and leaf packages import only the domain.
+// (alert, bounded), but never the other; the shared and leaf packages import only the
+// domain.
 func TestAdaptersNeverImportEachOther(t *testing.T) {
 	rules := map[string][]string{
 		"webhook":     {module, module + "/sourcecache", module + "/namespaces"},
-		"watcher":     {module, module + "/sourcecache", module + "/namespaces", module + "/alert"},
+		"watcher":     {module, module + "/sourcecache", module + "/namespaces", module + "/alert", module + "/bounded"},
 		"sourcecache": {module},
 		"namespaces":  {module},
 		"alert":       {},
+		"bounded":     {},
 	}
 	for dir, allowed := range rules {
 		for _, imp := range imports(t, dir) {
