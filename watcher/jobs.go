@@ -437,12 +437,23 @@ func (w *Watcher) findRecreations(ctx context.Context) error {
 }
 
 // runMark is the mark the touch that rolls a CronJob that runs on change writes, so
-// that its Job is started once the touch is admitted, and also after a restart.
+// that its Job is started once the touch is admitted, and also after a restart: the
+// hash the run is for.
 func (w *Watcher) runMark(v *view, d confighash.Decision) map[string]any {
 	if v.Kind.Kind != confighash.CronJob.Kind || d.Hash == v.Hash || !v.RunOnChange && !w.cfg.RunCronJobsOnChange {
 		return nil
 	}
-	return map[string]any{confighash.AnnotationRunDue: "true"}
+	return map[string]any{confighash.AnnotationRunDue: d.Hash}
+}
+
+// runDue reports whether the mark on a CronJob starts its Job: anyone who may annotate
+// it can write one, so it does only where the CronJob runs on change, and for the data
+// its template now carries (the hash the watcher's touch wrote; "true" from a release
+// that wrote no hash).
+func (w *Watcher) runDue(cj *batchv1.CronJob, hash string) bool {
+	mark := cj.Annotations[confighash.AnnotationRunDue]
+	runs := cj.Annotations[confighash.AnnotationRunOnChange] == "true" || w.cfg.RunCronJobsOnChange
+	return runs && (mark == hash || mark == "true")
 }
 
 // startRun starts the Job a CronJob marked AnnotationRunDue is due, as `kubectl
@@ -459,6 +470,11 @@ func (w *Watcher) startRun(ctx context.Context, v *view) error {
 	hash := cj.Spec.JobTemplate.Spec.Template.Annotations[confighash.AnnotationHash]
 	if cj.UID != v.UID || hash == "" || cj.Annotations[confighash.AnnotationRunDue] == "" {
 		return nil // changed meanwhile: its own event syncs it
+	}
+	if !w.runDue(cj, hash) {
+		// Not a mark the watcher wrote for this data: removed, and no Job started.
+		_, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil))
+		return err
 	}
 	annotations := maps.Clone(cj.Spec.JobTemplate.Annotations)
 	if annotations == nil {

@@ -425,3 +425,46 @@ func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
 		expectRun(t, w, 2, before)
 	})
 }
+
+// TestARunDueMarkStartsAJobOnlyWhereTheCronJobRunsOnChange (issue 41): anyone who may
+// annotate a CronJob can write confighash.dev/run-due. On a CronJob that does not run
+// on change, or with the hash of other data than its template's, the mark is removed
+// and no Job starts: the watcher started one under its own name for any mark.
+func TestARunDueMarkStartsAJobOnlyWhereTheCronJobRunsOnChange(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	runs := fixtures.CronJob("runs", fixtures.EnvFromTemplate("cfg"))
+	runs.Annotations[confighash.AnnotationRunOnChange] = "true"
+	for _, cj := range []*batchv1.CronJob{runs, fixtures.CronJob("waits", fixtures.EnvFromTemplate("cfg"))} {
+		if _, err := c.Client.BatchV1().CronJobs(ns).Create(t.Context(), cj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, mark := range map[string]string{"waits": "true", "runs": "v1:" + strings.Repeat("0", 64)} {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, confighash.AnnotationRunDue, mark)
+		if _, err := c.Client.BatchV1().CronJobs(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "the marks to be removed", func() bool {
+		for _, name := range []string{"runs", "waits"} {
+			cj, err := c.Client.BatchV1().CronJobs(ns).Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil || cj.Annotations[confighash.AnnotationRunDue] != "" {
+				return false
+			}
+		}
+		return true
+	})
+	waitQuiet(t, w)
+	for _, name := range []string{"runs", "waits"} {
+		if n := len(cronJobRuns(t, c, ns, name)); n != 0 {
+			t.Errorf("a forged mark started %d Jobs of CronJob %s", n, name)
+		}
+	}
+	// The watcher's own mark still starts one.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
+	waitFor(t, 30*time.Second, "the CronJob that runs on change to start its Job", func() bool { return len(cronJobRuns(t, c, ns, "runs")) == 1 })
+}

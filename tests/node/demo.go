@@ -147,9 +147,13 @@ func (e *Env) ReplicaSets(ctx context.Context) (int, error) {
 
 // describe is kubectl's view of a namespace's pods, certificates and events, for
 // failures.
-func (e *Env) describe(ctx context.Context, ns string) string {
+func (e *Env) describe(_ context.Context, ns string) string {
+	// Its own time: it is called when the caller's has run out.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	out, _ := e.Cluster.Kubectl(ctx, nil, "-n", ns, "get", "pods,certificates,events", "-o", "wide")
-	return string(out)
+	logs, _ := e.Cluster.Kubectl(ctx, nil, "-n", ns, "logs", "--tail=20", "--prefix", "--all-containers", "-l", "app.kubernetes.io/part-of=confighash")
+	return string(out) + string(logs)
 }
 
 // HelmInstall installs confighash with the chart as docs/install.md says, with the
