@@ -363,12 +363,10 @@ func cronJobRuns(t testing.TB, c *cluster.Cluster, ns, cronJob string) map[strin
 	return runs
 }
 
-// TestACronJobRunsOnChangeOncePerChange: a CronJob annotated run-on-change starts one
-// Job with the new data for each change, as Reloader does, also when the watcher is
-// killed before it started it; one without the annotation waits for its next run.
-func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
-	c := cluster.Require(t, testCluster)
-	startWebhook(t, c)
+// runsAndWaits makes a namespace with ConfigMap "cfg" and two CronJobs that use it:
+// "runs", which runs on change, and "waits", which waits for its next run.
+func runsAndWaits(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
 	runs := fixtures.CronJob("runs", fixtures.EnvFromTemplate("cfg"))
@@ -378,6 +376,16 @@ func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return ns
+}
+
+// TestACronJobRunsOnChangeOncePerChange: a CronJob annotated run-on-change starts one
+// Job with the new data for each change, as Reloader does, also when the watcher is
+// killed before it started it; one without the annotation waits for its next run.
+func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	ns := runsAndWaits(t, c)
 	hashOf := func(name string) string {
 		cj, err := c.Client.BatchV1().CronJobs(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
@@ -434,15 +442,7 @@ func TestARunDueMarkStartsAJobOnlyWhereTheCronJobRunsOnChange(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
-	ns := labeledNamespace(t, c)
-	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
-	runs := fixtures.CronJob("runs", fixtures.EnvFromTemplate("cfg"))
-	runs.Annotations[confighash.AnnotationRunOnChange] = "true"
-	for _, cj := range []*batchv1.CronJob{runs, fixtures.CronJob("waits", fixtures.EnvFromTemplate("cfg"))} {
-		if _, err := c.Client.BatchV1().CronJobs(ns).Create(t.Context(), cj, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ns := runsAndWaits(t, c)
 	for name, mark := range map[string]string{"waits": "true", "runs": "v1:" + strings.Repeat("0", 64)} {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, confighash.AnnotationRunDue, mark)
 		if _, err := c.Client.BatchV1().CronJobs(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
