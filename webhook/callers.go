@@ -33,14 +33,17 @@ import (
 //   - the pods of kube-system labelled konnectivity-agent (k8s-app on GKE and
 //     upstream, app on AKS), through which it reaches the cluster where it runs
 //     outside it;
-//   - the control-plane nodes, by their addresses and those their network plugin
-//     gives them on the pod network (Calico's tunnel address, Flannel's first
-//     address of the node's pod range, OVN-Kubernetes' management port), which a
-//     host-network API server calls pods from;
+//   - the nodes, by their addresses and those their network plugin gives their host
+//     on the pod network (the network and gateway addresses of the node's pod range,
+//     Calico's tunnel address, OVN-Kubernetes' management port): a host-network API
+//     server calls pods from them, and kube-proxy gives them to what it forwards to a
+//     Service's ClusterIP from outside the pod network (an API server outside the
+//     cluster that reaches Services through a node);
 //   - the ranges given with --admission-callers.
 //
-// A source address is no proof of identity: a host-network process on those nodes, or
-// a request the API server proxies (pods/proxy), shares it. Where the API server can
+// A source address is no proof of identity: a host-network process on a node, or a
+// request the API server proxies (pods/proxy), shares it; a NetworkPolicy lets the
+// webhook's own node in alike. Where the API server can
 // present a client certificate, --client-ca-file is the stronger check.
 type Callers struct {
 	extra []netip.Prefix
@@ -105,9 +108,7 @@ func NewCallers(client kubernetes.Interface, extra []netip.Prefix, log zerolog.L
 	for _, selector := range []string{"k8s-app=konnectivity-agent", "app=konnectivity-agent"} {
 		c.informer(&corev1.Pod{}, "kube-system's konnectivity agents ("+selector+")", selector, podLister, konnectivity)
 	}
-	for _, selector := range []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"} {
-		c.informer(&corev1.Node{}, "the control-plane nodes ("+selector+")", selector, nodeLister, node)
-	}
+	c.informer(&corev1.Node{}, "the nodes", "", nodeLister, node)
 	c.addrs.Store(&map[netip.Addr]bool{})
 	return c
 }
@@ -267,11 +268,11 @@ func nodeAddressAnnotations(in map[string]string) map[string]string {
 	return out
 }
 
-// nodePodNetworkAddrs are the addresses a control-plane node's host-network API
-// server calls pods on other nodes from: Calico's tunnel addresses, the first address
-// of each of its pod ranges (Flannel's, which gives a node's bridge or tunnel the
-// network address), and the management port of OVN-Kubernetes (the second address of
-// each subnet it gives the node). None is ever a pod's.
+// nodePodNetworkAddrs are the addresses a node's host calls pods from: Calico's
+// tunnel addresses; the network address of each of its pod ranges (Flannel's tunnel)
+// and the next (the bridge's, the pods' gateway); and the management port of
+// OVN-Kubernetes (the second address of each subnet it gives the node). None is ever
+// a pod's.
 func nodePodNetworkAddrs(n *corev1.Node) []netip.Addr {
 	var out []netip.Addr
 	for _, k := range []string{annotationCalicoIPIP, annotationCalicoVXLAN, annotationCalicoVXLANv6} {
@@ -281,7 +282,7 @@ func nodePodNetworkAddrs(n *corev1.Node) []netip.Addr {
 	}
 	for _, cidr := range n.Spec.PodCIDRs {
 		if p, err := netip.ParsePrefix(cidr); err == nil {
-			out = append(out, p.Masked().Addr())
+			out = append(out, p.Masked().Addr(), p.Masked().Addr().Next())
 		}
 	}
 	var ovn map[string]json.RawMessage

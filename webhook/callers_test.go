@@ -24,7 +24,7 @@ func TestParseCallersTakesAddressesAndRanges(t *testing.T) {
 	}
 }
 
-func TestAControlPlaneNodesPodNetworkAddressesAreItsHostsOnly(t *testing.T) {
+func TestANodesPodNetworkAddressesAreItsHostsOnly(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
 			annotationCalicoIPIP: "192.168.12.64",
@@ -33,13 +33,13 @@ func TestAControlPlaneNodesPodNetworkAddressesAreItsHostsOnly(t *testing.T) {
 		Spec: corev1.NodeSpec{PodCIDRs: []string{"10.42.1.0/24"}},
 	}
 	got := nodePodNetworkAddrs(n)
-	for _, want := range []string{"192.168.12.64", "10.42.1.0", "10.128.0.2"} {
+	for _, want := range []string{"192.168.12.64", "10.42.1.0", "10.42.1.1", "10.128.0.2"} {
 		if !slices.Contains(got, netip.MustParseAddr(want)) {
 			t.Errorf("%s missing from %v", want, got)
 		}
 	}
-	if len(got) != 3 {
-		t.Errorf("got %v, want exactly the tunnel, Flannel and OVN addresses", got)
+	if len(got) != 4 {
+		t.Errorf("got %v, want exactly the tunnel, bridge, Flannel and OVN addresses", got)
 	}
 }
 

@@ -152,8 +152,23 @@ func (e *Env) describe(_ context.Context, ns string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, _ := e.Cluster.Kubectl(ctx, nil, "-n", ns, "get", "pods,certificates,events", "-o", "wide")
-	logs, _ := e.Cluster.Kubectl(ctx, nil, "-n", ns, "logs", "--tail=20", "--prefix", "--all-containers", "-l", "app.kubernetes.io/part-of=confighash")
-	return string(out) + string(logs)
+	return string(out) + e.podLogs(ns, 20)
+}
+
+// podLogs is the last lines of the logs of the namespace's containers, read from the
+// node's disk: the API server cannot reach kubelet by the node's name here.
+func (e *Env) podLogs(ns string, lines int) string {
+	files, _ := filepath.Glob(filepath.Join(e.Node.path("pod-logs"), ns+"_*", "*", "*.log"))
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		all := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&b, "==> %s\n%s\n", f, strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+	return b.String()
 }
 
 // HelmInstall installs confighash with the chart as docs/install.md says, with the

@@ -153,12 +153,25 @@ func (n *Node) waitReady(ctx context.Context) error {
 			return false, nil
 		}
 		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return true, n.givePodCIDR(ctx, node)
 			}
 		}
 		return false, nil
 	})
+}
+
+// givePodCIDR records the node's pod range on the Node, as kube-controller-manager's
+// --allocate-node-cidrs does where a cluster's network plugin takes ranges from it:
+// the webhook reads it to know the node's bridge, the address its kube-proxy gives
+// what it forwards to a Service from outside the pod network.
+func (n *Node) givePodCIDR(ctx context.Context, node *corev1.Node) error {
+	if node.Spec.PodCIDR != "" {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, podCIDR, podCIDR)
+	_, err := n.cluster.Client.CoreV1().Nodes().Patch(ctx, Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
 }
 
 // poll runs cond until it holds or timeout passes, failing early if any component
