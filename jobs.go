@@ -1,6 +1,12 @@
 package confighash
 
-import "strings"
+import (
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
 
 // A Job's pod template cannot change once it is made, so a change of what it uses
 // recreates it: the watcher deletes it and makes it again, the same spec under the
@@ -57,4 +63,52 @@ func RecreationSeal(key Key, namespace, name, replaces string, job []byte) strin
 // RecreationSealed reports whether the annotations hold the seal of that record.
 func RecreationSealed(key Key, namespace, name, replaces string, job []byte, annotations map[string]string) bool {
 	return sealedWith(annotations, RecreationSeal(key, namespace, name, replaces, job))
+}
+
+// A record of a recreation is acted on only while it is fresh: a namespace user can
+// read the records of their namespace, and a copy of one, made again long after its
+// recreation was done, would have the watcher make that Job again. The watcher writes
+// when it sealed the record in AnnotationSealedAt, and in AnnotationSealedAtSeal a seal
+// over that time and the record's own seal, so that the time cannot be changed nor put
+// on another record. A record without them was written by an earlier release, which
+// wrote none: it is read as before (DESIGN rule 12).
+const (
+	AnnotationSealedAt     = Domain + "/sealed-at"
+	AnnotationSealedAtSeal = Domain + "/sealed-at-seal"
+	// RecreationFresh is how long a record is acted on after it was sealed: a
+	// failover or a restart finishes a recreation within minutes.
+	RecreationFresh = time.Hour
+)
+
+// ErrRecordStale is a record sealed longer ago than RecreationFresh.
+var ErrRecordStale = errors.New("sealed longer ago than a recreation takes")
+
+// SealedAt returns the annotations that say the record with the seal recordSeal was
+// sealed at.
+func SealedAt(key Key, recordSeal string, at time.Time) map[string]string {
+	text := at.UTC().Format(time.RFC3339)
+	return map[string]string{AnnotationSealedAt: text, AnnotationSealedAtSeal: seal(key, sealedAtPrefix, recordSeal, text)}
+}
+
+// RecordFresh checks when the record whose annotations these are was sealed: nil
+// while it is fresh, or for a record of an earlier release, which says nothing of it;
+// ErrRecordStale past RecreationFresh; another error when the time is not sealed
+// with the key, or not a time.
+func RecordFresh(key Key, annotations map[string]string, now time.Time) error {
+	text, ok := annotations[AnnotationSealedAt]
+	if !ok {
+		return nil
+	}
+	want := seal(key, sealedAtPrefix, annotations[AnnotationSeal], text)
+	if !hmac.Equal([]byte(annotations[AnnotationSealedAtSeal]), []byte(want)) {
+		return errors.New("its time is not sealed with the hash key")
+	}
+	at, err := time.Parse(time.RFC3339, text)
+	switch {
+	case err != nil:
+		return fmt.Errorf("its time %q: %w", text, err)
+	case now.Sub(at) > RecreationFresh:
+		return fmt.Errorf("%w: at %s", ErrRecordStale, text)
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ const AnnotationSeal = Domain + "/seal"
 const (
 	snapshotSealPrefix   = "confighash.dev/snapshot-seal/v1\x00"
 	recreationSealPrefix = "confighash.dev/recreation-seal/v1\x00"
+	sealedAtPrefix       = "confighash.dev/sealed-at/v1\x00"
 )
 
 // seal is the keyed digest, in hex, of the fields under the prefix, each

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,14 +72,15 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 	if err != nil {
 		return err
 	}
+	recordSeal := confighash.RecreationSeal(w.cfg.Key, job.Namespace, job.Name, string(job.UID), body)
+	annotations := confighash.SealedAt(w.cfg.Key, recordSeal, time.Now())
+	annotations[confighash.AnnotationReplaces] = string(job.UID)
+	annotations[confighash.AnnotationSeal] = recordSeal
 	rec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: confighash.RecreationName(job.Name), Namespace: job.Namespace,
-			Labels: map[string]string{confighash.LabelRecreationOf: job.Name},
-			Annotations: map[string]string{
-				confighash.AnnotationReplaces: string(job.UID),
-				confighash.AnnotationSeal:     confighash.RecreationSeal(w.cfg.Key, job.Namespace, job.Name, string(job.UID), body),
-			},
+			Labels:      map[string]string{confighash.LabelRecreationOf: job.Name},
+			Annotations: annotations,
 		},
 		Type:      confighash.RecreationType,
 		Immutable: ptr.To(true),
@@ -213,16 +215,32 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 	return w.replace(ctx, key, rec, job)
 }
 
+// dropStale deletes a record sealed too long ago to be of a recreation under way: a
+// copy of one, made again; no Job is made from it.
+func (w *Watcher) dropStale(ctx context.Context, key workloadKey, rec *corev1.Secret, stale error) error {
+	err := w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete the stale record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
+	}
+	w.recreations.finished(key)
+	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name},
+		corev1.EventTypeWarning, "StaleRecord", fmt.Sprintf("a record of a recreation of this Job was %v; no Job was made from it, and it was deleted", stale))
+	return errBadRecord
+}
+
 // recordedJob returns the Job the record holds, or errBadRecord.
 func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job, error) {
 	replaces := rec.Annotations[confighash.AnnotationReplaces]
 	body := rec.Data[confighash.RecreationJobKey]
 	job := &batchv1.Job{}
+	fresh := confighash.RecordFresh(w.cfg.Key, rec.Annotations, time.Now())
 	var bad error
 	switch {
 	case rec.Type != confighash.RecreationType || rec.Labels[confighash.LabelRecreationOf] != key.Name ||
 		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, replaces, body, rec.Annotations):
 		bad = errRecordForged
+	case fresh != nil && !errors.Is(fresh, confighash.ErrRecordStale):
+		bad = fmt.Errorf("%w: %w", errRecordForged, fresh)
 	case json.Unmarshal(body, job) != nil || job.Name != key.Name || job.Namespace != key.Namespace:
 		bad = fmt.Errorf("the Job in it is not Job %s/%s", key.Namespace, key.Name)
 	}
@@ -237,8 +255,12 @@ func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job
 
 // replace deletes the Job the record replaces, if it still exists, makes the new one,
 // job, unless it exists already, then deletes the record. Each step may have been done
-// before, by this watcher or one stopped in the middle.
+// before, by this watcher or one stopped in the middle. A record sealed longer ago
+// than a recreation takes is a copy made again: it is deleted, and no Job made.
 func (w *Watcher) replace(ctx context.Context, key workloadKey, rec *corev1.Secret, job *batchv1.Job) error {
+	if err := confighash.RecordFresh(w.cfg.Key, rec.Annotations, time.Now()); errors.Is(err, confighash.ErrRecordStale) {
+		return w.dropStale(ctx, key, rec, err)
+	}
 	replaces := types.UID(rec.Annotations[confighash.AnnotationReplaces])
 	jobs := w.cfg.Client.BatchV1().Jobs(key.Namespace)
 	err := jobs.Delete(ctx, key.Name, metav1.DeleteOptions{

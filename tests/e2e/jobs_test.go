@@ -332,6 +332,47 @@ func TestAForgedRecreationRecordMakesNoJob(t *testing.T) {
 	}
 }
 
+// TestAStaleCopyOfARecreationRecordMakesNoJob (issue 41): a namespace user can read
+// the records of their namespace; one saved from a recreation and made again two hours
+// later, sealed with the key as the watcher sealed it, is deleted with a StaleRecord
+// Event and no Job is made from it: the watcher made its Job again.
+func TestAStaleCopyOfARecreationRecordMakesNoJob(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	key := hashKey(t, c)
+	ns := labeledNamespace(t, c)
+	saved := fixtures.Job("report", nil, fixtures.PlainTemplate())
+	saved.Namespace = ns
+	body, err := json.Marshal(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const replaced = "0f0e0d0c-0b0a-0908-0706-050403020100"
+	recordSeal := confighash.RecreationSeal(key, ns, "report", replaced, body)
+	annotations := confighash.SealedAt(key, recordSeal, time.Now().Add(-2*time.Hour))
+	annotations[confighash.AnnotationReplaces] = replaced
+	annotations[confighash.AnnotationSeal] = recordSeal
+	rec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: confighash.RecreationName("report"), Labels: map[string]string{confighash.LabelRecreationOf: "report"}, Annotations: annotations},
+		Type:       confighash.RecreationType, Immutable: ptr.To(true), Data: map[string][]byte{confighash.RecreationJobKey: body},
+	}
+	if _, err := c.Client.CoreV1().Secrets(ns).Create(t.Context(), rec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startWatcher(t, c)
+	waitFor(t, 30*time.Second, "the stale record to be deleted", func() bool {
+		_, err := c.Client.CoreV1().Secrets(ns).Get(t.Context(), rec.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if job := getJob(t, c, ns, "report"); job != nil {
+		t.Fatal("the watcher made the Job of a stale record")
+	}
+	events, err := c.Client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=StaleRecord,type=Warning"})
+	if err != nil || len(events.Items) != 1 {
+		t.Fatalf("StaleRecord Events: %d (%v), want one", len(events.Items), err)
+	}
+}
+
 // startedByHand lists the Jobs of the CronJob that were started by hand, as
 // Reloader's suite finds them: owned by it, annotated cronjob.kubernetes.io/instantiate.
 func startedByHand(ctx context.Context, c *cluster.Cluster, ns, cronJob string) ([]batchv1.Job, error) {
