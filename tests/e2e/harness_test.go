@@ -130,6 +130,9 @@ func spawnComponent(binary string, c *cluster.Cluster, logPath string, args ...s
 		fmt.Sprintf("--ops-address=127.0.0.1:%d", ports[0]), "--log-level=debug"}
 	p.cmd = exec.Command(binary, append(defaults, args[1:]...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// The local API server calls the webhook from 127.0.0.1, which no Endpoints may
+	// list; in the environment, which a release without the flag ignores.
+	p.cmd.Env = append(os.Environ(), "CONFIGHASH_ADMISSION_CALLERS=127.0.0.1")
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
@@ -270,8 +273,6 @@ func startWebhookBinary(t testing.TB, c *cluster.Cluster, binary string, extra .
 		"--listen-address=" + w.addr,
 		"--tls-cert-file=" + filepath.Join(w.certDir, "tls.crt"), "--tls-key-file=" + filepath.Join(w.certDir, "tls.key"),
 		"--tls-poll-interval=200ms",
-		// The local API server calls from 127.0.0.1, which no Endpoints may list.
-		"--admission-callers=127.0.0.1",
 		// No Service routes to it: nothing to wait for at shutdown.
 		"--shutdown-delay=0"}, extra...)
 	w.component = startBinary(t, c, binary, w.args...)

@@ -599,7 +599,7 @@ func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) 
 		_ = c.Client.CoreV1().Secrets("confighash").Delete(context.Background(), "confighash-webhook-tls", metav1.DeleteOptions{})
 	})
 	startComponent(t, c, "webhook", "--kubeconfig="+kubeconfig, "--namespace=confighash", "--namespaces="+ns,
-		fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]), "--admission-callers=127.0.0.1", "--tls-self-signed-secret=confighash-webhook-tls",
+		fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]), "--tls-self-signed-secret=confighash-webhook-tls",
 		"--tls-dns-names=localhost", "--webhook-configuration=confighash")
 	waitAdmitting(t, c, ns)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})

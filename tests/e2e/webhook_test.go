@@ -599,7 +599,7 @@ func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
 		_ = c.Client.CoreV1().Secrets(installNamespace).Delete(context.Background(), secret, metav1.DeleteOptions{})
 	})
 
-	startComponent(t, c, "webhook", fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]), "--admission-callers=127.0.0.1",
+	startComponent(t, c, "webhook", fmt.Sprintf("--listen-address=127.0.0.1:%d", ports[0]),
 		"--tls-self-signed-secret="+secret, "--tls-dns-names=localhost", "--webhook-configuration="+webhookConfigName)
 	cfg, err := api.Get(ctx, webhookConfigName, metav1.GetOptions{})
 	if err != nil {
