@@ -117,14 +117,15 @@ func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
 		return w.sync(ctx, key)
 	case errors.Is(err, errBadRecord):
 		return nil
+	case errors.Is(err, confighash.ErrRecordStale):
+		return w.dropStale(ctx, key, rec, err)
 	case err != nil:
 		return err
 	}
 	if err := w.replace(ctx, key, rec, job); err != nil {
 		return err
 	}
-	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name},
-		corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
+	w.cfg.Events.Event(jobRef(key, ""), corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
 	return nil
 }
 
@@ -186,16 +187,14 @@ func (w *Watcher) refused(ctx context.Context, key workloadKey, replaces types.U
 		return err
 	}
 	if rec != nil {
-		del := w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
-		if del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
+		if del := w.deleteRecord(ctx, rec); del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
 			return fmt.Errorf("delete the record of Job %s/%s's recreation, given up: %w", key.Namespace, key.Name, del)
 		}
 	}
 	w.recreations.giveUp(key, replaces, hash)
 	w.cfg.Metrics.Touch(TouchGivenUp)
 	w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Int("attempts", recreationAttempts).Msg("recreation of a Job given up")
-	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name, UID: replaces},
-		corev1.EventTypeWarning, "RecreationFailed", fmt.Sprintf("the recreation was refused %d times and is given up: %v", recreationAttempts, err))
+	w.cfg.Events.Event(jobRef(key, replaces), corev1.EventTypeWarning, "RecreationFailed", fmt.Sprintf("the recreation was refused %d times and is given up: %v", recreationAttempts, err))
 	return nil
 }
 
@@ -218,17 +217,28 @@ func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Sec
 // dropStale deletes a record sealed too long ago to be of a recreation under way: a
 // copy of one, made again; no Job is made from it.
 func (w *Watcher) dropStale(ctx context.Context, key workloadKey, rec *corev1.Secret, stale error) error {
-	err := w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if err := w.deleteRecord(ctx, rec); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete the stale record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
 	}
 	w.recreations.finished(key)
-	w.cfg.Events.Event(&corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name},
-		corev1.EventTypeWarning, "StaleRecord", fmt.Sprintf("a record of a recreation of this Job was %v; no Job was made from it, and it was deleted", stale))
-	return errBadRecord
+	w.cfg.Events.Event(jobRef(key, ""), corev1.EventTypeWarning, "StaleRecord",
+		fmt.Sprintf("a record of a recreation of this Job was %v; no Job was made from it, and it was deleted", stale))
+	return nil
 }
 
-// recordedJob returns the Job the record holds, or errBadRecord.
+// deleteRecord deletes the record of a recreation, that one and no other of its name.
+func (w *Watcher) deleteRecord(ctx context.Context, rec *corev1.Secret) error {
+	return w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
+}
+
+// jobRef is the reference to the Job of key for its Events, with its UID if known.
+func jobRef(key workloadKey, uid types.UID) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: key.Kind, APIVersion: confighash.Job.GroupVersion().String(), Namespace: key.Namespace, Name: key.Name, UID: uid}
+}
+
+// recordedJob returns the Job the record holds; errBadRecord for one that is not a
+// record of a recreation, or an error that is ErrRecordStale for one sealed too long
+// ago (dropStale).
 func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job, error) {
 	replaces := rec.Annotations[confighash.AnnotationReplaces]
 	body := rec.Data[confighash.RecreationJobKey]
@@ -250,17 +260,16 @@ func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job
 		w.cfg.Log.Warn().Err(bad).Str("record", rec.Namespace+"/"+rec.Name).Msg("not a record of a recreation; left as it is")
 		return nil, errBadRecord
 	}
+	if fresh != nil {
+		return nil, fresh
+	}
 	return job, nil
 }
 
 // replace deletes the Job the record replaces, if it still exists, makes the new one,
 // job, unless it exists already, then deletes the record. Each step may have been done
-// before, by this watcher or one stopped in the middle. A record sealed longer ago
-// than a recreation takes is a copy made again: it is deleted, and no Job made.
+// before, by this watcher or one stopped in the middle.
 func (w *Watcher) replace(ctx context.Context, key workloadKey, rec *corev1.Secret, job *batchv1.Job) error {
-	if err := confighash.RecordFresh(w.cfg.Key, rec.Annotations, time.Now()); errors.Is(err, confighash.ErrRecordStale) {
-		return w.dropStale(ctx, key, rec, err)
-	}
 	replaces := types.UID(rec.Annotations[confighash.AnnotationReplaces])
 	jobs := w.cfg.Client.BatchV1().Jobs(key.Namespace)
 	err := jobs.Delete(ctx, key.Name, metav1.DeleteOptions{
@@ -292,8 +301,7 @@ func (w *Watcher) replace(ctx context.Context, key workloadKey, rec *corev1.Secr
 		w.cfg.Metrics.Touch(TouchError)
 		return w.refused(ctx, key, replaces, hash, rec, fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, err))
 	}
-	err = w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := w.deleteRecord(ctx, rec); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
 	}
 	w.recreations.finished(key)
