@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,8 +146,14 @@ func (c *Callers) informer(obj runtime.Object, what, selector string, l lister, 
 		_ = inf.SetTransform(transform)
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.rebuild() },
-		UpdateFunc: func(any, any) { c.rebuild() },
+		AddFunc: func(any) { c.rebuild() },
+		// A node's status is written every few minutes, its addresses seldom changed:
+		// the set is made again only when they do.
+		UpdateFunc: func(old, obj any) {
+			if !slices.Equal(addrsOf(old), addrsOf(obj)) {
+				c.rebuild()
+			}
+		},
 		DeleteFunc: func(any) { c.rebuild() },
 	})
 	w := watched{SharedIndexInformer: inf, what: what, optional: len(c.informers) > 0} // the first, the API server's endpoints, is required
@@ -192,37 +199,44 @@ func (c *Callers) Synced() bool { return c.required.HasSynced() }
 // rebuild makes the set of addresses from what the informers hold.
 func (c *Callers) rebuild() {
 	set := map[netip.Addr]bool{}
-	add := func(s string) {
-		if a, err := netip.ParseAddr(s); err == nil {
-			set[a.Unmap()] = true
-		}
-	}
 	for _, w := range c.informers {
 		for _, obj := range w.GetStore().List() {
-			switch o := obj.(type) {
-			case *discoveryv1.EndpointSlice:
-				for _, e := range o.Endpoints {
-					for _, a := range e.Addresses {
-						add(a)
-					}
-				}
-			case *corev1.Pod:
-				for _, ip := range o.Status.PodIPs {
-					add(ip.IP)
-				}
-			case *corev1.Node:
-				for _, a := range o.Status.Addresses {
-					if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
-						add(a.Address)
-					}
-				}
-				for _, a := range nodePodNetworkAddrs(o) {
-					set[a] = true
-				}
+			for _, a := range addrsOf(obj) {
+				set[a] = true
 			}
 		}
 	}
 	c.addrs.Store(&set)
+}
+
+// addrsOf returns the addresses an object of the informers names a caller by.
+func addrsOf(obj any) []netip.Addr {
+	var out []netip.Addr
+	add := func(s string) {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	switch o := obj.(type) {
+	case *discoveryv1.EndpointSlice:
+		for _, e := range o.Endpoints {
+			for _, a := range e.Addresses {
+				add(a)
+			}
+		}
+	case *corev1.Pod:
+		for _, ip := range o.Status.PodIPs {
+			add(ip.IP)
+		}
+	case *corev1.Node:
+		for _, a := range o.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+				add(a.Address)
+			}
+		}
+		out = append(out, nodePodNetworkAddrs(o)...)
+	}
+	return out
 }
 
 // Allows reports whether a request from remoteAddr (host:port) comes from a caller.
