@@ -144,6 +144,10 @@ type Input struct {
 	// Unpinned decides the workload as if it were not pinned, this once: its
 	// namespace holds as many snapshots as it may.
 	Unpinned bool
+	// Writes is the newest form a record may be written in: a due rollout switches a
+	// record to it, and a new record starts in it. FormShared while a component that
+	// reads no other may still run (DESIGN rule 12); a record is never switched back.
+	Writes Form
 }
 
 // Decision is what a workload must carry, and whether it does.
@@ -249,7 +253,7 @@ func decide(in Input, sources Sources) (Decision, error) {
 	if err != nil {
 		return d, fmt.Errorf("read the sources: %w", err)
 	}
-	form := s.form()
+	form := s.form(in.Writes)
 	d.Observations = d.Policy.observe(digester{in.Key, in.Namespace, form}, used, candidates, current)
 
 	d.Pacing = d.Policy.Pacing.Over(in.Pacing)

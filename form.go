@@ -1,6 +1,15 @@
 package confighash
 
-import "slices"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
+)
 
 // Form is the form of a record's digests. A workload keeps its record's form until
 // its next due rollout, which writes FormNamespaced: a switch of the encoding alone
@@ -16,11 +25,11 @@ const (
 	FormShared
 )
 
-// form returns the form the decision starts in: the record's, or FormNamespaced for a
-// workload without a readable record, which has no digests to keep.
-func (s State) form() Form {
+// form returns the form the decision starts in: the record's, or the form written
+// (writes) for a workload without a readable record, which has no digests to keep.
+func (s State) form(writes Form) Form {
 	if s.Record == nil || s.RecordErr != nil {
-		return FormNamespaced
+		return writes
 	}
 	return s.Form
 }
@@ -53,12 +62,12 @@ func (g digester) pin(sources map[SourceRef]Source) func(Observation) Pin {
 }
 
 // namespaced returns a record about to roll out, and the observations, in
-// FormNamespaced: a due rollout writes the new form, so that switching rolls nothing
+// FormNamespaced unless the input writes FormShared: a due rollout writes the new form, so that switching rolls nothing
 // by itself. Each digest of a rolled record is of its source's current data, digested
 // again in the new form, but for data a pinned workload returned from (Declining),
 // which is no longer at hand: such a record stays in its form until a later rollout.
 func (in Input) namespaced(rolled Record, observations []Observation, form Form, sources map[SourceRef]Source) (Record, []Observation, Form) {
-	if form == FormNamespaced {
+	if form == FormNamespaced || in.Writes == FormShared {
 		return rolled, observations, form
 	}
 	g := digester{in.Key, in.Namespace, FormNamespaced}
@@ -80,4 +89,48 @@ func (in Input) namespaced(rolled Record, observations []Observation, form Form,
 		out[i].Digest = now[j].Digest
 	}
 	return out, now, FormNamespaced
+}
+
+// The watcher's leader Lease says which record forms its holder reads, so that the
+// webhook writes a form only while the watcher that leads reads it (DESIGN rule 12).
+const (
+	// LabelReads lists the versions of the forms the holder reads, joined by ".".
+	LabelReads = Domain + "/reads"
+	// LabelReader is a digest of the identity that wrote LabelReads: a holder of an
+	// earlier release keeps the labels it finds when it takes the Lease over, and
+	// must not pass for one that reads what they say.
+	LabelReader = Domain + "/reader"
+)
+
+// ReaderLabels returns the labels a watcher of this release, leading as identity,
+// keeps on its leader Lease.
+func ReaderLabels(identity string) map[string]string {
+	return map[string]string{LabelReads: recordVersions[FormShared] + "." + recordVersions[FormNamespaced], LabelReader: readerDigest(identity)}
+}
+
+func readerDigest(identity string) string {
+	sum := sha256.Sum256([]byte(identity))
+	return hex.EncodeToString(sum[:8])
+}
+
+// LeaderWrites returns the newest form a record may be written in while the watcher
+// holding the Lease leads: FormNamespaced without a Lease (no watcher elects a leader)
+// or when its holder says it reads that form; FormShared while the Lease is held by a
+// watcher that does not say, as those of releases before this one do (the last that
+// read FormShared alone among them), or while none holds it, as one of any release may
+// take it next.
+func LeaderWrites(lease *coordinationv1.Lease, now time.Time) Form {
+	if lease == nil {
+		return FormNamespaced
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if holder == "" || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil ||
+		now.After(lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second)) {
+		return FormShared
+	}
+	if lease.Labels[LabelReader] != readerDigest(holder) ||
+		!slices.Contains(strings.Split(lease.Labels[LabelReads], "."), recordVersions[FormNamespaced]) {
+		return FormShared
+	}
+	return FormNamespaced
 }

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -143,6 +145,74 @@ func TestIsSnapshotTakesOnlyImmutableLabelledCopiesNamedByTheirData(t *testing.T
 	} {
 		if got := IsSnapshot(testKey, cfg, tc.obj, *tc.obj.Immutable, SourceOfConfigMap(tc.obj)); got != tc.want {
 			t.Errorf("%s: IsSnapshot() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestARecordIsWrittenInTheNewFormOnlyWhereItMayBe: while only FormShared may be
+// written, a due rollout keeps a v1 record in its form and a new workload starts in
+// it; a v2 record is never switched back.
+func TestARecordIsWrittenInTheNewFormOnlyWhereItMayBe(t *testing.T) {
+	cfg := SourceRef{ConfigMap, "cfg"}
+	whole := Reference{SourceRef: cfg, AllKeys: true}
+	sources := listedSources{cfg: cmSource("cfg", "2")}
+	for _, tc := range []struct {
+		name     string
+		record   string // "" for none
+		writes   Form
+		wantForm Form
+	}{
+		{"v1 record, a rollout due, v2 may be written", Record{{SourceRef: cfg, Digest: SourceDigest(testKey, whole, cmSource("cfg", "1")), Seen: true}}.Text(FormShared), FormNamespaced, FormNamespaced},
+		{"v1 record, a rollout due, v1 only", Record{{SourceRef: cfg, Digest: SourceDigest(testKey, whole, cmSource("cfg", "1")), Seen: true}}.Text(FormShared), FormShared, FormShared},
+		{"v2 record, a rollout due, v1 only", Record{{SourceRef: cfg, Digest: NamespacedDigest(testKey, "prod", whole, cmSource("cfg", "1")), Seen: true}}.Text(FormNamespaced), FormShared, FormNamespaced},
+		{"new workload, v1 only", "", FormShared, FormShared},
+		{"new workload, v2 may be written", "", FormNamespaced, FormNamespaced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			annotations := map[string]string{AnnotationInject: "true"}
+			if tc.record != "" {
+				annotations[AnnotationSources] = tc.record
+			}
+			state := Vocabulary{}.Read(&Workload{Annotations: annotations, Template: envFrom(cfg.Name)})
+			d, err := Decide(Input{Key: testKey, Namespace: "prod", State: state, Mode: ModeOptedIn, Pods: Pods{Fresh: tc.record == ""}, Writes: tc.writes}, sources)
+			if err != nil {
+				t.Fatal(err)
+			}
+			digest := SourceDigest(testKey, whole, sources[cfg])
+			if tc.wantForm == FormNamespaced {
+				digest = NamespacedDigest(testKey, "prod", whole, sources[cfg])
+			}
+			if d.Form != tc.wantForm || len(d.Record) != 1 || d.Record[0].Digest != digest || d.Hash == "" {
+				t.Fatalf("form %d, record %q, hash %q; want a rollout in form %d", d.Form, d.Record.Text(d.Form), d.Hash, tc.wantForm)
+			}
+		})
+	}
+}
+
+// TestTheWebhookWritesTheNewFormOnlyUnderAWatcherThatSaysItReadsIt: the leader
+// Lease's labels count only for the holder that wrote them, and only while it holds
+// the Lease.
+func TestTheWebhookWritesTheNewFormOnlyUnderAWatcherThatSaysItReadsIt(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	lease := func(holder string, renewed time.Duration, labels map[string]string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: &metav1.MicroTime{Time: now.Add(-renewed)}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		lease *coordinationv1.Lease
+		want  Form
+	}{
+		{"no Lease: no watcher elects a leader", nil, FormNamespaced},
+		{"held by a watcher that reads v2", lease("w-1", time.Second, ReaderLabels("w-1")), FormNamespaced},
+		{"held by a watcher of an earlier release", lease("w-0", time.Second, nil), FormShared},
+		{"taken over by one of an earlier release, the labels kept", lease("w-0", time.Second, ReaderLabels("w-1")), FormShared},
+		{"expired", lease("w-1", 20*time.Second, ReaderLabels("w-1")), FormShared},
+		{"released", lease("", time.Second, ReaderLabels("w-1")), FormShared},
+		{"reads v1 alone", lease("w-1", time.Second, map[string]string{LabelReads: "v1", LabelReader: ReaderLabels("w-1")[LabelReader]}), FormShared},
+	} {
+		if got := LeaderWrites(tc.lease, now); got != tc.want {
+			t.Errorf("%s: LeaderWrites() = %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }

@@ -26,6 +26,7 @@ const (
 	Healed What = "healed" // the webhook did not converge; the watcher wrote the hash
 	Failed What = "failed" // the watcher could not write the hash either
 	Halted What = "halted" // a wave's workload failed to roll out: the rest of the wave is held
+	Held   What = "held"   // a source keeps changing: its users are held at their current revision
 )
 
 // Object names a workload or a source.
@@ -49,7 +50,7 @@ type Event struct {
 	Namespace string
 	Workload  Object
 	Sources   []Object
-	// Reason says why, for Healed, Failed and Halted.
+	// Reason says why, for Healed, Failed, Halted and Held.
 	Reason string
 }
 

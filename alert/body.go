@@ -37,6 +37,8 @@ func title(a Alert) string {
 		return fmt.Sprintf("confighash could not update the hash of %d workload%s in %s", n, plural, where)
 	case Halted:
 		return fmt.Sprintf("confighash halted a rollout in %s: %d workload%s failed to roll out", where, n, plural)
+	case Held:
+		return fmt.Sprintf("confighash holds %d workload%s in %s at their current revision: a source keeps changing", n, plural, where)
 	}
 	return fmt.Sprintf("confighash is rolling %d workload%s in %s", n, plural, where)
 }

@@ -31,14 +31,14 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 		return // metadata only
 	}
 	w.cfg.Metrics.SourceChanged(d.Source.Kind)
-	w.enqueueUsers(d.Namespace(), d.Source.SourceRef)
-}
-
-// enqueueUsers enqueues every workload that may use the source, spread at TouchRate.
-func (w *Watcher) enqueueUsers(namespace string, ref confighash.SourceRef) {
-	if w.gate.Mode(namespace) != confighash.ModeOff {
-		w.enqueueSpread(w.users(namespace, ref))
+	if w.gate.Mode(d.Namespace()) == confighash.ModeOff {
+		return
 	}
+	users := w.users(d.Namespace(), d.Source.SourceRef)
+	if len(users) > 0 && prev != nil && w.flapping.changed(sourceIn{d.Namespace(), d.Source.SourceRef}, time.Now()) {
+		w.cfg.Metrics.Flapping()
+	}
+	w.enqueueSpread(users)
 }
 
 // users returns the workloads confighash acts on that may use the source: those that

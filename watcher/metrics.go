@@ -24,6 +24,8 @@ type Recorder interface {
 	Held(counts map[string]int)
 	// Halted records a wave halted on a failure.
 	Halted()
+	// Flapping records a source whose users were held because it kept changing.
+	Flapping()
 	// PendingTooLong records a workload whose new pods stayed Pending too long: its
 	// --max-rolling slot went to others.
 	PendingTooLong()
@@ -62,6 +64,7 @@ func (NoopRecorder) Converged(time.Duration)             {}
 func (NoopRecorder) Resynced(int)                        {}
 func (NoopRecorder) QueueDepth(int)                      {}
 func (NoopRecorder) Held(map[string]int)                 {}
+func (NoopRecorder) Flapping()                           {}
 func (NoopRecorder) Halted()                             {}
 func (NoopRecorder) PendingTooLong()                     {}
 func (NoopRecorder) Relisted()                           {}
@@ -76,6 +79,7 @@ type PrometheusRecorder struct {
 	drifted     prometheus.Gauge
 	depth       prometheus.Gauge
 	held        *prometheus.GaugeVec
+	flapping    prometheus.Counter
 	halts       prometheus.Counter
 	pending     prometheus.Counter
 	relists     prometheus.Counter
@@ -111,8 +115,12 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		}),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "held_workloads",
-			Help: "Workloads with a configuration change due and not rolled yet, by reason: window (outside their rollout window), wave (waiting for their wave), halted (their wave halted on a failure).",
+			Help: "Workloads with a configuration change due and not rolled yet, by reason: window (outside their rollout window), wave (waiting for their wave), halted (their wave halted on a failure), flapping (a source whose change is due keeps changing).",
 		}, []string{"reason"}),
+		flapping: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "flapping_sources_total",
+			Help: "Sources that changed more than --flap-limit times within --flap-window: their users were held at their current revision until the source was quiet (held_workloads{reason=\"flapping\"}).",
+		}),
 		halts: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "confighash", Subsystem: "watcher", Name: "wave_halts_total",
 			Help: "Waves halted because a workload they rolled failed.",
@@ -134,7 +142,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Help: "Snapshots of pinned workloads deleted because nothing owned or named them: a create refused after the webhook made them, or pins that moved on before the watcher saw them.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.halts, r.pending, r.relists, r.swept, r.sweepCalls} {
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.flapping, r.halts, r.pending, r.relists, r.swept, r.sweepCalls} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -163,6 +171,7 @@ func (r *PrometheusRecorder) Converged(d time.Duration) { r.convergence.Observe(
 func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(drifted)) }
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }
 func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
+func (r *PrometheusRecorder) Flapping()                 { r.flapping.Inc() }
 func (r *PrometheusRecorder) PendingTooLong()           { r.pending.Inc() }
 func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }
 func (r *PrometheusRecorder) SnapshotSwept()            { r.swept.Inc() }

@@ -50,11 +50,32 @@ func (w *Watcher) acts(v *view) bool {
 	return acts && !v.Deleting && !v.Owned
 }
 
-// decide decides for the workload from the cache, as the webhook would.
+// decide decides for the workload from the cache, as the webhook would. What the
+// watcher writes itself is in the form every release reads: it cannot tell which
+// release's webhook admits the workload next (DESIGN rule 12).
 func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
+	return w.decideWriting(v, pods, confighash.FormShared)
+}
+
+func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {
 	pacing, _ := w.gate.Pacing(v.Namespace) // a bad annotation is ignored, as the webhook ignores it
 	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
-		Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, v.Namespace})
+		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes}, cachedSources{w.sources, v.Namespace})
+}
+
+// carried reports whether the workload as admitted carries the decision made for it
+// before the touch, in the form the webhook wrote: one that reads the newer form
+// writes it at a due rollout, one of an earlier release or under a watcher of one
+// does not, and either converges the workload.
+func (w *Watcher) carried(d confighash.Decision, admitted *view) bool {
+	if d.Carried(admitted.State) {
+		return true
+	}
+	if admitted.Record == nil || admitted.RecordErr != nil || admitted.Form == d.Form {
+		return false
+	}
+	again, err := w.decideWriting(admitted, confighash.Pods{}, admitted.Form)
+	return err == nil && again.Converged
 }
 
 // errNotConverged means the touch was admitted without the webhook's hash: the
@@ -96,6 +117,8 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return w.converged(ctx, key, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
+	case w.heldByFlapping(ctx, key, v, d):
+		return nil
 	case w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0:
 		// A pinned workload is left to the webhook, which makes its snapshots.
 		return w.heal(ctx, key, v, d)
@@ -148,7 +171,7 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 		w.tracking.deleted(key) // deleted meanwhile
 		return nil
 	}
-	if !d.Carried(admitted.State) {
+	if !w.carried(d, admitted) {
 		w.tracking.unpause(key)
 		w.cfg.Metrics.Touch(TouchNotConverged)
 		return errNotConverged

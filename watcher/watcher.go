@@ -90,6 +90,11 @@ type Config struct {
 	// RunCronJobsOnChange starts a Job of a CronJob whose data changed at once, as
 	// Reloader does; otherwise only for one that asks to.
 	RunCronJobsOnChange bool
+	// FlapLimit is how many changes of one source within FlapWindow roll its users;
+	// past it they are held at their current revision until the source has not
+	// changed for FlapQuiet, then roll once. 0: no limit.
+	FlapLimit             int
+	FlapWindow, FlapQuiet time.Duration
 	// Alerts hears of what the watcher rolled, healed, or failed to; nil: no one.
 	Alerts  Alerter
 	Events  record.EventRecorder
@@ -178,6 +183,8 @@ type Watcher struct {
 	written  *dataWrites
 	// recreations are the Jobs whose recreation may be under way.
 	recreations *recreations
+	// flapping holds the users of sources that keep changing.
+	flapping *flapBreaker
 	// kept and relists read the workloads of a namespace again when its mode rises
 	// above one some were kept as their key alone under.
 	kept    *keptKeys
@@ -228,6 +235,7 @@ func New(cfg Config) (*Watcher, error) {
 		written:       newDataWrites(),
 		relists:       newRelists(),
 		recreations:   newRecreations(),
+		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. Those kept as their key alone

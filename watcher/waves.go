@@ -19,9 +19,11 @@ const (
 	heldWindow heldReason = "window" // outside its rollout window
 	heldWave   heldReason = "wave"   // waiting for its wave
 	heldHalted heldReason = "halted" // its wave halted on a failure
+	// heldFlapping: a source whose change is due keeps changing (flapping.go).
+	heldFlapping heldReason = "flapping"
 )
 
-var heldReasons = []heldReason{heldWindow, heldWave, heldHalted}
+var heldReasons = []heldReason{heldWindow, heldWave, heldHalted, heldFlapping}
 
 // waves is what the watcher keeps of the waves under way, under one lock.
 type waves struct {

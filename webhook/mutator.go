@@ -77,6 +77,9 @@ type Config struct {
 	// namespace it does not act in, posted by anyone but the API server, reads
 	// nothing.
 	Gate Gate
+	// Writes, when set, returns the newest form a record may be written in now
+	// (WatcherLease.Writes); unset: FormNamespaced.
+	Writes func() confighash.Form
 	// Pacing is how changes roll where neither the workload nor its namespace says:
 	// the same flags as the watcher's, so that both hold the same workloads.
 	Pacing confighash.Pacing
@@ -215,6 +218,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, prev)}
 	in := confighash.Input{Key: m.cfg.Key, Namespace: w.Namespace, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: prev == nil}, Pacing: m.cfg.Pacing,
 		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != "", Previous: prev, Template: w.Template}
+	if m.cfg.Writes != nil {
+		in.Writes = m.cfg.Writes()
+	}
 	if m.cfg.Gate != nil {
 		ns, err := m.cfg.Gate.Pacing(w.Namespace)
 		if err != nil {

@@ -44,6 +44,8 @@ type watcherConfig struct {
 	pendingTimeout              time.Duration
 	recreateFinishedJobs        bool
 	runCronJobsOnChange         bool
+	flapLimit                   int
+	flapWindow, flapQuiet       time.Duration
 	leaderElect                 bool
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
@@ -73,6 +75,9 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.recreateFinishedJobs, "recreate-finished-jobs", false, "recreate a Job whose data changed even once it has finished (Complete or Failed), as Reloader does; otherwise only a Job annotated "+confighash.AnnotationRecreateFinished+`: "true"`)
 	fs.BoolVar(&c.runCronJobsOnChange, "run-cronjobs-on-change", false, "start a Job of a CronJob whose data changed at once, as Reloader does, besides its next run reading the new data; otherwise only for a CronJob annotated "+confighash.AnnotationRunOnChange+`: "true"`)
 	fs.DurationVar(&c.pendingTimeout, "pending-timeout", watcher.DefaultPendingTimeout, "how long the new pods of a workload a wave rolled may stay Pending before its --max-rolling slot goes to other workloads")
+	fs.IntVar(&c.flapLimit, "flap-limit", watcher.DefaultFlapLimit, "changes of one ConfigMap or Secret within --flap-window that roll the workloads using it; past it they are held at their current revision, with a Warning Event naming who writes it, until it has not changed for --flap-quiet, then roll once with its latest data; 0: no limit")
+	fs.DurationVar(&c.flapWindow, "flap-window", watcher.DefaultFlapWindow, "the window --flap-limit counts a source's changes in")
+	fs.DurationVar(&c.flapQuiet, "flap-quiet", watcher.DefaultFlapQuiet, "how long a source held by --flap-limit must go without a change before its users roll, once")
 	fs.DurationVar(&c.waveTimeout, "wave-timeout", watcher.DefaultWaveTimeout, "how long a workload a wave rolled may take to roll out before it counts as failed and halts the wave")
 	fs.DurationVar(&c.snapshotSweep, "snapshot-sweep", 10*time.Minute, "how often to delete the snapshots of pinned workloads that nothing has owned or named for this long (left by a create the API server refused); 0: never")
 	fs.IntVar(&c.healAfter, "heal-after", 3, "touches the webhook may leave unconverged before the watcher writes the hash itself")
@@ -183,8 +188,8 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs,
-		RunCronJobsOnChange: cfg.runCronJobsOnChange,
-		Events:              events, Metrics: recorder, Log: log,
+		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
+		Events: events, Metrics: recorder, Log: log,
 	}
 	if notifier != nil {
 		wcfg.Alerts = notifier
@@ -228,6 +233,8 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.namespace, Name: cfg.leaseName},
 				Client:     client.CoordinationV1(),
 				LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+				// What the webhook may write while this replica leads.
+				Labels: confighash.ReaderLabels(identity),
 			},
 			LeaseDuration:   cfg.leaseDuration,
 			RenewDeadline:   cfg.renew,

@@ -40,6 +40,7 @@ type webhookConfig struct {
 	maxInFlight       int
 	callers           string
 	maxInFlightBytes  int64
+	watcherLease      string
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
@@ -58,6 +59,7 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.callers, "admission-callers", "", "addresses or CIDRs, comma-separated, the API server may call the webhook from besides those it finds (the endpoints of default/kubernetes, kube-system's konnectivity agents, the nodes' host addresses); a review from any other address is refused before it is read. \"any\": every address (the NetworkPolicy alone keeps callers out); unused with --client-ca-file")
 	fs.IntVar(&c.maxInFlight, "admission-max-in-flight", webhook.DefaultMaxInFlight, "most admissions handled at once; beyond it one is answered at once, allowed unchanged with a warning, before its body is read, and the watcher updates the workload")
 	fs.Int64Var(&c.maxInFlightBytes, "admission-max-in-flight-bytes", webhook.DefaultMaxInFlightBytes, fmt.Sprintf("most bytes of admission requests handled at once (a request of unknown length counts as %d, the largest read); beyond it one is answered as beyond --admission-max-in-flight; at least %d", webhook.MaxBodyBytes, webhook.MaxBodyBytes))
+	fs.StringVar(&c.watcherLease, "watcher-lease", "confighash-watcher", "the watcher's leader Lease in --namespace (its --leader-elect-lease-name), which says what forms of the sources record the watcher that leads reads: only those are written")
 	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
 }
 
@@ -166,10 +168,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		callers = webhook.NewCallers(client, extra, log)
 	}
+	lease := webhook.NewWatcherLease(client, cfg.namespace, cfg.watcherLease)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
-		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
+		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, Writes: lease.Writes, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
 	})
 	if err != nil {
 		return err
@@ -221,6 +224,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g.Go(func() error { return sources.Run(ctx) })
 	g.Go(func() error { return snapshotCap.Run(ctx) })
 	gate.Run(ctx)
+	lease.Run(ctx)
 	if callers != nil {
 		callers.Run(ctx)
 	}

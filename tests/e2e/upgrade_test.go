@@ -3,9 +3,11 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,32 +19,57 @@ import (
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
-// previousRelease is the last commit whose digests are not bound to the namespace.
+// previousRelease is the last commit whose digests are not bound to the namespace,
+// and which reads records in the shared form alone (FormShared).
 const previousRelease = "4654d83"
 
-// previousBinary builds confighash as it was at previousRelease, from the repository's
-// history; without that commit (a shallow clone) the test skips.
-func previousBinary(t *testing.T) string {
+// lastUnannounced is the last commit whose watcher does not say on its Lease what
+// record forms it reads.
+const lastUnannounced = "0579f85"
+
+var previousBuilds sync.Map // commit -> *previousBuild
+
+type previousBuild struct {
+	once   sync.Once
+	binary string
+	err    error
+}
+
+// previousBinary builds confighash as it was at commit, from the repository's history,
+// once per test binary; without that commit (a shallow clone) the test skips.
+func previousBinary(t *testing.T, commit string) string {
 	t.Helper()
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		t.Skipf("the upgrade test builds the previous release from the git history, and there is none: %v", err)
 	}
 	repo := strings.TrimSpace(string(root))
-	if exec.Command("git", "-C", repo, "cat-file", "-e", previousRelease+"^{commit}").Run() != nil {
-		t.Skipf("the upgrade test builds the previous release %s, which this clone's history lacks (a shallow clone)", previousRelease)
+	if exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").Run() != nil {
+		t.Skipf("the upgrade test builds the previous release %s, which this clone's history lacks (a shallow clone)", commit)
 	}
-	dir := t.TempDir()
-	if out, err := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, repo, previousRelease, dir).CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", previousRelease, err, out)
+	b, _ := previousBuilds.LoadOrStore(commit, &previousBuild{})
+	build := b.(*previousBuild)
+	build.once.Do(func() {
+		dir, err := os.MkdirTemp("", "confighash-"+commit+"-")
+		if err != nil {
+			build.err = err
+			return
+		}
+		if out, err := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, repo, commit, dir).CombinedOutput(); err != nil {
+			build.err = fmt.Errorf("git archive %s: %v\n%s", commit, err, out)
+			return
+		}
+		build.binary = filepath.Join(dir, "confighash-"+commit)
+		cmd := exec.Command("go", "build", "-o", build.binary, "./cmd/confighash")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			build.err = fmt.Errorf("go build at %s: %v\n%s", commit, err, out)
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
 	}
-	binary := filepath.Join(dir, "confighash-"+previousRelease)
-	build := exec.Command("go", "build", "-o", binary, "./cmd/confighash")
-	build.Dir = dir
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build at %s: %v\n%s", previousRelease, err, out)
-	}
-	return binary
+	return build.binary
 }
 
 // TestAnUpgradeRollsNothingUntilAChange: workloads of every kind, admitted and rolled
@@ -52,7 +79,7 @@ func previousBinary(t *testing.T) string {
 // once, in the namespaced form.
 func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
 	c := cluster.Require(t, testCluster)
-	previous := previousBinary(t)
+	previous := previousBinary(t, previousRelease)
 	hook := startWebhookBinary(t, c, previous)
 	watcher := startBinary(t, c, previous, watcherArgs()...)
 	waitFor(t, 10*time.Second, "the previous watcher to lead", func() bool { return watcher.metric(t, "confighash_watcher_leader") == 1 })

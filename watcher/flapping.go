@@ -1,0 +1,317 @@
+package watcher
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/bounded"
+)
+
+// Flapping: a source whose data will not stop changing (two controllers writing one
+// Secret, each undoing the other) would roll its users at every change, without end.
+// Past a number of changes within a window, the breaker holds them at their current
+// revision until the source is quiet, then lets them roll once, with its latest data:
+// every change still counts, the rollouts are coalesced.
+
+// Defaults of the breaker's flags.
+const (
+	DefaultFlapLimit  = 10
+	DefaultFlapWindow = 5 * time.Minute
+	DefaultFlapQuiet  = 2 * time.Minute
+)
+
+// maxWriters bounds the field managers named per source: the few last ones are who
+// fights over it.
+const maxWriters = 4
+
+// flapBreaker counts the changes of each source and holds the users of those that
+// change too often.
+type flapBreaker struct {
+	// limit changes within window; a change less than spacing after the one counted
+	// before is the same round of rollouts (the debounce merges them); a held source
+	// is let go once it has not changed for quiet. A limit of 0 holds nothing.
+	limit                  int
+	window, spacing, quiet time.Duration
+
+	mu      sync.Mutex
+	sources map[sourceIn]*flaps
+}
+
+// flaps is what the breaker knows of one source that changed within its window.
+type flaps struct {
+	changes []time.Time // counted, within the window, oldest first; at most limit+1
+	last    time.Time   // its last change, counted or not
+	held    time.Time   // when its users were held; zero while they are not
+	// writers are the field managers of its last writes of data, the latest first;
+	// read is when they were last read, announced what was last said of them.
+	writers   []string
+	read      time.Time
+	announced string
+	uid       types.UID // the source's, once read
+}
+
+func newFlapBreaker(limit int, window, spacing, quiet time.Duration) *flapBreaker {
+	return &flapBreaker{limit: limit, window: window, spacing: spacing, quiet: quiet, sources: map[sourceIn]*flaps{}}
+}
+
+// changed counts a change of the source's data, seen at now, and reports whether it
+// holds the source's users from now on (the change that trips the breaker).
+func (b *flapBreaker) changed(src sourceIn, now time.Time) (tripped bool) {
+	if b.limit <= 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	if f == nil {
+		f = &flaps{}
+		b.sources[src] = f
+	}
+	f.last = now
+	f.changes = slices.DeleteFunc(f.changes, func(t time.Time) bool { return now.Sub(t) > b.window })
+	if n := len(f.changes); n > 0 && now.Sub(f.changes[n-1]) < b.spacing {
+		return false // the same round as the change counted before
+	}
+	f.changes = append(f.changes, now)
+	if len(f.changes) > b.limit+1 {
+		f.changes = f.changes[1:]
+	}
+	if f.held.IsZero() && len(f.changes) > b.limit {
+		f.held = now
+		return true
+	}
+	return false
+}
+
+// holds reports whether the source's users are held at now, and until when at the
+// earliest: its last change and the quiet period. A source quiet for that long is let
+// go, and forgotten with its changes once they are out of the window.
+func (b *flapBreaker) holds(src sourceIn, now time.Time) (bool, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	switch {
+	case f == nil:
+		return false, time.Time{}
+	case !f.held.IsZero() && now.Sub(f.last) < b.quiet:
+		return true, f.last.Add(b.quiet)
+	case !f.held.IsZero():
+		f.held, f.changes, f.writers, f.announced = time.Time{}, nil, nil, ""
+	}
+	if now.Sub(f.last) > b.window {
+		delete(b.sources, src)
+	}
+	return false, time.Time{}
+}
+
+// release lets the source's users go at once (confighash resume); its next changes
+// count from zero.
+func (b *flapBreaker) release(src sourceIn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	if f == nil || f.held.IsZero() {
+		return false
+	}
+	delete(b.sources, src)
+	return true
+}
+
+// wrote learns the field manager of a write of the source's data, as the latest, and
+// the source's UID.
+func (b *flapBreaker) wrote(src sourceIn, manager string, uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	if f == nil {
+		return
+	}
+	f.uid = uid
+	if manager == "" {
+		return
+	}
+	f.writers = slices.DeleteFunc(f.writers, func(m string) bool { return m == manager })
+	f.writers = slices.Insert(f.writers, 0, manager)
+	if len(f.writers) > maxWriters {
+		f.writers = f.writers[:maxWriters]
+	}
+}
+
+// hold is what the breaker tells of a held source.
+type hold struct {
+	changes int       // within the window, counted
+	since   time.Time // held since
+	writers []string  // the latest first
+	uid     types.UID // the source's, once read
+}
+
+// object is the source, for its Events.
+func (h hold) object(src sourceIn) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: string(src.ref.Kind), APIVersion: "v1", Namespace: src.namespace, Name: src.ref.Name, UID: h.uid}
+}
+
+// String says who writes the source, for Events: "a and b", or "an unknown writer".
+func (h hold) String() string {
+	switch len(h.writers) {
+	case 0:
+		return "an unknown writer"
+	case 1:
+		return h.writers[0]
+	}
+	return strings.Join(h.writers[:len(h.writers)-1], ", ") + " and " + h.writers[len(h.writers)-1]
+}
+
+// state returns what is known of the source's hold, and whether it is held.
+func (b *flapBreaker) state(src sourceIn) (hold, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	if f == nil || f.held.IsZero() {
+		return hold{}, false
+	}
+	return hold{changes: len(f.changes), since: f.held, writers: slices.Clone(f.writers), uid: f.uid}, true
+}
+
+// writersDue reports whether the writers of a held source are to be read again, at
+// now: when it is held, then at most every writersEvery while it goes on changing.
+func (b *flapBreaker) writersDue(src sourceIn, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	if f == nil || f.held.IsZero() || f.read.After(f.last) || now.Sub(f.read) < writersEvery {
+		return false
+	}
+	f.read = now
+	return true
+}
+
+// writersEvery is how often the writers of a held source are read at most: two that
+// fight over it each write every few seconds, and both are seen within a few reads.
+const writersEvery = 2 * time.Second
+
+// announce returns the hold of the source, and whether it is news: held since it was
+// last announced, or written by others.
+func (b *flapBreaker) announce(src sourceIn) (hold, bool) {
+	h, held := b.state(src)
+	if !held {
+		return h, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	said := h.String() // who writes it is the news; a count that moves is not
+	if f == nil || f.announced == said {
+		return h, false
+	}
+	f.announced = said
+	return h, true
+}
+
+// heldSources counts the sources whose users are held now.
+func (b *flapBreaker) heldSources() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, f := range b.sources {
+		if !f.held.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+// heldByFlapping holds the workload when every source whose change is due to roll it
+// keeps changing, and reports whether it does: no touch, a Warning Event on the
+// workload and on each source naming who writes it, and a check again when the hold
+// may end. A due change of any other source rolls it, with every source's latest data.
+func (w *Watcher) heldByFlapping(ctx context.Context, key workloadKey, v *view, d confighash.Decision) bool {
+	due := triggers(v, d.Record, w.sources)
+	if len(due) == 0 {
+		return false
+	}
+	now := time.Now()
+	var until time.Time
+	srcs := make([]sourceIn, len(due))
+	for i, t := range due {
+		srcs[i] = sourceIn{v.Namespace, t.SourceRef}
+		held, end := w.flapping.holds(srcs[i], now)
+		if !held {
+			return false
+		}
+		if end.After(until) {
+			until = end
+		}
+	}
+	says := make([]string, len(srcs))
+	for i, src := range srcs {
+		w.learnWriters(ctx, src, now)
+		h, news := w.flapping.announce(src)
+		says[i] = fmt.Sprintf("%s changed %d times within %s, written by %s", src.ref, h.changes, w.flapping.window, h)
+		if news {
+			w.cfg.Log.Warn().Str("namespace", src.namespace).Stringer("source", src.ref).Strs("writers", h.writers).Int("changes", h.changes).
+				Msg("a source keeps changing: its users are held at their current revision")
+			w.cfg.Events.Event(h.object(src), corev1.EventTypeWarning, "Flapping", fmt.Sprintf(
+				"changed %d times within %s, written by %s: the workloads that use it are held at their current revision until it has not changed for %s (or confighash resume)",
+				h.changes, w.flapping.window, h, w.flapping.quiet))
+		}
+	}
+	said := strings.Join(says, "; ")
+	if w.hold(key, heldFlapping, said) {
+		w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
+			"held at its current revision: %s; it rolls once, with the latest data, when no change has come for %s (or confighash resume)", said, w.flapping.quiet))
+		w.alert(alert.Held, v, due, said)
+	}
+	w.queue.AddAfter(key, until.Sub(now))
+	return true
+}
+
+// learnWriters reads who last wrote the held source's data, from its managedFields,
+// when that is due.
+func (w *Watcher) learnWriters(ctx context.Context, src sourceIn, now time.Time) {
+	res, ok := sourceResources[src.ref.Kind]
+	if !ok || !w.flapping.writersDue(src, now) {
+		return
+	}
+	m, err := bounded.Get[metav1.PartialObjectMetadata](ctx, w.cfg.Reads, bounded.Resource{GroupVersionResource: res, Namespace: src.namespace}, src.ref.Name, objectBytes)
+	if err != nil {
+		w.cfg.Log.Debug().Err(err).Stringer("source", src.ref).Msg("who writes a held source is not known")
+		return
+	}
+	w.flapping.wrote(src, dataWriter(m), m.UID)
+}
+
+var sourceResources = map[confighash.SourceKind]schema.GroupVersionResource{
+	confighash.ConfigMap: corev1.SchemeGroupVersion.WithResource("configmaps"),
+	confighash.Secret:    corev1.SchemeGroupVersion.WithResource("secrets"),
+}
+
+// dataWriter returns the field manager of the object's last write of data: of the
+// managedFields entries that own data, the latest.
+func dataWriter(m metav1.Object) string {
+	var who string
+	var at time.Time
+	for _, f := range m.GetManagedFields() {
+		if f.FieldsV1 == nil || f.Time == nil {
+			continue
+		}
+		if !bytes.Contains(f.FieldsV1.Raw, []byte(`"f:data"`)) && !bytes.Contains(f.FieldsV1.Raw, []byte(`"f:binaryData"`)) {
+			continue
+		}
+		if who == "" || f.Time.After(at) {
+			who, at = f.Manager, f.Time.Time
+		}
+	}
+	return who
+}
