@@ -144,6 +144,9 @@ type Input struct {
 	// Unpinned decides the workload as if it were not pinned, this once: its
 	// namespace holds as many snapshots as it may.
 	Unpinned bool
+	// Touched are the sources a touch of the watcher names as changed (its trigger
+	// annotation), none for any other write.
+	Touched []SourceRef
 	// Writes is the newest form a record may be written in: a due rollout switches a
 	// record to it, and a new record starts in it. FormShared while a component that
 	// reads no other may still run (DESIGN rule 12); a record is never switched back.
@@ -248,6 +251,12 @@ func decide(in Input, sources Sources) (Decision, error) {
 	refs := make([]SourceRef, len(used))
 	for i, u := range used {
 		refs[i] = u.SourceRef
+	}
+	if errors.Is(s.RecordErr, ErrLaterForm) && !in.Pods.Fresh && !slices.ContainsFunc(in.Touched, func(t SourceRef) bool { return slices.Contains(refs, t) }) {
+		// A later release wrote it: left as it is until a source it uses changes, or
+		// its pod template does (DESIGN rule 12).
+		d.Form, d.Converged = FormLater, true
+		return d, nil
 	}
 	current, err := sources.Read(refs)
 	if err != nil {

@@ -72,7 +72,8 @@ const (
 	// creation.
 	VerdictCreated = "hashed at creation"
 	// VerdictHeld is for a change due that the watcher has not released: a halted
-	// wave, a closed rollout window, or a wave still to come.
+	// wave, a closed rollout window, a wave still to come, or a source that keeps
+	// changing.
 	VerdictHeld = "held"
 )
 
@@ -95,6 +96,9 @@ type ExplainInput struct {
 	// Pacing is the namespace's; Now, the time rollout windows are read at.
 	Pacing Pacing
 	Now    time.Time
+	// Flapping is what the watcher last said when it held the workload because a
+	// source whose change is due keeps changing (its FlappingHeld Event); "" for none.
+	Flapping string
 }
 
 // Explain explains a workload from the decision the webhook and the watcher make.
@@ -136,6 +140,9 @@ func Explain(in ExplainInput) (e Explanation) {
 	case !in.HaveKey && in.Old == nil:
 		e.Verdict, e.Why = VerdictUnknown, "without the hash key, digests and hashes cannot be compared; the sources and the keys that count are listed"
 		return e
+	case d.Form == FormLater:
+		e.Verdict, e.Why = VerdictUpToDate, "a later release of confighash wrote its record, in a form this one does not read: it is left as it is until a source it uses changes, which rolls it once"
+		return e
 	case d.Record == nil && w.Kind.Recreated():
 		e.Verdict, e.Why = VerdictNoRollout, "never hashed: a Job not hashed at its creation is never recreated"
 		return e
@@ -169,6 +176,8 @@ func Explain(in ExplainInput) (e Explanation) {
 	case w.Kind.Recreated():
 		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the watcher recreates the Job, unless it has finished ("+
 			AnnotationRecreateFinished+` "true", or --recreate-finished-jobs, recreates it then too) or a CronJob made it`
+	case in.Flapping != "":
+		e.Verdict, e.Why = VerdictHeld, changedEntries(state.Record, d.Record)+"; the watcher said: "+in.Flapping
 	default:
 		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the next touch writes the new hash"
 	}

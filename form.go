@@ -23,6 +23,10 @@ const (
 	// FormShared digests cover kind, name and data alone (SourceDigest): equal data in
 	// two namespaces has equal digests. Records were written in it before.
 	FormShared
+	// FormLater is a form a later release writes, which this one does not read: such a
+	// record is left alone, never healed or rewritten, until a source the workload
+	// uses changes (ErrLaterForm).
+	FormLater
 )
 
 // form returns the form the decision starts in: the record's, or the form written

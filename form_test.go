@@ -1,6 +1,7 @@
 package confighash
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -213,6 +214,43 @@ func TestTheWebhookWritesTheNewFormOnlyUnderAWatcherThatSaysItReadsIt(t *testing
 	} {
 		if got := LeaderWrites(tc.lease, now); got != tc.want {
 			t.Errorf("%s: LeaderWrites() = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestARecordOfALaterReleaseIsLeftAloneUntilASourceItUsesChanges: a record in a form
+// this release does not read is neither healed nor rewritten at a write that changes
+// no source it uses; a touch naming one of its sources, or a new pod template,
+// rewrites it in this release's form.
+func TestARecordOfALaterReleaseIsLeftAloneUntilASourceItUsesChanges(t *testing.T) {
+	cfg := SourceRef{ConfigMap, "cfg"}
+	sources := listedSources{cfg: cmSource("cfg", "2")}
+	tmpl := envFrom(cfg.Name)
+	tmpl.Annotations = map[string]string{AnnotationHash: "v1:later"}
+	state := Vocabulary{}.Read(&Workload{Annotations: map[string]string{AnnotationInject: "true", AnnotationSources: "v3 configmap/cfg=0123456789abcdef,later"}, Template: tmpl})
+	if state.Form != FormLater || !errors.Is(state.RecordErr, ErrLaterForm) {
+		t.Fatalf("a v3 record read as form %d, %v; want FormLater, ErrLaterForm", state.Form, state.RecordErr)
+	}
+	for _, tc := range []struct {
+		name    string
+		touched []SourceRef
+		fresh   bool
+		left    bool
+	}{
+		{"an unrelated write", nil, false, true},
+		{"a touch for another source", []SourceRef{{Secret, "other"}}, false, true},
+		{"a touch for a source it uses", []SourceRef{cfg}, false, false},
+		{"a new pod template", nil, true, false},
+	} {
+		d, err := Decide(Input{Key: testKey, Namespace: "prod", State: state, Mode: ModeOptedIn, Touched: tc.touched, Pods: Pods{Fresh: tc.fresh}}, sources)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case tc.left && (!d.Converged || d.Record != nil || d.Hash != ""):
+			t.Errorf("%s: converged %v, record %q, hash %q; want it left alone", tc.name, d.Converged, d.Record.Text(d.Form), d.Hash)
+		case !tc.left && (d.Converged || d.Form != FormNamespaced || d.Hash == "" || d.Hash == state.Hash):
+			t.Errorf("%s: converged %v, form %d, hash %q; want it rewritten in this release's form and rolled", tc.name, d.Converged, d.Form, d.Hash)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -231,14 +232,29 @@ func (e RecordEntry) text() string {
 // RecordForm returns the form of the digests of a record's text: FormShared unless its
 // version says otherwise, as records written before the version named a form.
 func RecordForm(text string) Form {
-	if fields := strings.Fields(text); len(fields) > 0 && fields[0] == recordVersions[FormNamespaced] {
+	fields := strings.Fields(text)
+	switch {
+	case len(fields) == 0:
+	case fields[0] == recordVersions[FormNamespaced]:
 		return FormNamespaced
+	case laterVersion(fields[0]):
+		return FormLater
 	}
 	return FormShared
 }
 
+// laterVersion reports whether a record's version is of a form a later release writes.
+func laterVersion(v string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(v, "v"))
+	return strings.HasPrefix(v, "v") && err == nil && n > 2 && v == "v"+strconv.Itoa(n)
+}
+
 // ErrBadRecord is returned by ParseRecord for text that is not a sources record.
 var ErrBadRecord = errors.New("bad sources record")
+
+// ErrLaterForm is returned by ParseRecord for a record in a form a later release
+// writes (FormLater). It is an ErrBadRecord too: this release cannot read it.
+var ErrLaterForm = fmt.Errorf("%w: in a form of a later release", ErrBadRecord)
 
 var errNoVersion = fmt.Errorf("%w: want version %s or %s first", ErrBadRecord, recordVersions[FormShared], recordVersions[FormNamespaced])
 
@@ -253,6 +269,8 @@ func ParseRecord(s string) (Record, error) {
 	versioned := false
 	for f := range strings.FieldsSeq(s) {
 		switch {
+		case !versioned && laterVersion(f):
+			return nil, fmt.Errorf("%w (%s): it is left alone until a source the workload uses changes", ErrLaterForm, f)
 		case !versioned && f != recordVersions[FormShared] && f != recordVersions[FormNamespaced]:
 			return nil, errNoVersion
 		case !versioned:

@@ -35,6 +35,9 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 		return
 	}
 	users := w.users(d.Namespace(), d.Source.SourceRef)
+	for _, v := range users {
+		w.later.sourceChanged(v, d.Source.SourceRef)
+	}
 	if len(users) > 0 && prev != nil && w.flapping.changed(sourceIn{d.Namespace(), d.Source.SourceRef}, time.Now()) {
 		w.cfg.Metrics.Flapping()
 	}

@@ -60,7 +60,7 @@ func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, er
 func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {
 	pacing, _ := w.gate.Pacing(v.Namespace) // a bad annotation is ignored, as the webhook ignores it
 	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
-		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes}, cachedSources{w.sources, v.Namespace})
+		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes, Touched: w.later.of(v)}, cachedSources{w.sources, v.Namespace})
 }
 
 // carried reports whether the workload as admitted carries the decision made for it

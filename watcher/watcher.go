@@ -183,8 +183,10 @@ type Watcher struct {
 	written  *dataWrites
 	// recreations are the Jobs whose recreation may be under way.
 	recreations *recreations
-	// flapping holds the users of sources that keep changing.
+	// flapping holds the users of sources that keep changing; later keeps what
+	// changed for the workloads whose record a later release wrote.
 	flapping *flapBreaker
+	later    *laterRecords
 	// kept and relists read the workloads of a namespace again when its mode rises
 	// above one some were kept as their key alone under.
 	kept    *keptKeys
@@ -236,6 +238,7 @@ func New(cfg Config) (*Watcher, error) {
 		relists:       newRelists(),
 		recreations:   newRecreations(),
 		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
+		later:         newLaterRecords(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. Those kept as their key alone

@@ -221,6 +221,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if m.cfg.Writes != nil {
 		in.Writes = m.cfg.Writes()
 	}
+	for _, t := range sources.triggers {
+		in.Touched = append(in.Touched, t.SourceRef)
+	}
 	if m.cfg.Gate != nil {
 		ns, err := m.cfg.Gate.Pacing(w.Namespace)
 		if err != nil {
@@ -229,7 +232,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		in.Pacing = ns.Over(m.cfg.Pacing)
 	}
 	d, err := confighash.Decide(in, sources)
-	if d.RecordErr != nil {
+	if d.RecordErr != nil && d.Record != nil {
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, d.RecordErr))
 	}
 	switch {

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -89,6 +90,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		in.Key, keyErr = keyFromSecret(ctx, client, c.installNamespace, c.keySecret)
 		in.HaveKey = keyErr == nil
 	}
+	held := flappingHolds(ctx, client, ns)
 	var out []confighash.Explanation
 	for _, u := range objs {
 		w, err := kinds.WorkloadOf(u)
@@ -98,7 +100,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 			}
 			continue
 		}
-		in.Workload = w
+		in.Workload, in.Flapping = w, held[u.GetUID()]
 		e := confighash.Explain(in)
 		if pacingErr != nil {
 			e.Problems = append(e.Problems, fmt.Sprintf("namespace %s: its pacing annotations are ignored: %v", ns, pacingErr))
@@ -114,6 +116,26 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// flappingHolds returns, by workload, what the watcher last said when it held one
+// because a source keeps changing: its latest FlappingHeld Event. Events are the
+// watcher's word on a hold it keeps in memory; one who may not list them is told
+// nothing of it.
+func flappingHolds(ctx context.Context, client kubernetes.Interface, ns string) map[types.UID]string {
+	events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FlappingHeld"})
+	if err != nil {
+		return nil
+	}
+	out := map[types.UID]string{}
+	latest := map[types.UID]time.Time{}
+	for _, e := range events.Items {
+		uid, at := e.InvolvedObject.UID, e.LastTimestamp.Time
+		if _, seen := latest[uid]; !seen || at.After(latest[uid]) {
+			out[uid], latest[uid] = e.Message+" (at "+at.UTC().Format(time.RFC3339)+")", at
+		}
+	}
+	return out
 }
 
 // userKubeconfig loads a user's kubeconfig as kubectl does, and the namespace: the

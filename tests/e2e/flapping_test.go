@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,21 @@ func TestTwoWritersFightingOverASecretRollItsUsersABoundedNumberOfTimes(t *testi
 			t.Errorf("%s rolled %d times during 120 changes, want at most --flap-limit (%d)", name, rolled, watcher.DefaultFlapLimit)
 		}
 	}
+
+	// Held until quiet: explain says so, and who writes the Secret.
+	if e := explainOne(t, c, ns, "deployment/"+fought[0]); e.Verdict != confighash.VerdictHeld ||
+		!strings.Contains(e.Why, writers[0]) || !strings.Contains(e.Why, writers[1]) {
+		t.Errorf("explain %s while held: %s, %q; want held, naming both writers", fought[0], e.Verdict, e.Why)
+	} else {
+		t.Logf("explain %s while held: %s: %s", fought[0], e.Verdict, e.Why)
+	}
+
+	// One is resumed at once; the others roll when the Secret is quiet.
+	resume := exec.Command(confighashBinary(t), "resume", "deployment/"+fought[0], "-n", ns, "--kubeconfig", c.Kubeconfig)
+	if out, err := resume.CombinedOutput(); err != nil {
+		t.Fatalf("confighash resume: %v\n%s", err, out)
+	}
+	waitFor(t, quiet/2, fought[0]+" rolled at its resume, before the Secret is quiet", func() bool { return replicaSets(t, c, ns, fought[0]) == during[fought[0]]+1 })
 
 	// Quiet now: each user rolls once more, to the last data.
 	key := hashKey(t, c)

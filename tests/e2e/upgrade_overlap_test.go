@@ -161,3 +161,46 @@ func TestARollbackRollsNothing(t *testing.T) {
 	o.change("p3")
 	o.expect("changed under the previous release")
 }
+
+// TestARecordOfALaterReleaseIsLeftAloneUntilASourceItUsesChanges: gone back by more
+// than one release, confighash meets records in a form it does not read. It leaves
+// them alone at their write, at a restart of the watcher and at an unrelated write;
+// a change of a source the workload uses rolls it once, in this release's form.
+func TestARecordOfALaterReleaseIsLeftAloneUntilASourceItUsesChanges(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	startWebhook(t, c)
+	w := startWatcher(t, c)
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"greeting": "v1"})
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
+	want := map[string]int{"web": 1}
+	expect := func(when string) {
+		t.Helper()
+		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(replicaSetsPerApp(t, c, ns), want) })
+		waitQuiet(t, w)
+		time.Sleep(quietPeriod)
+		if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
+			t.Fatalf("%s: ReplicaSets %v, want %v", when, got, want)
+		}
+	}
+	expect("created")
+
+	later := "v3 configmap/cfg=0123456789abcdef,digest-of-a-later-form"
+	mergeAnnotations(t, c, ns, "Deployment", "web", map[string]*string{confighash.AnnotationSources: &later})
+	expect("its record written in a later form")
+	w.stop(t)
+	w = startWatcher(t, c)
+	expect("the watcher restarted")
+	relabel(t, c, ns, "web", "b")
+	expect("an unrelated write")
+	if got := recordOf(t, c, ns, "web"); got != later {
+		t.Fatalf("the later record became %q; want it left alone", got)
+	}
+
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "greeting", "v2")
+	want["web"]++
+	expect("a change of the ConfigMap it uses")
+	if got := recordOf(t, c, ns, "web"); !strings.HasPrefix(got, "v2 ") {
+		t.Fatalf("record after the change %q, want it rewritten in v2", got)
+	}
+}
