@@ -118,11 +118,10 @@ func readerDigest(identity string) string {
 }
 
 // LeaderWrites returns the newest form a record may be written in while the watcher
-// holding the Lease leads: FormNamespaced without a Lease (no watcher elects a leader)
-// or when its holder says it reads that form; FormShared while the Lease is held by a
-// watcher that does not say, as those of releases before this one do (the last that
-// read FormShared alone among them), or while none holds it, as one of any release may
-// take it next.
+// holding the Lease leads: FormShared while a watcher that does not say it reads
+// FormNamespaced holds it, as those of releases before this one do (the last that read
+// FormShared alone among them); FormNamespaced otherwise, when no watcher leads too:
+// none runs then that could not read it.
 func LeaderWrites(lease *coordinationv1.Lease, now time.Time) Form {
 	if lease == nil {
 		return FormNamespaced
@@ -130,7 +129,7 @@ func LeaderWrites(lease *coordinationv1.Lease, now time.Time) Form {
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	if holder == "" || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil ||
 		now.After(lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second)) {
-		return FormShared
+		return FormNamespaced
 	}
 	if lease.Labels[LabelReader] != readerDigest(holder) ||
 		!slices.Contains(strings.Split(lease.Labels[LabelReads], "."), recordVersions[FormNamespaced]) {

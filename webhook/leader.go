@@ -22,7 +22,13 @@ type WatcherLease struct {
 	informer cache.SharedIndexInformer
 	key      string
 	now      func() time.Time
+	started  time.Time
 }
+
+// leaseWait is how long the webhook waits for the Lease before it is ready without it,
+// writing the form every release reads (a Role that does not let it read the Lease,
+// from an install of an earlier release, must not keep it from serving).
+const leaseWait = 10 * time.Second
 
 // NewWatcherLease follows the Lease name in namespace, and only it.
 func NewWatcherLease(client kubernetes.Interface, namespace, name string) *WatcherLease {
@@ -37,10 +43,18 @@ func NewWatcherLease(client kubernetes.Interface, namespace, name string) *Watch
 }
 
 // Run follows the Lease until ctx is done.
-func (l *WatcherLease) Run(ctx context.Context) { go l.informer.Run(ctx.Done()) }
+func (l *WatcherLease) Run(ctx context.Context) {
+	l.started = l.now()
+	go l.informer.Run(ctx.Done())
+}
+
+// Synced reports whether the Lease is known, or has been waited for long enough.
+func (l *WatcherLease) Synced() bool {
+	return l.informer.HasSynced() || !l.started.IsZero() && l.now().Sub(l.started) > leaseWait
+}
 
 // Writes returns the newest form a record may be written in now: FormShared until the
-// Lease is known.
+// Lease is known, as one of an earlier release may hold it.
 func (l *WatcherLease) Writes() confighash.Form {
 	if !l.informer.HasSynced() {
 		return confighash.FormShared

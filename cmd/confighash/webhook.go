@@ -203,7 +203,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	ready := []func() bool{serving.Ready, sources.Synced, snapshotCap.Synced, gate.HasSynced, func() bool { return !draining.Load() }}
+	ready := []func() bool{serving.Ready, sources.Synced, snapshotCap.Synced, gate.HasSynced, lease.Synced, func() bool { return !draining.Load() }}
 	if callers != nil {
 		ready = append(ready, callers.Synced)
 	}

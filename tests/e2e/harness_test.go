@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -42,7 +43,13 @@ func defaultScope() webhook.Scope {
 	return webhook.Scope{InstallNamespace: installNamespace, Vocabulary: confighash.Vocabulary{Reloader: true}}
 }
 
-func TestMain(m *testing.M) { cluster.Main(m, &testCluster) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if run := flag.Lookup("test.run"); !testing.Short() && (run == nil || run.Value.String() == "") {
+		go prebuildPrevious()
+	}
+	cluster.Main(m, &testCluster)
+}
 
 // installNamespace holds the hash key Secret, as the install namespace does.
 const installNamespace = "confighash-system"

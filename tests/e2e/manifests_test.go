@@ -371,6 +371,11 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	expectReplicaSets(t, c, ns, "web", 2)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
 	expectReplicaSets(t, c, ns, "web", 3)
+	// The webhook read the watcher's Lease, which its Role names, and so wrote the
+	// form the watcher says it reads.
+	if record := recordOf(t, c, ns, "web"); !strings.HasPrefix(record, "v2 ") {
+		t.Errorf("record %q after a change: want v2, which the webhook writes only once it reads the watcher's Lease", record)
+	}
 	// Pinned: the webhook made the snapshots, the watcher gave them their owners.
 	d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
@@ -424,6 +429,18 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 		}(),
 		"the webhook patches a Deployment": func() error {
 			_, err := webhookClient.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
+			return err
+		}(),
+		"the webhook reads a Lease other than the watcher's": func() error {
+			_, err := webhookClient.CoordinationV1().Leases("confighash").Get(ctx, "someone-else", metav1.GetOptions{})
+			return err
+		}(),
+		"the webhook updates the watcher's Lease": func() error {
+			lease, err := c.Client.CoordinationV1().Leases("confighash").Get(ctx, "confighash-watcher", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = webhookClient.CoordinationV1().Leases("confighash").Update(ctx, lease, metav1.UpdateOptions{})
 			return err
 		}(),
 		"the webhook creates a Secret outside its namespace": func() error {

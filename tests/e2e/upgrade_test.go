@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -35,41 +36,89 @@ type previousBuild struct {
 	err    error
 }
 
-// previousBinary builds confighash as it was at commit, from the repository's history,
-// once per test binary; without that commit (a shallow clone) the test skips.
+// previousBinary returns confighash as it was at commit, built from the repository's
+// history once and kept in the cache beside the control plane's binaries; without that
+// commit (a shallow clone) the test skips.
 func previousBinary(t *testing.T, commit string) string {
 	t.Helper()
+	repo, err := repoWith(commit)
+	if err != nil {
+		t.Skipf("the upgrade test builds the previous release %s from the git history: %v", commit, err)
+	}
+	binary, err := buildPrevious(repo, commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return binary
+}
+
+// repoWith returns the top of the repository, if its history holds commit.
+func repoWith(commit string) (string, error) {
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
-		t.Skipf("the upgrade test builds the previous release from the git history, and there is none: %v", err)
+		return "", fmt.Errorf("no git history: %v", err)
 	}
 	repo := strings.TrimSpace(string(root))
 	if exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").Run() != nil {
-		t.Skipf("the upgrade test builds the previous release %s, which this clone's history lacks (a shallow clone)", commit)
+		return "", errors.New("this clone's history lacks it (a shallow clone)")
 	}
+	return repo, nil
+}
+
+// buildPrevious builds confighash at commit, once per test binary, into the cache
+// ($CONFIGHASH_CACHE, as the Makefile sets it), where a built one is taken as it is.
+func buildPrevious(repo, commit string) (string, error) {
 	b, _ := previousBuilds.LoadOrStore(commit, &previousBuild{})
 	build := b.(*previousBuild)
 	build.once.Do(func() {
-		dir, err := os.MkdirTemp("", "confighash-"+commit+"-")
+		cache := os.Getenv("CONFIGHASH_CACHE")
+		if cache == "" {
+			dir, err := os.UserCacheDir()
+			if err != nil {
+				build.err = err
+				return
+			}
+			cache = filepath.Join(dir, "confighash")
+		}
+		build.binary = filepath.Join(cache, "confighash-"+commit, "confighash")
+		if _, err := os.Stat(build.binary); err == nil {
+			return
+		}
+		src, err := os.MkdirTemp("", "confighash-"+commit+"-")
 		if err != nil {
 			build.err = err
 			return
 		}
-		if out, err := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, repo, commit, dir).CombinedOutput(); err != nil {
+		defer os.RemoveAll(src)
+		if out, err := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, repo, commit, src).CombinedOutput(); err != nil {
 			build.err = fmt.Errorf("git archive %s: %v\n%s", commit, err, out)
 			return
 		}
-		build.binary = filepath.Join(dir, "confighash-"+commit)
-		cmd := exec.Command("go", "build", "-o", build.binary, "./cmd/confighash")
-		cmd.Dir = dir
+		// Built aside and renamed into place: a build cut short leaves no binary.
+		if err := os.MkdirAll(filepath.Dir(build.binary), 0o755); err != nil {
+			build.err = err
+			return
+		}
+		tmp := build.binary + ".part"
+		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/confighash")
+		cmd.Dir = src
 		if out, err := cmd.CombinedOutput(); err != nil {
 			build.err = fmt.Errorf("go build at %s: %v\n%s", commit, err, out)
+			return
 		}
+		build.err = os.Rename(tmp, build.binary)
 	})
-	if build.err != nil {
-		t.Fatal(build.err)
+	return build.binary, build.err
+}
+
+// prebuildPrevious builds the previous releases the upgrade tests run, beside the
+// first tests of a whole run rather than in the middle of their own.
+func prebuildPrevious() {
+	for _, commit := range []string{previousRelease, lastUnannounced} {
+		if repo, err := repoWith(commit); err == nil {
+			_, _ = buildPrevious(repo, commit)
+		}
 	}
-	return build.binary
 }
 
 // TestAnUpgradeRollsNothingUntilAChange: workloads of every kind, admitted and rolled
