@@ -116,19 +116,6 @@ func (b *flapBreaker) holds(src sourceIn, now time.Time) (bool, time.Time) {
 	return false, time.Time{}
 }
 
-// release lets the source's users go at once (confighash resume); its next changes
-// count from zero.
-func (b *flapBreaker) release(src sourceIn) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f := b.sources[src]
-	if f == nil || f.held.IsZero() {
-		return false
-	}
-	delete(b.sources, src)
-	return true
-}
-
 // wrote learns the field manager of a write of the source's data, as the latest, and
 // the source's UID.
 func (b *flapBreaker) wrote(src sourceIn, manager string, uid types.UID) {
@@ -219,19 +206,6 @@ func (b *flapBreaker) announce(src sourceIn) (hold, bool) {
 	return h, true
 }
 
-// heldSources counts the sources whose users are held now.
-func (b *flapBreaker) heldSources() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, f := range b.sources {
-		if !f.held.IsZero() {
-			n++
-		}
-	}
-	return n
-}
-
 // heldByFlapping holds the workload when every source whose change is due to roll it
 // keeps changing, and reports whether it does: no touch, a Warning Event on the
 // workload and on each source naming who writes it, and a check again when the hold
@@ -306,7 +280,7 @@ func dataWriter(m metav1.Object) string {
 		if f.FieldsV1 == nil || f.Time == nil {
 			continue
 		}
-		if !bytes.Contains(f.FieldsV1.Raw, []byte(`"f:data"`)) && !bytes.Contains(f.FieldsV1.Raw, []byte(`"f:binaryData"`)) {
+		if raw := f.FieldsV1.GetRawBytes(); !bytes.Contains(raw, []byte(`"f:data"`)) && !bytes.Contains(raw, []byte(`"f:binaryData"`)) {
 			continue
 		}
 		if who == "" || f.Time.After(at) {

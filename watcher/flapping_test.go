@@ -71,7 +71,7 @@ func TestTheBreakerWithNoLimitHoldsNothing(t *testing.T) {
 // of data.
 func TestTheDataWriterIsTheLatestManagerOfData(t *testing.T) {
 	at := func(s int) *metav1.Time { return &metav1.Time{Time: time.Unix(int64(s), 0)} }
-	fields := func(raw string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(raw)} }
+	fields := metav1.NewFieldsV1
 	m := &metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
 		{Manager: "external-secrets", Time: at(10), FieldsV1: fields(`{"f:data":{"f:password":{}}}`)},
 		{Manager: "cert-manager-certificates-issuing", Time: at(20), FieldsV1: fields(`{"f:data":{"f:tls.crt":{}}}`)},
