@@ -139,7 +139,6 @@ func (b *flapBreaker) wrote(src sourceIn, manager string, uid types.UID) {
 // hold is what the breaker tells of a held source.
 type hold struct {
 	changes int       // within the window, counted
-	since   time.Time // held since
 	writers []string  // the latest first
 	uid     types.UID // the source's, once read
 }
@@ -168,7 +167,7 @@ func (b *flapBreaker) state(src sourceIn) (hold, bool) {
 	if f == nil || f.held.IsZero() {
 		return hold{}, false
 	}
-	return hold{changes: len(f.changes), since: f.held, writers: slices.Clone(f.writers), uid: f.uid}, true
+	return hold{changes: len(f.changes), writers: slices.Clone(f.writers), uid: f.uid}, true
 }
 
 // writersDue reports whether the writers of a held source are to be read again, at

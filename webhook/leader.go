@@ -21,7 +21,6 @@ import (
 type WatcherLease struct {
 	informer cache.SharedIndexInformer
 	key      string
-	now      func() time.Time
 	started  time.Time
 }
 
@@ -38,19 +37,18 @@ func NewWatcherLease(client kubernetes.Interface, namespace, name string) *Watch
 	return &WatcherLease{
 		informer: coordinationinformers.NewFilteredLeaseInformer(client, namespace, 0, cache.Indexers{}, one),
 		key:      namespace + "/" + name,
-		now:      time.Now,
 	}
 }
 
 // Run follows the Lease until ctx is done.
 func (l *WatcherLease) Run(ctx context.Context) {
-	l.started = l.now()
+	l.started = time.Now()
 	go l.informer.Run(ctx.Done())
 }
 
 // Synced reports whether the Lease is known, or has been waited for long enough.
 func (l *WatcherLease) Synced() bool {
-	return l.informer.HasSynced() || !l.started.IsZero() && l.now().Sub(l.started) > leaseWait
+	return l.informer.HasSynced() || !l.started.IsZero() && time.Since(l.started) > leaseWait
 }
 
 // Writes returns the newest form a record may be written in now: FormShared until the
@@ -63,5 +61,5 @@ func (l *WatcherLease) Writes() confighash.Form {
 	if obj, ok, _ := l.informer.GetStore().GetByKey(l.key); ok {
 		lease, _ = obj.(*coordinationv1.Lease)
 	}
-	return confighash.LeaderWrites(lease, l.now())
+	return confighash.LeaderWrites(lease, time.Now())
 }

@@ -95,14 +95,7 @@ func TestTwoWritersFightingOverASecretRollItsUsersABoundedNumberOfTimes(t *testi
 	for i := range 2 {
 		want[fmt.Sprintf("calm-%d", i)] = 1 + calmChanges
 	}
-	waitFor(t, quiet+30*time.Second, fmt.Sprintf("one rollout of each user with the last data, %v", want), func() bool {
-		return maps.Equal(replicaSetsPerApp(t, c, ns), want)
-	})
-	waitQuiet(t, w)
-	time.Sleep(quietPeriod)
-	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
-		t.Fatalf("ReplicaSets %v once quiet, want %v", got, want)
-	}
+	expectSettled(t, c, ns, w, want, quiet+30*time.Second, "one rollout of each user with the last data, once quiet")
 	total := 0
 	for _, name := range fought {
 		total += want[name] - 1

@@ -71,6 +71,18 @@ func expectReplicaSetsNoWait(t testing.TB, c *cluster.Cluster, ns, name string, 
 
 // expectRollouts waits until each Deployment has the number of ReplicaSets given,
 // then checks that none rolls again within the quiet period.
+// expectSettled waits until the namespace's Deployments have the ReplicaSets wanted,
+// within timeout, and the watcher has been quiet since, then checks that no more came.
+func expectSettled(t testing.TB, c *cluster.Cluster, ns string, w *component, want map[string]int, timeout time.Duration, when string) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("ReplicaSets %v %s", want, when), func() bool { return maps.Equal(replicaSetsPerApp(t, c, ns), want) })
+	waitQuiet(t, w)
+	time.Sleep(quietPeriod)
+	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
+		t.Fatalf("%s: ReplicaSets %v, want %v", when, got, want)
+	}
+}
+
 func expectRollouts(t testing.TB, c *cluster.Cluster, ns string, want map[string]int) {
 	t.Helper()
 	names := slices.Sorted(maps.Keys(want))

@@ -15,13 +15,9 @@ import (
 // without that commit (a shallow clone) the test skips.
 func previousChart(t *testing.T, commit string) string {
 	t.Helper()
-	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	repo, err := repoWith(commit)
 	if err != nil {
-		t.Skipf("the chart upgrade test takes the previous chart from the git history, and there is none: %v", err)
-	}
-	repo := strings.TrimSpace(string(root))
-	if exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").Run() != nil {
-		t.Skipf("the chart upgrade test takes the chart of %s, which this clone's history lacks (a shallow clone)", commit)
+		t.Skipf("the chart upgrade test takes the chart of %s from the git history: %v", commit, err)
 	}
 	dir := t.TempDir()
 	const path = "manifests/helm/confighash"

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -82,13 +81,7 @@ func (o *overlap) change(value string) {
 // expect waits for the rollouts wanted, then checks that no more follow.
 func (o *overlap) expect(when string) {
 	o.t.Helper()
-	rolled := func() map[string]int { return replicaSetsPerApp(o.t, o.c, o.ns) }
-	waitFor(o.t, 60*time.Second, fmt.Sprintf("rollouts %v %s", o.want, when), func() bool { return maps.Equal(rolled(), o.want) })
-	waitQuiet(o.t, o.watcher)
-	time.Sleep(quietPeriod)
-	if got := rolled(); !maps.Equal(got, o.want) {
-		o.t.Fatalf("%s: ReplicaSets %v, want %v", when, got, o.want)
-	}
+	expectSettled(o.t, o.c, o.ns, o.watcher, o.want, 60*time.Second, when)
 	o.t.Logf("%s: %d ReplicaSets, as wanted", when, total(o.want))
 }
 
@@ -176,12 +169,7 @@ func TestARecordOfALaterReleaseIsLeftAloneUntilASourceItUsesChanges(t *testing.T
 	want := map[string]int{"web": 1}
 	expect := func(when string) {
 		t.Helper()
-		waitFor(t, 30*time.Second, fmt.Sprintf("rollouts %v %s", want, when), func() bool { return maps.Equal(replicaSetsPerApp(t, c, ns), want) })
-		waitQuiet(t, w)
-		time.Sleep(quietPeriod)
-		if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
-			t.Fatalf("%s: ReplicaSets %v, want %v", when, got, want)
-		}
+		expectSettled(t, c, ns, w, want, 30*time.Second, when)
 	}
 	expect("created")
 
