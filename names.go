@@ -69,6 +69,9 @@ const (
 	// AnnotationFailed is written by the watcher on a workload whose rollout of a
 	// source change failed and halted its wave: that change, as in AnnotationHeld.
 	AnnotationFailed = Domain + "/failed"
+	// AnnotationStatus is written by the watcher on a workload's metadata: what it
+	// last decided for it, why and until when (see Status).
+	AnnotationStatus = Domain + "/status"
 	// AnnotationPin on a workload, "true", pins it: each version of a counted source
 	// it rolls out with is kept as an immutable snapshot its pod template names (see
 	// Pins).
