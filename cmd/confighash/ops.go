@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -16,15 +17,23 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// newRegistry returns a private registry with the process and Go collectors.
+// newRegistry returns a private registry with the process and Go collectors and
+// confighash_build_info, which tells the builds of a mixed rollout apart.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	b := currentBuild()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "confighash_build_info",
+			Help:        "Always 1; the labels say which build runs.",
+			ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion},
+		}, func() float64 { return 1 }))
 	return reg
 }
 
-// opsHandler serves /healthz (the process runs), /readyz (every check passes) and
-// /metrics, on the plain-HTTP ops port; with profiling, Go's /debug/pprof/ too.
+// opsHandler serves /healthz (the process runs), /readyz (every check passes),
+// /version (the build, as JSON) and /metrics, on the plain-HTTP ops port; with
+// profiling, Go's /debug/pprof/ too.
 func opsHandler(reg *prometheus.Registry, profiling bool, ready ...func() bool) http.Handler {
 	mux := http.NewServeMux()
 	if profiling {
@@ -44,6 +53,10 @@ func opsHandler(reg *prometheus.Registry, profiling bool, ready ...func() bool) 
 			}
 		}
 		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(currentBuild())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
@@ -66,8 +79,8 @@ func listen(name, addr string, srv *http.Server, tlsOn bool) (*server, error) {
 	return &server{name: name, srv: srv, ln: ln, tlsOn: tlsOn}, nil
 }
 
-// listenOps binds the ops server: /healthz, /readyz with ready, /metrics from reg,
-// and with profiling /debug/pprof/.
+// listenOps binds the ops server: /healthz, /readyz with ready, /version, /metrics
+// from reg, and with profiling /debug/pprof/.
 func listenOps(addr string, reg *prometheus.Registry, profiling bool, ready ...func() bool) (*server, error) {
 	return listen("ops", addr, &http.Server{Handler: opsHandler(reg, profiling, ready...), ReadHeaderTimeout: 5 * time.Second}, false)
 }

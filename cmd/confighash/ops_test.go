@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestServeDrainsInFlightRequestsOnShutdown(t *testing.T) {
@@ -126,5 +130,46 @@ func TestProfilesOnlyWithProfiling(t *testing.T) {
 	}
 	if rr := get(true); rr.Code != http.StatusOK || !strings.Contains(rr.Body.String(), "# HeapAlloc = ") {
 		t.Fatalf("with --profiling: %d, want 200 and the heap after a collection:\n%.300s", rr.Code, rr.Body.String())
+	}
+}
+
+// stamp sets the build's version and revision as -ldflags -X would, for one test.
+func stamp(t *testing.T, v, rev string) {
+	oldVersion, oldRevision := version, revision
+	version, revision = v, rev
+	t.Cleanup(func() { version, revision = oldVersion, oldRevision })
+}
+
+func TestVersionAnswersTheStampedBuild(t *testing.T) {
+	stamp(t, "v1.2.3", "0123456789ab")
+	rr := httptest.NewRecorder()
+	opsHandler(newRegistry(), false).ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/version", nil))
+	if rr.Code != http.StatusOK || rr.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("/version = %d, %q; want 200, application/json", rr.Code, rr.Header().Get("Content-Type"))
+	}
+	var got map[string]string
+	if err := json.Unmarshal(rr.Body.Bytes(), &got); err != nil {
+		t.Fatalf("/version answered %q: %v", rr.Body.String(), err)
+	}
+	want := map[string]string{"version": "v1.2.3", "revision": "0123456789ab", "goVersion": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH}
+	if len(got) != len(want) {
+		t.Errorf("/version = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("/version %s = %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+func TestBuildInfoIsExportedWithTheStampedBuild(t *testing.T) {
+	stamp(t, "v1.2.3", "0123456789ab")
+	want := `
+# HELP confighash_build_info Always 1; the labels say which build runs.
+# TYPE confighash_build_info gauge
+confighash_build_info{goversion="` + runtime.Version() + `",revision="0123456789ab",version="v1.2.3"} 1
+`
+	if err := testutil.GatherAndCompare(newRegistry(), strings.NewReader(want), "confighash_build_info"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `confighash rolls workloads when the ConfigMaps and Secrets they use change.
 
@@ -46,7 +42,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "resume":
 		return runResume(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintf(stdout, "confighash %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		b := currentBuild()
+		fmt.Fprintf(stdout, "confighash %s (revision %s, %s, %s)\n", b.Version, b.Revision, b.GoVersion, b.Platform)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -1,0 +1,75 @@
+package watcher
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/confighash/confighash"
+)
+
+// The watcher tells what it decides where the team that owns a workload looks: on the
+// workload itself (confighash.AnnotationStatus), which anyone who may read it can
+// read, and in its log, where each Event it sends is a line.
+
+// statusNote returns the annotation that tells the status, to write with others.
+func statusNote(s confighash.Status) map[string]any {
+	return map[string]any{confighash.AnnotationStatus: s.Text()}
+}
+
+// rolled is the status of a workload touched for a due change: the triggers, and when
+// its pause period ends, if it has one.
+func rolled(trig []confighash.Trigger, pause time.Duration) confighash.Status {
+	now := time.Now()
+	s := confighash.Status{Act: confighash.ActRolled, At: now, Why: confighash.FormatTriggers(trig) + " changed"}
+	if pause > 0 {
+		s.Until = now.Add(pause)
+		s.Why += "; further changes wait for its pause period"
+	}
+	return s
+}
+
+// tell writes the status on the workload unless it already tells the same. The write
+// is admitted as any: only a gated workload, or one the webhook leaves as it is, may
+// be told it is held, or the admission would roll it.
+func (w *Watcher) tell(ctx context.Context, v *view, s confighash.Status) error {
+	if said, err := confighash.ParseStatus(v.Said); err == nil && said.Same(s) {
+		return nil
+	}
+	s.At = time.Now()
+	_, err := w.patch(ctx, v, map[string]any{"metadata": map[string]any{"annotations": statusNote(s)}})
+	return err
+}
+
+// loggedEvents logs each Event the watcher sends, at info, or warn for a warning:
+// every act on a workload (rolled, adopted, held, healed, recreated) is one.
+type loggedEvents struct {
+	record.EventRecorder
+	log zerolog.Logger
+}
+
+func (l loggedEvents) Event(obj runtime.Object, eventType, reason, message string) {
+	l.EventRecorder.Event(obj, eventType, reason, message)
+	e := l.log.Info()
+	if eventType == corev1.EventTypeWarning {
+		e = l.log.Warn()
+	}
+	if ref, ok := obj.(*corev1.ObjectReference); ok {
+		e = e.Str("kind", ref.Kind).Str("namespace", ref.Namespace).Str("name", ref.Name)
+	}
+	e.Str("reason", reason).Msg(message)
+}
+
+// withStatus adds the status to the annotations to write with a touch.
+func withStatus(others map[string]any, s confighash.Status) map[string]any {
+	if others == nil {
+		others = map[string]any{}
+	}
+	maps.Copy(others, statusNote(s))
+	return others
+}
