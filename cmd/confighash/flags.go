@@ -36,8 +36,10 @@ func lookupEnv(flagName string) (value, variable string, ok bool) {
 }
 
 // parseFlags parses args, then sets every flag not given on the command line from its
-// environment variable, if that is set. The command line wins.
+// environment variable, if that is set. The command line wins. Flags shared with
+// Reloader read its forms too (readReloaderForms).
 func parseFlags(fs *flag.FlagSet, args []string, out io.Writer, summary string) error {
+	readReloaderForms(fs)
 	fs.SetOutput(out)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "%s\n\nUsage: confighash %s [flags]\n\nFlags (each also set by the environment variable shown):\n", summary, fs.Name())

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -14,9 +15,9 @@ import (
 // newLogger returns the process logger, JSON or console, and routes klog (client-go,
 // leader election) through it.
 func newLogger(w io.Writer, format, level, component string) (zerolog.Logger, logr.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
+	lvl, err := parseLevel(level)
 	if err != nil {
-		return zerolog.Logger{}, logr.Logger{}, fmt.Errorf("--log-level: %w", err)
+		return zerolog.Logger{}, logr.Logger{}, err
 	}
 	// Durations in seconds agree with the _seconds metrics.
 	zerolog.DurationFieldUnit = time.Second
@@ -25,10 +26,27 @@ func newLogger(w io.Writer, format, level, component string) (zerolog.Logger, lo
 	case "console":
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
 	default:
-		return zerolog.Logger{}, logr.Logger{}, fmt.Errorf("--log-format: want json or console, got %q", format)
+		return zerolog.Logger{}, logr.Logger{}, fmt.Errorf("--log-format %q: want json or console; for text, Reloader's default, give --log-format=console", format)
 	}
 	log := zerolog.New(w).Level(lvl).With().Timestamp().Str("component", component).Logger()
 	lr := zerologr.New(&log)
 	klog.SetLogger(lr)
 	return log, lr, nil
+}
+
+// levels are the values of --log-level: Reloader's (logrus's) levels, which are
+// zerolog's but for warning. zerolog's own parser would also take "", "disabled" and
+// numbers, which silence the log or mean nothing to a reader of the flags.
+var levels = map[string]zerolog.Level{
+	"trace": zerolog.TraceLevel, "debug": zerolog.DebugLevel, "info": zerolog.InfoLevel,
+	"warn": zerolog.WarnLevel, "warning": zerolog.WarnLevel, "error": zerolog.ErrorLevel,
+	"fatal": zerolog.FatalLevel, "panic": zerolog.PanicLevel,
+}
+
+// parseLevel reads --log-level, in any case as logrus does.
+func parseLevel(s string) (zerolog.Level, error) {
+	if l, ok := levels[strings.ToLower(s)]; ok {
+		return l, nil
+	}
+	return zerolog.NoLevel, fmt.Errorf("--log-level %q: want trace, debug, info, warn (or warning), error, fatal or panic", s)
 }
