@@ -36,6 +36,10 @@ build: ## build bin/confighash
 image: ## build the image without a Docker engine (ko): bin/image/confighash.tar and its SBOM
 	VERSION=$(VERSION) tests/image/build.sh bin/image
 
+.PHONY: release
+release: ## build release VERSION=vX.Y.Z into dist/VERSION: binaries and kubectl plugin for linux and darwin, image, chart, confighash.yaml, checksums, notes from CHANGELOG.md
+	tests/release/release.sh "$(VERSION)"
+
 .PHONY: docker-image
 docker-image: ## build the same image from the Dockerfile, with a Docker engine
 	docker build --build-arg VERSION=$(VERSION) -t ghcr.io/confighash/confighash:$(VERSION) .
@@ -97,7 +101,7 @@ lint: $(STATICCHECK) $(GOVULNCHECK) ## gofmt, go vet, staticcheck, govulncheck (
 	$(STATICCHECK) ./...
 	@# Source, not the binary: a stripped binary has no symbols to tell a reachable call.
 	$(GOVULNCHECK) -db $(GOVULNDB) ./...
-	for f in tests/cluster/*.sh tests/image/*.sh tests/node/*.sh; do bash -n "$$f"; done
+	for f in tests/cluster/*.sh tests/image/*.sh tests/node/*.sh tests/release/*.sh; do bash -n "$$f"; done
 
 # go-install PACKAGE@VERSION TARGET: a tool built once per machine into the cache.
 go-install = mkdir -p $(CACHE)/tools; \
