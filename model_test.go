@@ -141,7 +141,9 @@ func (m *model) counts(i int) bool {
 		return true
 	}
 	match := s.match || s.reload
-	return !s.ignore && !s.reloaderIgnore && (w.search == 0 || match || named)
+	// Reloader's auto wins over Reloader's search, as in Reloader.
+	searching := w.search == 1 || w.search == 2 && w.opt != 2
+	return !s.ignore && !s.reloaderIgnore && (!searching || match || named)
 }
 
 // required says whether the pod template requires the source: the pods cannot start

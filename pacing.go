@@ -1,6 +1,7 @@
 package confighash
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -100,24 +101,42 @@ func (p Pacing) Equal(o Pacing) bool {
 }
 
 // ParsePacing reads a rollout window, a wave size and a pinning as written in
-// annotations, labels or flags; empty text sets nothing. Errors name what is wrong.
+// annotations, labels or flags; empty text sets nothing. Each is read on its own: a
+// bad one sets nothing and the others stand, so that a typo in one never drops
+// another's window. The error names each that is bad.
 func ParsePacing(window, waveSize, pin string) (Pacing, error) {
 	var r Pacing
+	var errs []error
 	var err error
 	if r.Pinning, err = parsePinning(pin); err != nil {
-		return Pacing{}, err
+		errs = append(errs, err)
 	}
 	if window = strings.TrimSpace(window); window != "" {
 		if r.Windows, err = ParseWindows(window); err != nil {
-			return Pacing{}, err
+			errs = append(errs, err)
 		}
 	}
 	if waveSize = strings.TrimSpace(waveSize); waveSize != "" {
 		if r.WaveSize, err = parseWaveSize(waveSize); err != nil {
-			return Pacing{}, fmt.Errorf("wave size %q: want a number of workloads, such as 5", waveSize)
+			errs = append(errs, fmt.Errorf("wave size %q: want a number of workloads, such as 5", waveSize))
 		}
 	}
-	return r, nil
+	return r, JoinErrors(errs...)
+}
+
+// JoinErrors joins the errors that are not nil in one line, as errors.Join does in
+// several: an admission warning or an Event is one line.
+func JoinErrors(errs ...error) error {
+	var msgs []string
+	for _, err := range errs {
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 func parseWaveSize(text string) (int, error) {

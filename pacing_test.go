@@ -2,6 +2,7 @@ package confighash
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -139,5 +140,31 @@ func TestPausePeriodAndWindowsCompose(t *testing.T) {
 				t.Errorf("RollsAt(%v, %v) = %v, want %v", tt.now, tt.pausedUntil, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestABadPacingValueDropsNoOther: each value is read on its own; a typo in one keeps
+// the others, and the error names it.
+func TestABadPacingValueDropsNoOther(t *testing.T) {
+	for _, c := range []struct {
+		window, waveSize, pin string
+		wantWave              int
+		wantWindow            bool
+		wantPin               Pinning
+		wantErr               string
+	}{
+		{window: "daily 09:00-17:00 UTC", waveSize: "five", wantWindow: true, wantErr: `wave size "five"`},
+		{window: "daily 09:00-17:00 UTC", pin: "yes", wantWindow: true, wantErr: `pin "yes"`},
+		{window: "daily 25:00-17:00 UTC", waveSize: "5", pin: "true", wantWave: 5, wantPin: PinOn, wantErr: "25:00"},
+		{window: "sometimes", waveSize: "-1", pin: "maybe", wantErr: `wave size "-1"`},
+		{window: "daily 09:00-17:00 UTC", waveSize: "5", pin: "false", wantWave: 5, wantWindow: true, wantPin: PinOff},
+	} {
+		p, err := ParsePacing(c.window, c.waveSize, c.pin)
+		if p.WaveSize != c.wantWave || (p.Windows != nil) != c.wantWindow || p.Pinning != c.wantPin {
+			t.Errorf("ParsePacing(%q, %q, %q) = %+v; want wave %d, window %v, pin %v", c.window, c.waveSize, c.pin, p, c.wantWave, c.wantWindow, c.wantPin)
+		}
+		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
+			t.Errorf("ParsePacing(%q, %q, %q) error = %v; want one naming %q", c.window, c.waveSize, c.pin, err, c.wantErr)
+		}
 	}
 }

@@ -147,7 +147,7 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	p.Pacing = r.pacing()
 
 	if v.Reloader {
-		all = r.reloader(&p) || all
+		all = r.reloader(&p, v) || all
 	}
 	if all {
 		p.Discover = p.kinds
@@ -159,6 +159,11 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	p.Include = sortedRefs(p.Include)
 	p.Exclude = sortedRefs(p.Exclude)
 	p.over = r.over
+	for _, m := range []map[string]string{metadata, template} {
+		for _, u := range UnknownKeys(m, OnWorkload, v.Reloader) {
+			r.problem(u.Annotation, u.Value, u.Reason)
+		}
+	}
 	return p, r.problems
 }
 

@@ -1,5 +1,7 @@
 package confighash
 
+import "fmt"
+
 // stakater/Reloader's annotations, read as aliases of confighash's own when
 // Vocabulary.Reloader is set, so that workloads annotated for Reloader keep working
 // unchanged. docs/migrating-from-reloader.md maps each one.
@@ -17,6 +19,8 @@ const (
 	// ReloaderConfigMapExclude and ReloaderSecretExclude name sources never to hash.
 	ReloaderConfigMapExclude = "configmaps.exclude.reloader.stakater.com/reload"
 	ReloaderSecretExclude    = "secrets.exclude.reloader.stakater.com/reload"
+	// ReloaderSecretProviderClassExclude names SecretProviderClasses never to hash.
+	ReloaderSecretProviderClassExclude = "secretproviderclasses.exclude.reloader.stakater.com/reload"
 	// ReloaderSearch opts in, counting only used sources that carry ReloaderMatch.
 	ReloaderSearch = "reloader.stakater.com/search"
 	// ReloaderMatch and ReloaderIgnore on a source: AnnotationMatch and AnnotationIgnore.
@@ -61,11 +65,13 @@ var reloaderWorkload = []struct {
 	{ReloaderPausePeriod, pause, ""},
 	{ReloaderSecretProviderClassAuto, optIn, SecretProviderClass},
 	{ReloaderSecretProviderClassReload, named, SecretProviderClass},
+	{ReloaderSecretProviderClassExclude, excluded, SecretProviderClass},
 }
 
 // reloader reads Reloader's workload annotations into p, and reports whether they opt
 // in to every kind of source.
-func (r *policyReader) reloader(p *Policy) (all bool) {
+func (r *policyReader) reloader(p *Policy, v Vocabulary) (all bool) {
+	var auto, search bool
 	for _, a := range reloaderWorkload {
 		kinds := p.kinds
 		if a.kind != "" {
@@ -73,7 +79,7 @@ func (r *policyReader) reloader(p *Policy) (all bool) {
 		}
 		if a.kind != "" && !p.kinds.Has(a.kind) {
 			if value, ok := r.get(a.annotation); ok {
-				r.problem(a.annotation, value, "SecretProviderClasses count only with --enable-csi-integration (the chart's enableCSIIntegration); ignored")
+				r.problem(a.annotation, value, v.notCounted(a.kind))
 			}
 			continue
 		}
@@ -85,9 +91,9 @@ func (r *policyReader) reloader(p *Policy) (all bool) {
 			}
 			switch {
 			case a.as == searchIn:
-				all, p.Search = all || on, p.Search || on
+				all, search = all || on, on
 			case a.kind == "":
-				all, p.OptOut = all || on, p.OptOut || set && !on
+				all, auto, p.OptOut = all || on, on, p.OptOut || set && !on
 			default:
 				p.Discover = p.Discover.With(a.kind, on)
 			}
@@ -103,6 +109,8 @@ func (r *policyReader) reloader(p *Policy) (all bool) {
 			}
 		}
 	}
+	// As in Reloader, auto wins over search: every used source counts.
+	p.Search = p.Search || search && !auto
 	for _, u := range reloaderUnsupported {
 		if value, ok := r.get(u.annotation); ok {
 			r.problem(u.annotation, value, "has no confighash equivalent and is ignored: "+u.reason)
@@ -128,6 +136,14 @@ type Vocabulary struct {
 	// Ignored are the source kinds that never count, for any workload of the install,
 	// as Reloader's --resources-to-ignore.
 	Ignored SourceKinds
+}
+
+// notCounted says why a typed annotation of a kind that cannot count is ignored.
+func (v Vocabulary) notCounted(kind SourceKind) string {
+	if v.Ignored.Has(kind) {
+		return fmt.Sprintf("%ss are ignored by --resources-to-ignore (the chart's ignoreConfigMaps or ignoreSecrets); ignored", kind)
+	}
+	return "SecretProviderClasses count only with --enable-csi-integration (the chart's enableCSIIntegration); ignored"
 }
 
 // kinds are the source kinds that can count.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"slices"
+	"strconv"
 	"strings"
 	"unique"
 	"unsafe"
@@ -64,6 +65,9 @@ type Source struct {
 	// whole, since a type may require keys a workload does not use (kubernetes.io/tls:
 	// tls.key).
 	Whole bool
+	// Bad says which of its confighash annotations are bad and ignored, "" for none:
+	// the watcher tells its owner.
+	Bad string
 	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
 	Data       Sums
 	BinaryData Sums
@@ -73,7 +77,7 @@ type Source struct {
 // counting annotations.
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
-		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.Whole == o.Whole &&
+		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.Whole == o.Whole && s.Bad == o.Bad &&
 		slices.Equal(s.Data, o.Data) && slices.Equal(s.BinaryData, o.BinaryData)
 }
 
@@ -102,7 +106,6 @@ func sumBytes(v []byte) Sum { return sha256.Sum256(v) }
 func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
 
 func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
-	waveSize, _ := parseWaveSize(annotations[AnnotationWaveSize])
 	return Source{
 		SourceRef:      SourceRef{kind, name},
 		Present:        true,
@@ -110,6 +113,44 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 		Match:          isTrue(annotations[AnnotationMatch]),
 		ReloaderIgnore: isTrue(annotations[ReloaderIgnore]),
 		ReloaderMatch:  isTrue(annotations[ReloaderMatch]),
-		WaveSize:       waveSize,
+		WaveSize:       sourceWaveSize(annotations[AnnotationWaveSize]),
+		Bad:            sourceProblems(annotations),
 	}
+}
+
+// sourceWaveSize reads a source's AnnotationWaveSize; a bad one is 0, and a problem.
+func sourceWaveSize(text string) int {
+	n, _ := parseWaveSize(text)
+	return n
+}
+
+// sourceProblems says what is wrong with a source's confighash annotations: a value
+// that is not one, a key nothing reads. "" for nothing, the common case, at the cost of
+// a look at each key.
+func sourceProblems(annotations map[string]string) string {
+	var problems []Problem
+	if v, ok := annotations[AnnotationWaveSize]; ok {
+		if _, err := parseWaveSize(v); err != nil {
+			problems = append(problems, Problem{AnnotationWaveSize, v, "want a number of workloads, such as 5; ignored"})
+		}
+	}
+	for _, name := range []string{AnnotationIgnore, AnnotationMatch} {
+		if v, ok := annotations[name]; ok {
+			if _, err := strconv.ParseBool(strings.TrimSpace(v)); err != nil {
+				problems = append(problems, Problem{name, v, `want "true" or "false"; counts as "false"`})
+			}
+		}
+	}
+	problems = append(problems, UnknownKeys(annotations, OnSource, false)...)
+	return JoinProblems(problems)
+}
+
+// JoinProblems says the problems in one line, "" for none.
+func JoinProblems(problems []Problem) string {
+	msgs := make([]string, len(problems))
+	for i, p := range problems {
+		msgs[i] = p.Error()
+	}
+	slices.Sort(msgs) // a map's keys come in any order; the same problems say the same
+	return strings.Join(msgs, "; ")
 }

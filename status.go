@@ -36,9 +36,9 @@ const (
 
 var acts = []Act{ActRolled, ActHeld, ActHealed, ActNotHashed}
 
-// maxStatusBytes bounds a status: the watcher cuts Why to fit, and a longer one,
+// MaxStatusBytes bounds a status: the watcher cuts Why to fit, and a longer one,
 // written by someone else, is not read.
-const maxStatusBytes = 1024
+const MaxStatusBytes = 1024
 
 // Text renders the status for AnnotationStatus: "act at[ until until]: why", the times
 // in RFC 3339, UTC, to the second.
@@ -50,7 +50,7 @@ func (s Status) Text() string {
 	}
 	b.WriteString(": ")
 	why := s.Why
-	if room := maxStatusBytes - b.Len(); len(why) > room {
+	if room := MaxStatusBytes - b.Len(); len(why) > room {
 		why = cutUTF8(why, room-len("…")) + "…"
 	}
 	b.WriteString(why)
@@ -67,8 +67,8 @@ func ParseStatus(text string) (Status, error) {
 	if text == "" {
 		return Status{}, nil
 	}
-	if len(text) > maxStatusBytes {
-		return Status{}, fmt.Errorf("a status of %d bytes, more than %d", len(text), maxStatusBytes)
+	if len(text) > MaxStatusBytes {
+		return Status{}, fmt.Errorf("a status of %d bytes, more than %d", len(text), MaxStatusBytes)
 	}
 	head, why, ok := strings.Cut(text, ": ")
 	fields := strings.Fields(head)

@@ -24,13 +24,13 @@ func TestStatusReadsBackWhatItWrites(t *testing.T) {
 func TestStatusIsBounded(t *testing.T) {
 	s := Status{Act: ActHeld, At: time.Unix(0, 0), Why: strings.Repeat("é", 2000)}
 	text := s.Text()
-	if len(text) > maxStatusBytes || !strings.HasSuffix(text, "…") {
-		t.Fatalf("a long why gives %d bytes, ending %q; want at most %d, cut with …", len(text), text[len(text)-8:], maxStatusBytes)
+	if len(text) > MaxStatusBytes || !strings.HasSuffix(text, "…") {
+		t.Fatalf("a long why gives %d bytes, ending %q; want at most %d, cut with …", len(text), text[len(text)-8:], MaxStatusBytes)
 	}
 	if _, err := ParseStatus(text); err != nil {
 		t.Errorf("a cut status does not read back: %v", err)
 	}
-	if _, err := ParseStatus(strings.Repeat("x", maxStatusBytes+1)); err == nil {
+	if _, err := ParseStatus(strings.Repeat("x", MaxStatusBytes+1)); err == nil {
 		t.Error("a status over the bound was read")
 	}
 }

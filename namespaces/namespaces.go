@@ -55,12 +55,21 @@ func (s Selectors) ModeOf(n *corev1.Namespace) confighash.Mode {
 }
 
 // PacingOf is how configuration changes roll in the namespace, from its annotations
-// (confighash.AnnotationRolloutWindow, AnnotationWaveSize); an error says which is bad.
+// (confighash.AnnotationRolloutWindow, AnnotationWaveSize) and pin label; an error
+// says which of its settings are bad, each ignored on its own, and which keys under
+// confighash's prefix nothing reads there.
 func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
 	if n == nil {
 		return confighash.Pacing{}, nil
 	}
-	return confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize], n.Labels[confighash.AnnotationPin])
+	p, err := confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize], n.Labels[confighash.AnnotationPin])
+	errs := []error{err}
+	for _, m := range []map[string]string{n.Annotations, n.Labels} {
+		for _, u := range confighash.UnknownKeys(m, confighash.OnNamespace, false) {
+			errs = append(errs, u)
+		}
+	}
+	return p, confighash.JoinErrors(errs...)
 }
 
 // samePacing reports whether two namespaces have the same pacing annotations and pin

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -151,13 +152,13 @@ func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) erro
 	// The held first: a halt cut short is taken up again while the failed ones are
 	// not yet marked, and the alert goes once all is marked.
 	for i, u := range h.held {
-		if err := w.mark(ctx, u, confighash.AnnotationHeld, confighash.Marker{Change: change, Hash: h.due[i]}); err != nil {
+		if err := w.mark(ctx, u, confighash.AnnotationHeld, confighash.Marker{Change: change, Hash: h.due[i]}, summary); err != nil {
 			return err
 		}
 		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
 	}
 	for i, u := range h.failed {
-		if err := w.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}); err != nil {
+		if err := w.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}, summary); err != nil {
 			return err
 		}
 		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
@@ -170,8 +171,10 @@ func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) erro
 }
 
 // mark writes a marker on the workload and notes its hash until the cache shows it.
-func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m confighash.Marker) error {
-	if _, err := w.patch(ctx, u, annotationPatch(annotation, m.String())); err != nil {
+func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m confighash.Marker, why string) error {
+	patch := annotationPatch(annotation, m.String())
+	maps.Copy(patch["metadata"].(map[string]any)["annotations"].(map[string]any), statusNote(confighash.Status{Act: confighash.ActHeld, At: time.Now(), Why: why}))
+	if _, err := w.patch(ctx, u, patch); err != nil {
 		return err
 	}
 	w.waves.mu.Lock()

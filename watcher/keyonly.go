@@ -70,7 +70,9 @@ func (k *keptKeys) transform(full cache.TransformFunc) cache.TransformFunc {
 			return out, err
 		}
 		mode := k.gate.Mode(v.Namespace)
-		if _, acts := v.PolicyIn(mode); acts {
+		// One with bad annotations is kept whole, to be told: a typo may be what keeps
+		// it from opting in. It costs its own namespace.
+		if _, acts := v.PolicyIn(mode); acts || len(v.Problems) > 0 {
 			return v, nil
 		}
 		k.keep(v.Namespace, mode)

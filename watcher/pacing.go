@@ -38,6 +38,10 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 			if w.hold(key, heldWindow, d.Release) {
 				w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held",
 					fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, at.UTC().Format(time.RFC3339)))
+				if err := w.tell(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at,
+					Why: fmt.Sprintf("%s: outside its rollout window (%s)", changedList(d.Held), d.Pacing.Windows)}); err != nil {
+					return err
+				}
 			}
 		}
 		w.queue.AddAfter(key, at.Sub(now)) // a pause within an open window is no hold
@@ -78,6 +82,9 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	trig := triggers(v, due.Record, w.sources)
 	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil}
 	maps.Copy(others, w.runMark(v, due))
+	if due.Hash != v.Hash {
+		others = withStatus(others, rolled(trig, due.Policy.PausePeriod))
+	}
 	admitted, err := w.touch(ctx, v, trig, others)
 	if err = w.verify(key, v, due, trig, nil, admitted, err); err == nil {
 		w.unhold(key)
@@ -177,8 +184,9 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 	}
 	ws.mu.Unlock()
 	if !granted && w.hold(key, heldWave, d.Release) {
-		w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held",
-			fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users)))
+		why := fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users))
+		w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held", why)
+		return false, w.tell(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})
 	}
 	return granted, nil
 }

@@ -57,7 +57,9 @@ func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, er
 }
 
 func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {
-	pacing, _ := w.gate.Pacing(v.Namespace) // a bad annotation is ignored, as the webhook ignores it
+	// Each bad value is ignored on its own, as the webhook ignores it.
+	pacing, err := w.gate.Pacing(v.Namespace)
+	w.settings.tell(namespaceRef(v.Namespace), errText(err))
 	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
 		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes, Touched: w.later.of(v)}, cachedSources{w.sources, v.Namespace})
 }
@@ -93,13 +95,23 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	// from a cache without them would be wrong, and healing would write it.
 	if v == nil || !w.sources.Covers(key.Namespace) || !w.acts(v) {
 		w.forget(key)
+		if v != nil && !v.Deleting && w.gate.Mode(v.Namespace) != confighash.ModeOff {
+			// A typo may be what keeps it from opting in: told once per version, all
+			// that is kept of it.
+			w.warnAboutAnnotations(key, v, nil)
+		}
 		return nil
 	}
 	d, err := w.decide(v, confighash.Pods{})
 	w.warnAboutAnnotations(key, v, err)
+	w.tellSources(v.Namespace, d.Observations)
 	switch {
 	case overBound(err):
 		w.tracking.unreached(key) // the warning stays sent for this version
+		// Not retried: annotations too large for the API server may refuse it too.
+		if err := w.tell(ctx, v, confighash.Status{Act: confighash.ActNotHashed, Why: "its hash is left as it is: " + err.Error()}); err != nil {
+			w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Msg("could not write the workload's status")
+		}
 		return nil
 	case err != nil:
 		return err
@@ -152,7 +164,11 @@ func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d conf
 		w.tracking.pause(key, d.Policy.PausePeriod)
 	}
 	trig := triggers(v, d.Record, w.sources)
-	admitted, err := w.touch(ctx, v, trig, w.runMark(v, d))
+	others := w.runMark(v, d)
+	if d.Hash != v.Hash {
+		others = withStatus(others, rolled(trig, d.Policy.PausePeriod))
+	}
+	admitted, err := w.touch(ctx, v, trig, others)
 	return w.verify(key, v, d, trig, nil, admitted, err)
 }
 

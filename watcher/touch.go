@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,8 +60,10 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	want := d.Record
 	hash := want.Hash(w.cfg.Key)
 	tmplMeta := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
+	healed := confighash.Status{Act: confighash.ActHealed, At: time.Now(), Why: fmt.Sprintf(
+		"the webhook did not write the hash after %d touches; the watcher wrote it: %s", w.cfg.HealAfter, confighash.ChangedData(v.Record, want))}
 	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		confighash.AnnotationSources: want.Text(d.Form), confighash.AnnotationAdopted: nil,
+		confighash.AnnotationSources: want.Text(d.Form), confighash.AnnotationAdopted: nil, confighash.AnnotationStatus: healed.Text(),
 	}}}
 	// Nest the template part along the kind's template path, below the root.
 	nested := tmplMeta
@@ -75,8 +78,7 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 		return err
 	}
 	w.cfg.Metrics.Touch(TouchHealed)
-	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed",
-		"the webhook did not write the hash after "+fmt.Sprint(w.cfg.HealAfter)+" touches; the watcher wrote it: "+confighash.ChangedData(v.Record, want))
+	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed", healed.Why)
 	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.recordLatency(key)
 	return nil

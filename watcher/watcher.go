@@ -132,6 +132,7 @@ func (c *Config) defaults() error {
 	if c.Events == nil {
 		c.Events = &record.FakeRecorder{}
 	}
+	c.Events = loggedEvents{c.Events, c.Log}
 	return nil
 }
 
@@ -167,6 +168,8 @@ type Watcher struct {
 	// changed for the workloads whose record a later release wrote.
 	flapping *flapBreaker
 	later    *laterRecords
+	// settings tells Namespaces and sources whose confighash settings are bad.
+	settings *badSettings
 	// kept and relists read the workloads of a namespace again when its mode rises
 	// above one some were kept as their key alone under.
 	kept    *keptKeys
@@ -214,6 +217,7 @@ func New(cfg Config) (*Watcher, error) {
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
 		waves:         newWaves(),
+		settings:      newBadSettings(cfg.Events),
 		written:       newDataWrites(),
 		relists:       newRelists(),
 		recreations:   newRecreations(),

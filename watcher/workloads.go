@@ -39,6 +39,9 @@ type view struct {
 	Selector string
 	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).
 	NotPinned string
+	// Said is the status the watcher last wrote on it (AnnotationStatus), "" when
+	// none or over its bound.
+	Said string
 	// Of a Job: Owned when a controller, as a CronJob, made it; Finished once it
 	// completed or failed; RecreateFinished when it asks to be recreated even then.
 	Owned, Finished, RecreateFinished bool
@@ -96,6 +99,7 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			Status:           rolloutOf(o),
 			Selector:         selectorOf(o),
 			NotPinned:        meta.GetAnnotations()[confighash.AnnotationNotPinned],
+			Said:             upTo(meta.GetAnnotations()[confighash.AnnotationStatus], confighash.MaxStatusBytes),
 			Owned:            metav1.GetControllerOfNoCopy(meta) != nil,
 			Finished:         finished(o),
 			RecreateFinished: meta.GetAnnotations()[confighash.AnnotationRecreateFinished] == "true",
@@ -189,4 +193,13 @@ func Served(client kubernetes.Interface, gvr schema.GroupVersionResource) (bool,
 		}
 	}
 	return false, nil
+}
+
+// upTo returns text, or "" when it is longer than limit: anyone who may annotate a
+// workload writes what the watcher keeps of it.
+func upTo(text string, limit int) string {
+	if len(text) > limit {
+		return ""
+	}
+	return text
 }

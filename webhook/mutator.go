@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
@@ -90,6 +91,8 @@ type Config struct {
 	// refused before its body is read.
 	Callers *Callers
 	Metrics Recorder
+	// Log tells each admission let through unchanged for an error (failed open).
+	Log zerolog.Logger
 	// MaxInFlight bounds the admissions handled at once, and MaxInFlightBytes the bytes
 	// of their bodies; beyond either, an admission is answered at once, allowed
 	// unchanged, before its body is read. Zero: DefaultMaxInFlight,
@@ -182,6 +185,8 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	}()
 	fail := func(msg string) ([]patchOp, []string) {
 		result = ResultError
+		m.cfg.Log.Warn().Str("kind", kind).Str("namespace", ar.Namespace).Str("name", ar.Name).Str("operation", string(ar.Operation)).
+			Msg("allowed unchanged (failed open): " + msg)
 		return nil, append(warnings, warningPrefix+msg)
 	}
 
@@ -227,7 +232,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if m.cfg.Gate != nil {
 		ns, err := m.cfg.Gate.Pacing(w.Namespace)
 		if err != nil {
-			warnings = append(warnings, warningPrefix+fmt.Sprintf("the namespace's pacing annotations are ignored: %v", err))
+			warnings = append(warnings, warningPrefix+fmt.Sprintf("namespace %s: ignored, the rest stands: %v", w.Namespace, err))
 		}
 		in.Pacing = ns.Over(m.cfg.Pacing)
 	}

@@ -171,7 +171,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	lease := webhook.NewWatcherLease(client, cfg.namespace, cfg.watcherLease)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
-		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder,
+		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder, Log: log,
 		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, Writes: lease.Writes, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
 	})
 	if err != nil {

@@ -371,7 +371,10 @@ func TestMaxRollingCapsWavesAcrossNamespaces(t *testing.T) {
 
 // TestARolloutWindowHoldsAChangeUntilItOpens: in a namespace whose rollout window
 // opens in a minute, a change rolls nothing, not even when a Deployment is written
-// meanwhile or the watcher restarts; when the window opens, each user rolls once.
+// meanwhile or the watcher restarts; when the window opens, each user rolls once, and
+// a change within it rolls at once. The namespace's other settings have typos: each is
+// ignored on its own, with a Warning Event on the Namespace, and the window stands.
+// Each Deployment says on itself that it is held, and until when, then that it rolled.
 func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
@@ -394,7 +397,9 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 		opens = opens.Add(time.Minute)
 	}
 	window := fmt.Sprintf("daily %s-%s UTC", opens.Format("15:04"), opens.Add(time.Minute).Format("15:04"))
-	mergeNamespaceAnnotations(t, c, ns, map[string]*string{confighash.AnnotationRolloutWindow: &window})
+	mergeNamespaceAnnotations(t, c, ns, map[string]*string{confighash.AnnotationRolloutWindow: &window,
+		confighash.AnnotationWaveSize: ptrTo("five"), confighash.Domain + "/rollout-windows": ptrTo("daily 00:00-00:01 UTC")})
+	mergeNamespaceLabels(t, c, ns, map[string]*string{confighash.AnnotationPin: ptrTo("yes")})
 	time.Sleep(time.Second) // for both components' namespace informers, which take milliseconds
 
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "v1")
@@ -417,6 +422,17 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 		t.Fatalf("no Held Event (%v)", err)
 	}
 	t.Logf("Event: %s", events.Items[0].Message)
+	bad := warningOn(t, c, ns, "Namespace", ns, "BadSetting")
+	for _, want := range []string{`wave size "five"`, `pin "yes"`, "did you mean " + confighash.AnnotationRolloutWindow + "?"} {
+		if !strings.Contains(bad, want) {
+			t.Errorf("the Namespace's Warning Event %q does not say %q", bad, want)
+		}
+	}
+	for _, name := range names {
+		if s := statusOf(t, c, ns, name); s.Act != confighash.ActHeld || !s.Until.Equal(opens) || !strings.Contains(s.Why, "outside its rollout window") {
+			t.Errorf("%s says %+v; want held until %s, outside its rollout window", name, s, opens)
+		}
+	}
 
 	waitFor(t, time.Until(opens)+30*time.Second, "the window to open and the change to roll", func() bool {
 		r := replicaSetsPerApp(t, c, ns)
@@ -427,12 +443,71 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 	}
 	t.Logf("rolled %v after the window opened", time.Since(opens).Round(100*time.Millisecond))
 	expectRollouts(t, c, ns, map[string]int{"web": 2, "api": 2, "worker": 2})
+	for _, name := range names {
+		if s := statusOf(t, c, ns, name); s.Act != confighash.ActRolled || !strings.Contains(s.Why, "ConfigMap/shared@") {
+			t.Errorf("%s says %+v; want rolled for ConfigMap/shared", name, s)
+		}
+	}
+
+	// Within the window, a change rolls at once.
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "v2")
+	waitFor(t, 30*time.Second, "a change within the window to roll", func() bool {
+		r := replicaSetsPerApp(t, c, ns)
+		return r["web"] == 3 && r["api"] == 3 && r["worker"] == 3
+	})
+	if closed := time.Since(opens.Add(time.Minute)); closed > 0 {
+		t.Fatalf("rolled %v after the window closed: the machine is too slow for this test", closed)
+	}
+	expectRollouts(t, c, ns, map[string]int{"web": 3, "api": 3, "worker": 3})
+}
+
+// mergeNamespaceLabels patches labels of a namespace: a nil value removes one.
+func mergeNamespaceLabels(t testing.TB, c *cluster.Cluster, ns string, labels map[string]*string) {
+	t.Helper()
+	mergeNamespaceMetadata(t, c, ns, "labels", labels)
+}
+
+// statusOf reads what the watcher says on the Deployment (confighash.AnnotationStatus).
+func statusOf(t testing.TB, c *cluster.Cluster, ns, name string) confighash.Status {
+	t.Helper()
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := confighash.ParseStatus(d.Annotations[confighash.AnnotationStatus])
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return s
+}
+
+// warningOn waits for the Warning Event of that reason on the object, in ns, and
+// returns its message.
+func warningOn(t testing.TB, c *cluster.Cluster, ns, kind, name, reason string) string {
+	t.Helper()
+	var msg string
+	waitFor(t, 10*time.Second, fmt.Sprintf("a %s Event on %s %s", reason, kind, name), func() bool {
+		list, err := c.Client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{
+			FieldSelector: fmt.Sprintf("reason=%s,involvedObject.kind=%s,involvedObject.name=%s,type=Warning", reason, kind, name)})
+		if err != nil || len(list.Items) == 0 {
+			return false
+		}
+		msg = list.Items[0].Message
+		return true
+	})
+	t.Logf("%s on %s %s: %s", reason, kind, name, msg)
+	return msg
 }
 
 // mergeNamespaceAnnotations patches annotations of a namespace: a nil value removes one.
 func mergeNamespaceAnnotations(t testing.TB, c *cluster.Cluster, ns string, annotations map[string]*string) {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	mergeNamespaceMetadata(t, c, ns, "annotations", annotations)
+}
+
+func mergeNamespaceMetadata(t testing.TB, c *cluster.Cluster, ns, field string, values map[string]*string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{field: values}})
 	if err != nil {
 		t.Fatal(err)
 	}
