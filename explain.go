@@ -32,6 +32,12 @@ type Explanation struct {
 	// workload for, and the one that failed in it.
 	Held   string `json:"held,omitempty"`
 	Failed string `json:"failed,omitempty"`
+	// Watcher is what the watcher last decided for it (AnnotationStatus), in words;
+	// Warnings, its latest Warning Events on it, newest first.
+	Watcher  string   `json:"watcher,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Unseen says what could not be read, and what follows from it.
+	Unseen []string `json:"unseen,omitempty"`
 	// Verdict is one of VerdictUpToDate, VerdictRollout, VerdictNoRollout,
 	// VerdictPending, VerdictUnknown, VerdictCreated, VerdictHeld.
 	Verdict string `json:"verdict"`
@@ -99,19 +105,40 @@ type ExplainInput struct {
 	// Flapping is what the watcher last said when it held the workload because a
 	// source whose change is due keeps changing (its FlappingHeld Event); "" for none.
 	Flapping string
+	// Warnings are the watcher's latest Warning Events on the workload, in words.
+	Warnings []string
+	// What could not be read, for someone with a namespace's view rights alone:
+	// ModeUnseen, the namespace, whose mode is then taken from the workload; Hidden,
+	// the source kinds that could not be listed, whose sources are neither present nor
+	// absent; Unseen, a sentence for each read refused or absent.
+	ModeUnseen bool
+	Hidden     SourceKinds
+	Unseen     []string
+	// Written is the last write of each source read, and Admitted the workload's own
+	// last write (not its status's): without the key, they tell which sources changed
+	// since an admission hashed them.
+	Written  map[SourceRef]Written
+	Admitted time.Time
 }
 
 // Explain explains a workload from the decision the webhook and the watcher make.
 func Explain(in ExplainInput) (e Explanation) {
 	w := in.Workload
 	state := in.Vocabulary.Read(w)
+	if in.ModeUnseen {
+		in.Mode = modeFrom(state)
+	}
+	status, statusErr := ParseStatus(w.Annotations[AnnotationStatus])
 	e = Explanation{Kind: w.Kind.Kind, Namespace: w.Namespace, Name: w.Name, TemplateHash: state.Hash, Adopted: state.Adopted,
-		Held: state.Held.String(), Failed: state.Failed.String()}
+		Held: state.Held.String(), Failed: state.Failed.String(), Watcher: statusWords(status), Warnings: in.Warnings, Unseen: in.Unseen}
 	for _, p := range state.Problems {
 		e.Problems = append(e.Problems, p.Error())
 	}
 	if state.RecordErr != nil {
 		e.Problems = append(e.Problems, state.RecordErr.Error())
+	}
+	if statusErr != nil {
+		e.Problems = append(e.Problems, "annotation "+AnnotationStatus+": "+statusErr.Error())
 	}
 	key := in.Key
 	if !in.HaveKey {
@@ -125,20 +152,25 @@ func Explain(in ExplainInput) (e Explanation) {
 	}
 	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing}, listedSources(in.Sources))
 	e.Pacing = d.Pacing.String()
-	if !in.HaveKey {
+	// Sources that could not be read would be taken as absent: no hash is recomputed.
+	keyless := !in.HaveKey || usesHidden(d, in.Hidden)
+	if keyless {
 		defer hideDigests(&e)
 	}
-	e.OptedIn, e.OptIn = d.Acts, optInOf(in, w, d.Policy)
-	e.Sources = explainSources(in.Workload, d, state)
+	e.OptedIn, e.OptIn = d.Acts, optInOf(in, w, d.Policy, state.Problems)
+	e.Sources = explainSources(in.Workload, d, state, in.Hidden)
 	switch {
+	case in.ModeUnseen && !state.met():
+		e.Verdict, e.Why = VerdictNoRollout, neverAdmitted(w.Namespace, e)
+		return e
 	case !e.OptedIn:
 		e.Verdict, e.Why = VerdictNoRollout, "not opted in: "+e.OptIn
 		return e
 	case err != nil:
 		e.Verdict, e.Why = VerdictNoRollout, err.Error()
 		return e
-	case !in.HaveKey && in.Old == nil:
-		e.Verdict, e.Why = VerdictUnknown, "without the hash key, digests and hashes cannot be compared; the sources and the keys that count are listed"
+	case keyless && in.Old == nil:
+		e.Verdict, e.Why = keylessVerdict(in, state, d, status)
 		return e
 	case d.Form == FormLater:
 		e.Verdict, e.Why = VerdictUpToDate, "a later release of confighash wrote its record, in a form this one does not read: it is left as it is until a source it uses changes, which rolls it once"
@@ -178,6 +210,11 @@ func Explain(in ExplainInput) (e Explanation) {
 			AnnotationRecreateFinished+` "true", or --recreate-finished-jobs, recreates it then too) or a CronJob made it`
 	case in.Flapping != "":
 		e.Verdict, e.Why = VerdictHeld, changedEntries(state.Record, d.Record)+"; the watcher said: "+in.Flapping
+	case pausing(status, in.Now):
+		e.Verdict, e.Why = VerdictHeld, fmt.Sprintf("%s; the watcher rolled it at %s and holds further changes for its pause period, until %s: its next touch then writes the new hash",
+			changedEntries(state.Record, d.Record), stamp(status.At), stamp(status.Until))
+	case holding(status, in.Now):
+		e.Verdict, e.Why = VerdictHeld, changedEntries(state.Record, d.Record)+"; the watcher holds it: "+status.Why
 	default:
 		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the next touch writes the new hash"
 	}
@@ -225,32 +262,48 @@ func (l listedSources) Names(kind SourceKind) ([]string, error) {
 
 func (l listedSources) Read(refs []SourceRef) (map[SourceRef]Source, error) { return l, nil }
 
-// optInOf says which annotation opts the workload in, or why it is not.
-func optInOf(in ExplainInput, w *Workload, p Policy) string {
-	var by []string
+// optInOf says which annotation opts the workload in, or why it is not; a boolean one
+// whose value is not a boolean is ignored, and said so.
+func optInOf(in ExplainInput, w *Workload, p Policy, problems []Problem) string {
+	var by, ignored []string
 	for _, name := range append(in.Vocabulary.OptInAnnotations(), AnnotationInject, ReloaderAuto) {
-		if v, ok := w.Annotations[name]; ok && !slices.Contains(by, name+"="+v) {
-			by = append(by, name+"="+v)
-		} else if v, ok := w.Template.Annotations[name]; ok && !slices.Contains(by, name+"="+v+" (pod template)") {
-			by = append(by, name+"="+v+" (pod template)")
+		v, ok := w.Annotations[name]
+		where := ""
+		if !ok {
+			v, ok = w.Template.Annotations[name]
+			where = " (pod template)"
+		}
+		said := name + "=" + v + where
+		switch {
+		case !ok || slices.Contains(by, said) || slices.Contains(ignored, said):
+		case booleanOptIn(name) && slices.ContainsFunc(problems, func(p Problem) bool { return p.Annotation == name }):
+			ignored = append(ignored, said)
+		default:
+			by = append(by, said)
 		}
 	}
+	var why string
 	switch {
 	case in.Mode == ModeOff:
-		return "its namespace is not one confighash acts in"
+		why = "its namespace is not one confighash acts in"
 	case p.OptOut:
-		return "opted out by " + strings.Join(by, ", ")
+		why = "opted out by " + strings.Join(by, ", ")
 	case len(by) > 0 && p.Enabled():
-		return strings.Join(by, ", ")
+		why = strings.Join(by, ", ")
 	case in.Mode == ModeEvery && p.Enabled():
-		return "its namespace opts every workload in"
+		why = "its namespace opts every workload in"
 	case len(by) > 0:
-		return strings.Join(by, ", ") + " opts in to no source kind"
+		why = strings.Join(by, ", ") + " opts in to no source kind"
+	case len(ignored) == 0:
+		why = "no opt-in annotation"
 	}
-	return "no opt-in annotation"
+	if len(ignored) > 0 {
+		why = strings.TrimPrefix(why+"; ", "; ") + strings.Join(ignored, ", ") + " is not a boolean and is ignored: want " + booleanValues
+	}
+	return why
 }
 
-func explainSources(w *Workload, d Decision, state State) []SourceExplanation {
+func explainSources(w *Workload, d Decision, state State, hidden SourceKinds) []SourceExplanation {
 	uses := Uses(w.Template)
 	recorded := map[SourceRef]RecordEntry{}
 	for _, e := range state.Record {
@@ -267,6 +320,9 @@ func explainSources(w *Workload, d Decision, state State) []SourceExplanation {
 			s.Why = "excluded by the workload's annotations"
 		case !d.Policy.Discover.Has(o.Kind) && !o.Named:
 			s.Why = fmt.Sprintf("the workload's opt-in does not count %ss", strings.ToLower(string(o.Kind)))
+		case hidden.Has(o.Kind):
+			// It counts unless its own annotations, unread, say otherwise.
+			s.Counts, s.Why = o.Counts, "could not be read"
 		case !o.Present:
 			s.Why = "does not exist"
 		case !o.Counts:
@@ -280,9 +336,11 @@ func explainSources(w *Workload, d Decision, state State) []SourceExplanation {
 		if e, ok := recorded[o.SourceRef]; ok {
 			s.Recorded = e.text()
 		}
-		s.Now = "absent"
-		if o.Present {
+		switch {
+		case o.Present:
 			s.Now = o.Digest.String()
+		case !hidden.Has(o.Kind):
+			s.Now = "absent"
 		}
 		if pin, ok := state.Pins.Get(o.SourceRef); ok {
 			s.Snapshot = pin.Snapshot()

@@ -25,6 +25,15 @@ func printExplanations(out io.Writer, format string, explanations []confighash.E
 		for _, p := range e.Problems {
 			fmt.Fprintf(out, "  problem: %s\n", p)
 		}
+		for i, u := range e.Unseen {
+			fmt.Fprintf(out, "  %-26s%s\n", cond(i == 0, "could not see:"), u)
+		}
+		if e.Watcher != "" {
+			fmt.Fprintf(out, "  the watcher:              %s\n", e.Watcher)
+		}
+		for i, w := range e.Warnings {
+			fmt.Fprintf(out, "  %-26s%s\n", cond(i == 0, "the watcher warned:"), w)
+		}
 		if e.Hash != "" || e.TemplateHash != "" {
 			fmt.Fprintf(out, "  hash on the pod template: %s\n  hash now:                 %s\n", orNone(e.TemplateHash), orNone(e.Hash))
 		}
@@ -49,6 +58,8 @@ func printExplanations(out io.Writer, format string, explanations []confighash.E
 			counts := "yes"
 			if !s.Counts {
 				counts = "no: " + s.Why
+			} else if s.Why != "" {
+				counts = "yes (" + s.Why + ")"
 			}
 			keys := "all"
 			if len(s.Keys) > 0 {
@@ -70,6 +81,14 @@ func printExplanations(out io.Writer, format string, explanations []confighash.E
 		}
 	}
 	return nil
+}
+
+// cond is s when first, else blank: a list's label on its first line alone.
+func cond(first bool, s string) string {
+	if first {
+		return s
+	}
+	return ""
 }
 
 func orNone(s string) string {
