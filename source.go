@@ -131,7 +131,7 @@ func sourceProblems(annotations map[string]string) string {
 	var problems []Problem
 	if v, ok := annotations[AnnotationWaveSize]; ok {
 		if _, err := parseWaveSize(v); err != nil {
-			problems = append(problems, Problem{AnnotationWaveSize, v, "want a number of workloads, such as 5; ignored"})
+			problems = append(problems, Problem{AnnotationWaveSize, v, "want a number of workloads, such as 5"})
 		}
 	}
 	for _, name := range []string{AnnotationIgnore, AnnotationMatch} {

@@ -101,8 +101,11 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 		}
 		return
 	}
-	if w.acts(v) {
+	switch {
+	case w.acts(v):
 		w.enqueue(v, w.tracking.changeReached(keyOf(v), time.Now()))
+	case len(v.Problems) > 0:
+		w.queue.Add(keyOf(v)) // to be told: a typo may be what keeps it from opting in
 	}
 }
 
