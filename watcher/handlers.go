@@ -120,11 +120,16 @@ func (w *Watcher) enqueue(v *view, after time.Duration) {
 // change held, whose release is the leader's to decide.
 func (w *Watcher) resync() {
 	drifted, queued := 0, 0
+	now := time.Now()
 	for _, in := range w.workloads {
 		for _, obj := range in.List() {
 			v, ok := obj.(*view)
 			if !ok || !w.acts(v) {
 				continue
+			}
+			// The pause of the last leader's rollout, which its status tells.
+			if end := saidPauseEnd(v, now); !end.IsZero() {
+				w.tracking.pausedUntil(keyOf(v), end)
 			}
 			d, err := w.decide(v, confighash.Pods{})
 			drift := err != nil || !d.Converged || len(d.Held) > 0

@@ -73,3 +73,25 @@ func withStatus(others map[string]any, s confighash.Status) map[string]any {
 	maps.Copy(others, statusNote(s))
 	return others
 }
+
+// saidPauseEnd is when the pause period its status tells ends, zero when none is
+// under way: what a watcher that did not make the rollout knows of its pause. It ends
+// no later than a pause period from now, whoever wrote the status.
+func saidPauseEnd(v *view, now time.Time) time.Time {
+	pause := v.Policy.PausePeriod
+	if pause <= 0 || v.Said == "" {
+		return time.Time{}
+	}
+	s, err := confighash.ParseStatus(v.Said)
+	if err != nil || s.Act != confighash.ActRolled || !s.Until.After(now) {
+		return time.Time{}
+	}
+	return minTime(s.Until, now.Add(pause))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -158,6 +158,11 @@ func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error
 
 // converge touches the workload, so that the webhook writes its decision.
 func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	// Queued before its pause was known: one a new leader learnt from its status.
+	if end := w.tracking.pauseEnd(key); d.Hash != v.Hash && time.Until(end) > 0 {
+		w.queue.AddAfter(key, time.Until(end))
+		return nil
+	}
 	// The pause starts before the touch: the touch's own update event, and changes
 	// that follow it at once, must already find the workload held.
 	if d.Hash != v.Hash {
@@ -195,7 +200,7 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 	switch {
 	case admitted.Hash != v.Hash:
 		w.cfg.Metrics.Touch(TouchConverged)
-		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+confighash.ChangedData(v.Record, d.Record))
+		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+confighash.ChangedData(v.Record, d.Record)+" (touched for "+confighash.FormatTriggers(trig)+")")
 		w.alert(alert.Rolled, v, trig, "")
 	case v.Record == nil && v.Hash == "" && v.Adopted == "":
 		w.cfg.Metrics.Touch(TouchAdopted)

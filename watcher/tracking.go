@@ -145,6 +145,16 @@ func (t *tracking) pause(key workloadKey, d time.Duration) {
 	t.with(key, func(e *tracked) { e.pausedUntil = time.Now().Add(d) })
 }
 
+// pausedUntil holds further touches of the workload until end, unless a pause is
+// known: the one its status tells, when a leader starts.
+func (t *tracking) pausedUntil(key workloadKey, end time.Time) {
+	t.with(key, func(e *tracked) {
+		if e.pausedUntil.IsZero() {
+			e.pausedUntil = end
+		}
+	})
+}
+
 // pauseEnd is when the workload's pause period ends; zero for none.
 func (t *tracking) pauseEnd(key workloadKey) time.Time { return t.get(key).pausedUntil }
 

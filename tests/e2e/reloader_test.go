@@ -80,14 +80,15 @@ func TestReloaderDocumentedExamples(t *testing.T) {
 }
 
 // TestReloaderPausePeriodRollsChangesMadeDuringItOnce: after a rollout, changes made
-// within the pause period are held and roll the workload once, when it ends.
+// within the pause period are held and roll the workload once, when it ends. The
+// workload says until when; a watcher restarted meanwhile holds them as long.
 func TestReloaderPausePeriodRollsChangesMadeDuringItOnce(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
-	startWatcher(t, c)
+	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "app-config", map[string]string{"k": "v0"})
-	const pause = 8 * time.Second
+	const pause = 12 * time.Second
 	createDeployment(t, c, ns, fixtures.AnnotatedDeployment("web", map[string]string{
 		confighash.ReloaderAuto: "true", confighash.ReloaderPausePeriod: pause.String(),
 	}, fixtures.EnvFromTemplate("app-config")))
@@ -97,6 +98,11 @@ func TestReloaderPausePeriodRollsChangesMadeDuringItOnce(t *testing.T) {
 	setKey(t, c, ns, ref, "k", "v1")
 	waitFor(t, 30*time.Second, "the first change to roll", func() bool { return replicaSets(t, c, ns, "web") == 2 })
 	touched := time.Now()
+	if s := statusOf(t, c, ns, "web"); s.Act != confighash.ActRolled || s.Until.Before(touched.Add(pause-3*time.Second)) || s.Until.After(touched.Add(pause)) {
+		t.Fatalf("web says %+v; want rolled, paused until about %v from now", s, pause)
+	}
+	w.stop(t)
+	startWatcher(t, c)
 	setKey(t, c, ns, ref, "k", "v2")
 	time.Sleep(time.Second)
 	setKey(t, c, ns, ref, "k", "v3")
