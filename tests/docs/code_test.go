@@ -123,6 +123,7 @@ func metrics(t *testing.T, s *goSource) map[string]metric {
 
 var emptyString = &ast.BasicLit{Kind: token.STRING, Value: `""`}
 
+// isPrometheus reports whether e names client_golang's prometheus package.
 func isPrometheus(e ast.Expr, at scope) bool {
 	x, ok := e.(*ast.Ident)
 	return ok && at.file.imports[x.Name] == "github.com/prometheus/client_golang/prometheus"

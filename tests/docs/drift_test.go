@@ -2,7 +2,6 @@ package docs
 
 import (
 	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -374,10 +373,4 @@ func mustSource(t *testing.T) *goSource {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func TestMain(m *testing.M) {
-	// The build in commandFlags must not inherit a GOFLAGS meant for the test binary.
-	os.Unsetenv("GOFLAGS")
-	os.Exit(m.Run())
 }
