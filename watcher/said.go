@@ -95,3 +95,13 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// unsay removes a status that no longer holds from a workload that carries its
+// decision: a hold that ended without a rollout, a bound it is no longer over.
+func (w *Watcher) unsay(ctx context.Context, v *view) error {
+	if s, err := confighash.ParseStatus(v.Said); err != nil || s.Act != confighash.ActHeld && s.Act != confighash.ActNotHashed {
+		return nil
+	}
+	_, err := w.patch(ctx, v, map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationStatus: nil}}})
+	return err
+}

@@ -142,6 +142,9 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error {
 	w.unhold(key)
 	w.recordLatency(key)
+	if err := w.unsay(ctx, v); err != nil {
+		return err
+	}
 	// One no longer pinned lets go of the snapshots it owned.
 	if len(v.Pins) > 0 || w.tracking.ownersKnown(key) {
 		if err := w.ownSnapshots(ctx, key, v); err != nil {

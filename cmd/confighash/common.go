@@ -64,7 +64,7 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.keySecret, "hash-key-secret", "confighash-hash-key", "Secret holding the HMAC key the webhook and the watcher share; created with a random key when absent")
 	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "file holding the HMAC key (at least 32 bytes), instead of the Secret")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn (or warning, as Reloader spells it), error, fatal or panic")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", shutdownTimeout, "how long in-flight requests may take to finish on SIGTERM")
 	fs.StringVar(&c.namespaceSelector, "namespace-selector", webhook.DefaultNamespaceSelector, "label selector of the namespaces where workloads that opt in are acted on; the webhook configuration's first namespaceSelector must select the same")
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out (Reloader's --auto-reload-all, per namespace); the webhook configuration's second namespaceSelector must select the same; empty: none")
