@@ -19,6 +19,12 @@ import (
 // the watcher wrote on the workload.
 func keylessVerdict(in ExplainInput, state State, d Decision, status Status) (verdict, why string) {
 	triggers, _ := ParseTriggers(in.Workload.Annotations[AnnotationTrigger])
+	// A paced workload keeps its hash at any write the watcher did not release: only
+	// the touches it named tell what was hashed. So where the pacing is not known.
+	admitted := in.Admitted
+	if in.ModeUnseen || d.gated(in.Sources) {
+		admitted = time.Time{}
+	}
 	var changed []string
 	var unread, untimed []SourceRef
 	for _, o := range d.Observations {
@@ -31,7 +37,7 @@ func keylessVerdict(in ExplainInput, state State, d Decision, status Status) (ve
 		case !timed:
 			untimed = append(untimed, o.SourceRef)
 		default:
-			if since := writtenSince(o.SourceRef, wr, triggers, in.Admitted); since != "" {
+			if since := writtenSince(o.SourceRef, wr, triggers, admitted); since != "" {
 				changed = append(changed, since)
 			}
 		}
@@ -70,7 +76,7 @@ func keylessVerdict(in ExplainInput, state State, d Decision, status Status) (ve
 // writtenSince says how a source was written after the workload's last admission, or ""
 // when that admission saw its last write: at a resource version no later than the
 // last touch named (the touch was admitted after the watcher saw it), or a second or
-// more before the workload's last write.
+// more before the workload's last write, admitted (zero when not known).
 func writtenSince(ref SourceRef, wr Written, triggers []Trigger, admitted time.Time) string {
 	named := ""
 	for _, t := range triggers {
@@ -84,10 +90,13 @@ func writtenSince(ref SourceRef, wr Written, triggers []Trigger, admitted time.T
 	if wr.Time.Before(admitted) {
 		return ""
 	}
-	if named != "" {
+	switch {
+	case named != "":
 		return fmt.Sprintf("%s was written after the last rollout (resourceVersion %s > %s)", ref, wr.ResourceVersion, named)
+	case admitted.IsZero():
+		return fmt.Sprintf("%s was last written at %s, and no admission is known to have hashed it since", ref, stamp(wr.Time))
 	}
-	return fmt.Sprintf("%s was written at %s, after the workload was last written", ref, stamp(wr.Time))
+	return fmt.Sprintf("%s was last written at %s, after the workload was last written", ref, stamp(wr.Time))
 }
 
 // pausing reports whether a status tells a rollout whose pause period has not ended.
