@@ -54,7 +54,7 @@ type common struct {
 }
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
-	fs.StringVar(&c.ops, "ops-address", ":8080", "address of the plain-HTTP server for /healthz, /readyz and /metrics")
+	fs.StringVar(&c.ops, "ops-address", ":8080", "address of the plain-HTTP server for /healthz, /readyz, /version and /metrics")
 	fs.BoolVar(&c.profiling, "profiling", false, "serve Go's profiles on the ops port, under /debug/pprof/ (heap?gc=1&debug=1 gives the live heap after a collection)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
 	fs.Float64Var(&c.qps, "kube-api-qps", 0, "client-side limit of queries per second to the API server; 0: none, the API server's priority and fairness applies (a limit delays every request once reached)")
