@@ -132,7 +132,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 			e.Problems = append(e.Problems, fmt.Sprintf("namespace %s: its pacing annotations are ignored: %v", ns, pacingErr))
 		}
 		switch {
-		case in.Mode == confighash.ModeOff:
+		case in.Mode == confighash.ModeOff && !in.ModeUnseen:
 			e.Verdict, e.Why = confighash.VerdictNoRollout, fmt.Sprintf("namespace %s is not enabled: --namespace-selector %q does not select it, so confighash never admits its workloads; label it %s=%s", ns, c.namespaceSelector, confighash.InjectionLabel, confighash.InjectionEnabled)
 		case !e.OptedIn && target == "":
 			continue // -n lists the opted-in workloads

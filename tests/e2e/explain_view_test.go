@@ -26,8 +26,8 @@ import (
 // built-in view role in one namespace runs `kubectl confighash explain` as
 // confighash ships it. It exits 0 with a verdict, names what it could not read (the
 // Secrets, the hash key), shows the watcher's status and its pause period, and prints
-// no Secret value and no key; in a namespace not labelled, and for inject: "yes", it
-// says why nothing rolls.
+// no Secret value and no key; in a namespace not labelled (readable or not), and for
+// inject: "yes", it says why nothing rolls.
 func TestExplainWithTheNamespacesViewRoleSaysWhatItCouldNotSee(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	viewRole, err := os.ReadFile(filepath.Join("..", "..", "manifests", "base", "view-role.yaml"))
@@ -40,7 +40,7 @@ func TestExplainWithTheNamespacesViewRoleSaysWhatItCouldNotSee(t *testing.T) {
 	ns, unlabelled := labeledNamespace(t, c), namespace(t, c, nil)
 	viewer := "viewer@" + ns
 	for _, n := range []string{ns, unlabelled} {
-		bindView(t, c, n, viewer)
+		bind(t, c, n, viewer, "ClusterRole", "view")
 	}
 	kubeconfig := impersonating(t, c, viewer)
 
@@ -108,6 +108,26 @@ func TestExplainWithTheNamespacesViewRoleSaysWhatItCouldNotSee(t *testing.T) {
 		t.Errorf("in a namespace not labelled:\n%s", out)
 	}
 
+	// Where even the namespace may not be read: never admitted, and the likely cause.
+	narrow := "narrow@" + unlabelled
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "narrow"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "events"}, Verbs: []string{"list"}}}}
+	if _, err := c.Client.RbacV1().Roles(unlabelled).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bind(t, c, unlabelled, narrow, "Role", "narrow")
+	if out := explainAs(t, impersonating(t, c, narrow), "deployment/web", "-n", unlabelled); !strings.Contains(out, "never admitted by confighash") ||
+		!strings.Contains(out, "lacks the label confighash.dev/injection=enabled") ||
+		!strings.Contains(out, "namespace "+unlabelled+": get refused, so its mode and pacing are the watcher's as written on the workload") {
+		t.Errorf("where the namespace may not be read:\n%s", out)
+	}
+
+	// The namespace's opted-in workloads, as the viewer lists them.
+	if out := explainAs(t, kubeconfig, "-n", ns); !strings.Contains(out, "Deployment "+ns+"/web: HELD") {
+		t.Errorf("explain -n %s:\n%s", ns, out)
+	}
+
 	// inject: "yes" is not a boolean: ignored, and the values taken named.
 	yes := fixtures.AnnotatedDeployment("yes", map[string]string{confighash.AnnotationInject: "yes"}, fixtures.UsingTemplate([]string{"app"}, nil))
 	createDeployment(t, c, ns, yes)
@@ -117,11 +137,11 @@ func TestExplainWithTheNamespacesViewRoleSaysWhatItCouldNotSee(t *testing.T) {
 	}
 }
 
-// bindView binds the built-in view role to user in namespace ns.
-func bindView(t *testing.T, c *cluster.Cluster, ns, user string) {
+// bind binds a ClusterRole or Role to user in namespace ns.
+func bind(t *testing.T, c *cluster.Cluster, ns, user, kind, role string) {
 	t.Helper()
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "view"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
 	if _, err := c.Client.RbacV1().RoleBindings(ns).Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
