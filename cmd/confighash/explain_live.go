@@ -288,7 +288,7 @@ func readSources(ctx context.Context, client kubernetes.Interface, csi dynamic.I
 	}
 	hide := func(kind confighash.SourceKind, resource string, err error) error {
 		if !apierrors.IsForbidden(err) {
-			return fmt.Errorf("list the %ss of %s: %w", kind, ns, err)
+			return err
 		}
 		in.Hidden = in.Hidden.With(kind, true)
 		in.Unseen = append(in.Unseen, fmt.Sprintf("%s in namespace %s: list refused, so their digests are not checked", resource, ns))
@@ -297,7 +297,7 @@ func readSources(ctx context.Context, client kubernetes.Interface, csi dynamic.I
 	if !ignored.Has(confighash.ConfigMap) {
 		cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			if err := hide(confighash.ConfigMap, "configmaps", err); err != nil {
+			if err := hide(confighash.ConfigMap, "configmaps", fmt.Errorf("list the ConfigMaps of %s: %w", ns, err)); err != nil {
 				return err
 			}
 		} else {
@@ -309,7 +309,7 @@ func readSources(ctx context.Context, client kubernetes.Interface, csi dynamic.I
 	if !ignored.Has(confighash.Secret) {
 		secrets, err := client.CoreV1().Secrets(ns).List(ctx, sourcecache.Filter{}.ListOptions(confighash.Secret))
 		if err != nil {
-			if err := hide(confighash.Secret, "secrets", err); err != nil {
+			if err := hide(confighash.Secret, "secrets", fmt.Errorf("list the Secrets of %s: %w", ns, err)); err != nil {
 				return err
 			}
 		} else {
