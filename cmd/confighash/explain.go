@@ -146,6 +146,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // arguments, as with kubectl, and returns the arguments, with "" for none; nil when it
 // only asked for help, which it printed.
 func parseInterspersed(fs *flag.FlagSet, args []string, stdout io.Writer, summary string) ([]string, error) {
+	readReloaderForms(fs) // the selectors given the components, in Reloader's forms too
 	fs.SetOutput(io.Discard)
 	var positional []string
 	for {

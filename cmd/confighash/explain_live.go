@@ -335,7 +335,7 @@ func keyFromSecret(ctx context.Context, client kubernetes.Interface, namespace, 
 	case apierrors.IsForbidden(err):
 		return confighash.Key{}, fmt.Errorf("get of Secret %s/%s refused", namespace, secret)
 	case apierrors.IsNotFound(err):
-		return confighash.Key{}, fmt.Errorf("Secret %s/%s does not exist (see --install-namespace and --hash-key-secret)", namespace, secret)
+		return confighash.Key{}, fmt.Errorf("the Secret %s/%s does not exist (see --install-namespace and --hash-key-secret)", namespace, secret)
 	case err != nil:
 		return confighash.Key{}, fmt.Errorf("read Secret %s/%s: %s", namespace, secret, apierrors.ReasonForError(err))
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +196,16 @@ func TestFormsThatWouldMeanSomethingElseAreRefusedWithTheirTranslation(t *testin
 				t.Errorf("error:\n  %v\nwant:\n  %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestExplainReadsReloadersSelectorForms: explain takes the selectors the components
+// were given, in Reloader's forms too.
+func TestExplainReadsReloadersSelectorForms(t *testing.T) {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	sel := fs.String("namespace-selector", "", "")
+	positional, err := parseInterspersed(fs, []string{"deployment/web", "--namespace-selector=team:shop"}, io.Discard, "")
+	if err != nil || *sel != "team=shop" || len(positional) != 1 {
+		t.Fatalf("parsed %q, selector %q, %v; want deployment/web, team=shop", positional, *sel, err)
 	}
 }
