@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,4 +120,34 @@ func TestAHelmUpgradeOfAConfigMapAndASecretRollsOnce(t *testing.T) {
 	}
 	slices.Sort(gaps)
 	t.Logf("helm upgrade wrote the Secret and the ConfigMap %v apart (3 upgrades, sorted)", gaps)
+}
+
+// TestHelmInstallSaysWhereScrapesAreAdmittedFrom: with a monitor and the
+// NetworkPolicies on, helm install's notes say whom the NetworkPolicies let scrape, so
+// that a Prometheus elsewhere does not go without metrics unawares.
+func TestHelmInstallSaysWhereScrapesAreAdmittedFrom(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	helm, _ := chartTools(t, c)
+	if err := c.InstallCertManagerCRDs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	installMonitorCRDs(t, c) // helm maps the kinds it installs, even in a dry run
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"--set", "metrics.serviceMonitor.enabled=true"}, `only from [{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}].`},
+		{[]string{"--set", "metrics.podMonitor.enabled=true", "--set", "networkPolicy.metrics.namespaceSelector=null"}, "only from any source."},
+		{[]string{"--set", "metrics.podMonitor.enabled=true", "--set", "networkPolicy.enabled=false"}, ""},
+	} {
+		out, err := exec.Command(helm, append([]string{"install", "confighash", chartDir, "--dry-run=client", "--namespace", "confighash", "--kubeconfig", c.Kubeconfig}, tc.set...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm install --dry-run=client %v: %v\n%s", tc.set, err, out)
+		}
+		_, notes, _ := strings.Cut(string(out), "\nNOTES:\n")
+		said := strings.Contains(strings.Join(strings.Fields(notes), " "), "admit scrapes of the ops port (8080) "+tc.want)
+		if said != (tc.want != "") {
+			t.Errorf("%v: helm install's notes:\n%s\nwant them to say %q: %v", tc.set, notes, tc.want, tc.want != "")
+		}
+	}
 }
