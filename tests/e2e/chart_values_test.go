@@ -1185,3 +1185,47 @@ func installMonitorCRDs(t *testing.T, c *cluster.Cluster) {
 	installCRDs(t, c, filepath.Join(strings.TrimSpace(string(cache)), prometheusOperatorModule, "example", "prometheus-operator-crd", "monitoring.coreos.com_podmonitors.yaml"),
 		"crd/podmonitors.monitoring.coreos.com")
 }
+
+// TestChartDisruptionBudgetsNeverBlockADrain installs the components' Deployments and
+// PodDisruptionBudgets with one replica each, then with two: once their pods run, each
+// budget lets one of them be evicted, as a node drain evicts it.
+func TestChartDisruptionBudgetsNeverBlockADrain(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	helm, kubeVersion := chartTools(t, c)
+	for _, replicas := range []int{1, 2} {
+		ns := namespace(t, c, nil)
+		r, err := renderChart(helm, kubeVersion, ns, []string{"--set", "certManager.enabled=false",
+			"--set", fmt.Sprintf("webhook.replicas=%d", replicas), "--set", fmt.Sprintf("watcher.replicas=%d", replicas)})
+		if err != nil || r.err != "" {
+			t.Fatalf("render: %v %s", err, r.err)
+		}
+		var docs bytes.Buffer
+		for _, u := range r.objs {
+			if slices.Contains([]string{"ServiceAccount", "Deployment", "PodDisruptionBudget"}, u.GetKind()) {
+				docs.WriteString(jsonOf(u.Object) + "\n")
+			}
+		}
+		if _, err := c.Kubectl(ctx, docs.Bytes(), "apply", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		for _, component := range []string{"webhook", "watcher"} {
+			name := "confighash-" + component
+			waitFor(t, 30*time.Second, fmt.Sprintf("the %s's %d pods to run and its budget to let one go", component, replicas), func() bool {
+				pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+				return err == nil && pdb.Status.ObservedGeneration == pdb.Generation &&
+					pdb.Status.CurrentHealthy == int32(replicas) && pdb.Status.DisruptionsAllowed >= 1
+			})
+			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + name})
+			if err != nil || len(pods.Items) == 0 {
+				t.Fatalf("the %s's pods: %v", component, err)
+			}
+			if err := c.Client.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{
+				ObjectMeta:    metav1.ObjectMeta{Name: pods.Items[0].Name, Namespace: ns},
+				DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}},
+			}); err != nil {
+				t.Errorf("with %d replicas, a drain cannot evict the %s's pod: %v", replicas, component, err)
+			}
+		}
+	}
+}
