@@ -199,8 +199,8 @@ func onPod(component string, f func(corev1.PodSpec, metav1.ObjectMeta) error) ch
 	})
 }
 
-// argIs checks the last value given to a flag of a component (the one that wins), ""
-// for a flag not given at all.
+// argIs wants the last value a component is given for a flag to be want; "": the flag
+// not given at all.
 func argIs(component, name, want string) check {
 	return onContainer(component, func(ctr corev1.Container) error {
 		got, given := "", false
@@ -209,13 +209,17 @@ func argIs(component, name, want string) check {
 				got, given = v, true
 			}
 		}
-		if given && got == "" && want == "" {
-			given = false // an empty flag, for --every-workload-namespace-selector=
-		}
 		if got != want || (want == "" && given) {
-			return fmt.Errorf("%s %s=%q, want %q", component, name, got, want)
+			return fmt.Errorf("%s %s=%q (given: %v), want %q", component, name, got, given, want)
 		}
 		return nil
+	})
+}
+
+// switchIs wants a component given a boolean flag, or not.
+func switchIs(component, name string, want bool) check {
+	return onContainer(component, func(ctr corev1.Container) error {
+		return equal(component+" "+name, slices.Contains(ctr.Args, name), want)
 	})
 }
 
@@ -248,6 +252,7 @@ func envVar(component, name string, want *corev1.EnvVar) check {
 	})
 }
 
+// imageIs wants the components' image to be want.
 func imageIs(want string) check {
 	return onContainer("watcher", func(ctr corev1.Container) error {
 		if ctr.Image != want {
@@ -290,7 +295,7 @@ func field(obj *unstructured.Unstructured, want any, path ...string) error {
 			got = nil
 		}
 	}
-	if !equality.Semantic.DeepEqual(jsonOf(got), jsonOf(want)) {
+	if jsonOf(got) != jsonOf(want) {
 		return fmt.Errorf("%s %s .%s = %s, want %s", obj.GetKind(), obj.GetName(), strings.Join(path, "."), jsonOf(got), jsonOf(want))
 	}
 	return nil
@@ -355,10 +360,10 @@ func disruptionsAllowed(spec policyv1.PodDisruptionBudgetSpec, replicas int) int
 // chartValue is a value of values.yaml: set (on), null, and, where its default is a
 // scalar or list that is not empty, empty.
 type chartValue struct {
-	name string // as values.yaml and docs/install.md name it
-	form string // which way of setting it, where a value has several
-	with []string
-	on   []string
+	name string   // as values.yaml and docs/install.md name it
+	form string   // which way of setting it, where a value has several
+	with []string // helm flags of every render of the row: what the value needs on, say
+	on   []string // helm flags that set it
 	// whenOn and whenOff say what must be true of the render with it on, and off.
 	whenOn, whenOff check
 }
@@ -690,14 +695,9 @@ func chartValues(appVersion, other string) []chartValue {
 		{name: "viewRole.enabled", on: []string{"--set", "viewRole.enabled=true"},
 			whenOn: hasObject("ClusterRole", "confighash-view", true, nil), whenOff: hasObject("ClusterRole", "confighash-view", false, nil)},
 		{name: "recreateFinishedJobs", on: []string{"--set", "recreateFinishedJobs=true"},
-			whenOn: argIs("watcher", "--recreate-finished-jobs", ""), whenOff: argIs("watcher", "--recreate-finished-jobs", "")},
+			whenOn: switchIs("watcher", "--recreate-finished-jobs", true), whenOff: switchIs("watcher", "--recreate-finished-jobs", false)},
 		{name: "runCronJobsOnChange", on: []string{"--set", "runCronJobsOnChange=true"},
-			whenOn: onContainer("watcher", func(c corev1.Container) error {
-				return equal("--run-cronjobs-on-change", slices.Contains(c.Args, "--run-cronjobs-on-change"), true)
-			}),
-			whenOff: onContainer("watcher", func(c corev1.Container) error {
-				return equal("--run-cronjobs-on-change", slices.Contains(c.Args, "--run-cronjobs-on-change"), false)
-			})},
+			whenOn: switchIs("watcher", "--run-cronjobs-on-change", true), whenOff: switchIs("watcher", "--run-cronjobs-on-change", false)},
 		{name: "extraKinds", on: []string{"--set-json", `extraKinds=[{"apiVersion":"apps.example.com/v1","kind":"Web","resource":"webs","template":"spec.template"}]`},
 			whenOn:  allOf(bothFlag("--extra-kind", "apps.example.com/v1:Web:webs:spec.template"), rule("webs", true)),
 			whenOff: allOf(bothFlag("--extra-kind", ""), rule("webs", false))},
@@ -707,23 +707,15 @@ func chartValues(appVersion, other string) []chartValue {
 			whenOn:  allOf(bothFlag("--reloader-annotations", ""), reloaderCondition(true)),
 			whenOff: allOf(bothFlag("--reloader-annotations", "false"), reloaderCondition(false))},
 		{name: "enableCSIIntegration", on: []string{"--set", "enableCSIIntegration=true"},
-			whenOn: onContainer("watcher", func(c corev1.Container) error {
-				return equal("--enable-csi-integration", slices.Contains(c.Args, "--enable-csi-integration"), true)
-			}),
-			whenOff: onContainer("watcher", func(c corev1.Container) error {
-				return equal("--enable-csi-integration", slices.Contains(c.Args, "--enable-csi-integration"), false)
-			})},
+			whenOn:  allOf(switchIs("webhook", "--enable-csi-integration", true), switchIs("watcher", "--enable-csi-integration", true)),
+			whenOff: allOf(switchIs("webhook", "--enable-csi-integration", false), switchIs("watcher", "--enable-csi-integration", false))},
 		{name: "ignoreConfigMaps", on: []string{"--set", "ignoreConfigMaps=true"},
 			whenOn: bothFlag("--resources-to-ignore", "configMaps"), whenOff: bothFlag("--resources-to-ignore", "")},
 		{name: "ignoreSecrets", on: []string{"--set", "ignoreSecrets=true"},
 			whenOn: bothFlag("--resources-to-ignore", "secrets"), whenOff: bothFlag("--resources-to-ignore", "")},
 		{name: "pinByDefault", on: []string{"--set", "pinByDefault=true"},
-			whenOn: onContainer("webhook", func(c corev1.Container) error {
-				return equal("--pin-by-default", slices.Contains(c.Args, "--pin-by-default"), true)
-			}),
-			whenOff: onContainer("webhook", func(c corev1.Container) error {
-				return equal("--pin-by-default", slices.Contains(c.Args, "--pin-by-default"), false)
-			})},
+			whenOn:  allOf(switchIs("webhook", "--pin-by-default", true), switchIs("watcher", "--pin-by-default", true)),
+			whenOff: allOf(switchIs("webhook", "--pin-by-default", false), switchIs("watcher", "--pin-by-default", false))},
 		{name: "snapshotCap.count", on: []string{"--set", "snapshotCap.count=0"},
 			whenOn: argIs("webhook", "--snapshot-max-count", "0"), whenOff: argIs("webhook", "--snapshot-max-count", "")},
 		{name: "snapshotCap.bytes", on: []string{"--set", "snapshotCap.bytes=1048576"},
@@ -1060,7 +1052,7 @@ func TestChartValuesWorkSetAndSwitchedOff(t *testing.T) {
 		var want check = rendered(func(*chartRender) error { return nil })
 		if r.row >= 0 {
 			v := rows[r.row]
-			what = strings.TrimSpace(v.name + " " + v.form + " " + r.way)
+			what = strings.Join(strings.Fields(v.name+" "+v.form+" "+r.way), " ")
 			if want = v.whenOff; r.way == "on" {
 				want = v.whenOn
 			}
