@@ -405,3 +405,22 @@ func TestAReviewForANamespaceConfighashDoesNotActInReadsNothing(t *testing.T) {
 		t.Fatal("no patch in an enabled namespace")
 	}
 }
+
+// TestEachFailOpenIsLogged: an admission let through unchanged for an error or a panic
+// is a log line naming the workload, besides the warning its writer sees.
+func TestEachFailOpenIsLogged(t *testing.T) {
+	optedIn := review(strings.Replace(deploymentJSON, "%s", `"`+confighash.AnnotationInject+`":"true"`, 1))
+	for _, reader := range []stubReader{{err: errors.New("etcd is down")}, {panics: true}} {
+		var log bytes.Buffer
+		key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+		h, err := NewHandler(newMutator(t, Config{Key: key, Reader: reader, Log: zerolog.New(&log)}), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		post(h, "application/json", optedIn)
+		line := log.String()
+		if !strings.Contains(line, "allowed unchanged (failed open)") || !strings.Contains(line, `"namespace":"ns"`) || !strings.Contains(line, `"name":"web"`) {
+			t.Errorf("log %q, want a failed-open line naming ns/web", line)
+		}
+	}
+}

@@ -179,6 +179,8 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 			m.cfg.Metrics.Panic()
 			ops, result = nil, ResultError
 			warnings = append(warnings, warningPrefix+fmt.Sprintf("internal error, allowed unchanged: %v", p))
+			m.cfg.Log.Error().Str("kind", kind).Str("namespace", ar.Namespace).Str("name", ar.Name).Str("operation", string(ar.Operation)).
+				Msg(fmt.Sprintf("allowed unchanged (failed open): internal error: %v", p))
 		}
 		// kubewebhook spells operations in lower case; the API server and its metrics, in upper.
 		m.cfg.Metrics.ObserveAdmission(kind, strings.ToUpper(string(ar.Operation)), result, time.Since(start))
