@@ -28,13 +28,16 @@ const (
 	ActRolled Act = "rolled"
 	// ActHeld: a due change waits, for Why, until Until when it is known.
 	ActHeld Act = "held"
+	// ActAdopted: its pods hold the current data of the sources that count, or that
+	// started to: recorded without a rollout.
+	ActAdopted Act = "adopted"
 	// ActHealed: the webhook did not write the hash; the watcher did.
 	ActHealed Act = "healed"
 	// ActNotHashed: the workload is over a bound; its hash is left as it is.
 	ActNotHashed Act = "not-hashed"
 )
 
-var acts = []Act{ActRolled, ActHeld, ActHealed, ActNotHashed}
+var acts = []Act{ActRolled, ActHeld, ActAdopted, ActHealed, ActNotHashed}
 
 // MaxStatusBytes bounds a status: the watcher cuts Why to fit, and a longer one,
 // written by someone else, is not read.

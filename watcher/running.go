@@ -50,9 +50,17 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 		adopted = d.Adopted
 	}
 	trig := triggers(v, d.Record, w.sources)
+	said := confighash.Status{Act: confighash.ActAdopted, At: time.Now(),
+		Why: fmt.Sprintf("its pods already hold the current data of its %d sources: recorded without a rollout", len(d.Record))}
+	switch {
+	case len(counted) > 0:
+		said.Why = confighash.ListRefs(counted) + " started to count, and its pods already hold the data: recorded without a rollout"
+	case d.Hash != v.Hash:
+		said = rolled(trig, d.Policy.PausePeriod)
+	}
 	admitted, err := w.patch(ctx, v, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
 		confighash.AnnotationSources: d.Record.Text(d.Form), confighash.AnnotationAdopted: adopted,
-		confighash.AnnotationTrigger: confighash.FormatTriggers(trig),
+		confighash.AnnotationTrigger: confighash.FormatTriggers(trig), confighash.AnnotationStatus: said.Text(),
 	}}})
 	return w.verify(key, v, d, trig, counted, admitted, err)
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,7 +100,7 @@ func waitAllRolled(t *testing.T, c *cluster.Cluster, ns string, want map[string]
 }
 
 // TestOptingInARunningDeploymentRollsNothing: an annotation added to a running,
-// current Deployment adopts it; the next change rolls it once.
+// current Deployment adopts it, and it says so; the next change rolls it once.
 func TestOptingInARunningDeploymentRollsNothing(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	startWebhook(t, c)
@@ -120,8 +121,14 @@ func TestOptingInARunningDeploymentRollsNothing(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the Deployment to be adopted", func() bool { return recorded(t, c, ns, "web") })
 	expectRollouts(t, c, ns, map[string]int{"web": 1})
+	if s := statusOf(t, c, ns, "web"); s.Act != confighash.ActAdopted {
+		t.Errorf("web says %+v, want adopted", s)
+	}
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
 	expectRollouts(t, c, ns, map[string]int{"web": 2})
+	if s := statusOf(t, c, ns, "web"); s.Act != confighash.ActRolled || !strings.Contains(s.Why, "ConfigMap/cfg@") {
+		t.Errorf("web says %+v, want rolled for ConfigMap/cfg", s)
+	}
 }
 
 // TestTurningOnAdoptsStatefulSetsAndDaemonSets: the same for the kinds that keep
