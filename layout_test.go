@@ -45,6 +45,7 @@ func TestAdaptersNeverImportEachOther(t *testing.T) {
 		"namespaces":  {module},
 		"alert":       {},
 		"bounded":     {},
+		"restarter":   {module},
 	}
 	for dir, allowed := range rules {
 		for _, imp := range imports(t, dir) {

@@ -13,11 +13,12 @@ Usage:
   confighash <command> [flags]
 
 Commands:
-  webhook   run the mutating admission webhook
-  watcher   run the watcher that touches workloads when their sources change
-  explain   why a workload did or did not roll, live or from manifests
-  resume    roll what a halted wave holds
-  version   print the version
+  webhook    run the mutating admission webhook
+  watcher    run the watcher that touches workloads when their sources change
+  restarter  the sidecar of restart in place: exits to restart its pod's containers
+  explain    why a workload did or did not roll, live or from manifests
+  resume     roll what a halted wave holds
+  version    print the version
 
 Run confighash <command> --help for its flags. Installed as kubectl-confighash, it is
 also kubectl confighash <command>.
@@ -37,6 +38,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWebhook(ctx, args[1:], stdout, stderr)
 	case "watcher":
 		return runWatcher(ctx, args[1:], stdout, stderr)
+	case "restarter":
+		return runRestarter(ctx, args[1:], stdout, stderr)
 	case "explain":
 		return runExplain(ctx, args[1:], stdout, stderr)
 	case "resume":
