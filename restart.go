@@ -1,0 +1,92 @@
+package confighash
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+)
+
+// Restart in place: a workload or pod that opts in with AnnotationRestart is not rolled
+// for a change of its data; each of its pods has its containers restarted where it
+// runs (Kubernetes' RestartAllContainers), which starts them with the current data.
+// The pod carries a small sidecar, the restarter, from confighash's own image and
+// with no API credentials: it reads the pod's AnnotationRestartToken through a
+// downward API volume and exits with RestarterExitCode when the token changes, and
+// the pod's restart rule on that code restarts every container of the pod.
+
+const (
+	// AnnotationRestart, on a workload, its pod template or a pod, says how a change of
+	// its data reaches its pods (see RestartMode).
+	AnnotationRestart = Domain + "/restart"
+	// AnnotationRestartToken is written on a pod restarted in place: the hash of the
+	// data its containers are to start with. A change of it restarts them.
+	AnnotationRestartToken = Domain + "/restart-token"
+
+	// RestarterName names the restarter's container and its volume in a pod.
+	RestarterName = "confighash-restarter"
+	// RestarterExitCode is the code the restarter exits with to restart its pod's
+	// containers: one no shell, signal or Go runtime exit gives.
+	RestarterExitCode = 86
+	// RestarterTokenDir is where the restarter reads the token, as RestarterTokenFile.
+	RestarterTokenDir  = "/var/run/confighash"
+	RestarterTokenFile = RestarterTokenDir + "/token"
+)
+
+// RestartMode is how a change of a workload's data reaches its pods.
+type RestartMode uint8
+
+// The modes.
+const (
+	// RestartRollout replaces the pods: the pod template's hash changes. The default.
+	RestartRollout RestartMode = iota
+	// RestartInPlace restarts each pod's containers where it runs.
+	RestartInPlace
+)
+
+func (m RestartMode) String() string { return [...]string{"rollout", "in-place"}[m] }
+
+// ParseRestartMode reads AnnotationRestart: "in-place" or "rollout"; "" is rollout.
+func ParseRestartMode(text string) (RestartMode, error) {
+	switch strings.TrimSpace(text) {
+	case "", "rollout":
+		return RestartRollout, nil
+	case "in-place":
+		return RestartInPlace, nil
+	}
+	return RestartRollout, fmt.Errorf("restart %q: want in-place or rollout", text)
+}
+
+// Restarter returns the sidecar that restarts a pod's containers when its token
+// changes, and the downward API volume it reads the token from. It runs image's
+// confighash with no credentials, as an unprivileged user, and asks for little.
+func Restarter(image string) (corev1.Container, corev1.Volume) {
+	always := corev1.ContainerRestartPolicyAlways
+	c := corev1.Container{
+		Name:          RestarterName,
+		Image:         image,
+		Args:          []string{"restarter", "--token-file=" + RestarterTokenFile},
+		RestartPolicy: &always,
+		RestartPolicyRules: []corev1.ContainerRestartRule{{
+			Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
+			ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{RestarterExitCode}},
+		}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("8Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		VolumeMounts:             []corev1.VolumeMount{{Name: RestarterName, MountPath: RestarterTokenDir, ReadOnly: true}},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	v := corev1.Volume{Name: RestarterName, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+		Items: []corev1.DownwardAPIVolumeFile{{Path: "token", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + AnnotationRestartToken + "']"}}},
+	}}}
+	return c, v
+}
