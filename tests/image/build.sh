@@ -13,8 +13,8 @@
 # digest, which ko reads from its cache without asking a registry.
 #
 # Environment: VERSION (the image tag and `confighash version`), REPO (default
-# ghcr.io/confighash), KO (a ko binary; default: ko KO_VERSION, installed once into
-# the cache), CONFIGHASH_CACHE.
+# ghcr.io/confighash), ARCH (the image's architecture; default this machine's), KO (a
+# ko binary; default: ko KO_VERSION, installed once into the cache), CONFIGHASH_CACHE.
 set -euo pipefail
 
 out="$(mkdir -p "$1" && cd "$1" && pwd)"
@@ -28,7 +28,7 @@ REPO="${REPO:-ghcr.io/confighash}"
 VERSION="${VERSION:-dev}"
 KO="${KO:-}"
 CACHE="${CONFIGHASH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confighash}"
-arch="$(go env GOARCH)"
+arch="${ARCH:-$(go env GOARCH)}"
 KO_VERSION=v0.19.1
 
 if [[ -z "$KO" ]]; then

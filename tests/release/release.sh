@@ -6,8 +6,8 @@
 #
 #   confighash_X.Y.Z_OS_ARCH.tar.gz   confighash and kubectl-confighash, per platform
 #   confighash-image_X.Y.Z_linux_ARCH.tar, .spdx.json
-#                                     the image ghcr.io/confighash/confighash:X.Y.Z for
-#                                     this machine's architecture, for docker load or
+#                                     the image ghcr.io/confighash/confighash:X.Y.Z, per
+#                                     linux architecture of PLATFORMS, for docker load or
 #                                     crane push, and its SBOM (tests/image/build.sh)
 #   confighash-X.Y.Z.tgz              the Helm chart, version and appVersion X.Y.Z
 #   confighash.yaml                   manifests/ rendered (TLS from cert-manager), with
@@ -92,12 +92,15 @@ for platform in $PLATFORMS; do
 	targz "$dir" "$out/${dir##*/}.tar.gz" confighash kubectl-confighash
 done
 
-# build.sh builds for this machine's architecture (ko refuses a GOARCH of its caller's).
-arch="$(go env GOARCH)"
-step "the image ghcr.io/confighash/confighash:$tag for linux/$arch"
-VERSION="$tag" tests/image/build.sh "$tmp/image" >/dev/null
-mv "$tmp/image/confighash.tar" "$out/confighash-image_${plain}_linux_${arch}.tar"
-mv "$tmp/image/confighash.spdx.json" "$out/confighash-image_${plain}_linux_${arch}.spdx.json"
+for platform in $PLATFORMS; do
+	[[ "${platform%/*}" == linux ]] || continue
+	arch="${platform#*/}"
+	step "the image ghcr.io/confighash/confighash:$tag for linux/$arch"
+	# One at a time: build.sh's base, assembled where no registry answers, is per architecture.
+	ARCH="$arch" VERSION="$tag" tests/image/build.sh "$tmp/image" >/dev/null
+	mv "$tmp/image/confighash.tar" "$out/confighash-image_${plain}_linux_${arch}.tar"
+	mv "$tmp/image/confighash.spdx.json" "$out/confighash-image_${plain}_linux_${arch}.spdx.json"
+done
 
 step "the Helm chart $plain"
 helm="$(tests/cluster/build-binaries.sh helm | sed -n 's/^helm=//p')/helm"
