@@ -106,6 +106,7 @@ func sumBytes(v []byte) Sum { return sha256.Sum256(v) }
 func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
 
 func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
+	waveSize, _ := parseWaveSize(annotations[AnnotationWaveSize]) // a bad one is 0, and a problem
 	return Source{
 		SourceRef:      SourceRef{kind, name},
 		Present:        true,
@@ -113,15 +114,9 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 		Match:          isTrue(annotations[AnnotationMatch]),
 		ReloaderIgnore: isTrue(annotations[ReloaderIgnore]),
 		ReloaderMatch:  isTrue(annotations[ReloaderMatch]),
-		WaveSize:       sourceWaveSize(annotations[AnnotationWaveSize]),
+		WaveSize:       waveSize,
 		Bad:            sourceProblems(annotations),
 	}
-}
-
-// sourceWaveSize reads a source's AnnotationWaveSize; a bad one is 0, and a problem.
-func sourceWaveSize(text string) int {
-	n, _ := parseWaveSize(text)
-	return n
 }
 
 // sourceProblems says what is wrong with a source's confighash annotations: a value

@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -172,9 +171,8 @@ func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) erro
 
 // mark writes a marker on the workload and notes its hash until the cache shows it.
 func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m confighash.Marker, why string) error {
-	patch := annotationPatch(annotation, m.String())
-	maps.Copy(patch["metadata"].(map[string]any)["annotations"].(map[string]any), statusNote(confighash.Status{Act: confighash.ActHeld, At: time.Now(), Why: why}))
-	if _, err := w.patch(ctx, u, patch); err != nil {
+	held := confighash.Status{Act: confighash.ActHeld, At: time.Now(), Why: why}
+	if _, err := w.patch(ctx, u, annotationsPatch(map[string]any{annotation: m.String(), confighash.AnnotationStatus: held.Text()})); err != nil {
 		return err
 	}
 	w.waves.mu.Lock()
@@ -185,7 +183,13 @@ func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m config
 }
 
 func annotationPatch(name string, value any) map[string]any {
-	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{name: value}}}
+	return annotationsPatch(map[string]any{name: value})
+}
+
+// annotationsPatch is a merge patch of these annotations of the metadata; a nil
+// value removes one.
+func annotationsPatch(annotations map[string]any) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": annotations}}
 }
 
 // heldByHalt reports whether a halted wave holds the workload: it is marked held from

@@ -58,10 +58,10 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 	case d.Hash != v.Hash:
 		said = rolled(trig, d.Policy.PausePeriod)
 	}
-	admitted, err := w.patch(ctx, v, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	admitted, err := w.patch(ctx, v, annotationsPatch(map[string]any{
 		confighash.AnnotationSources: d.Record.Text(d.Form), confighash.AnnotationAdopted: adopted,
 		confighash.AnnotationTrigger: confighash.FormatTriggers(trig), confighash.AnnotationStatus: said.Text(),
-	}}})
+	}))
 	return w.verify(key, v, d, trig, counted, admitted, err)
 }
 

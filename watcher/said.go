@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"maps"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -16,11 +15,6 @@ import (
 // The watcher tells what it decides where the team that owns a workload looks: on the
 // workload itself (confighash.AnnotationStatus), which anyone who may read it can
 // read, and in its log, where each Event it sends is a line.
-
-// statusNote returns the annotation that tells the status, to write with others.
-func statusNote(s confighash.Status) map[string]any {
-	return map[string]any{confighash.AnnotationStatus: s.Text()}
-}
 
 // rolled is the status of a workload touched for a due change: the triggers, and when
 // its pause period ends, if it has one.
@@ -42,7 +36,7 @@ func (w *Watcher) tell(ctx context.Context, v *view, s confighash.Status) error 
 		return nil
 	}
 	s.At = time.Now()
-	_, err := w.patch(ctx, v, map[string]any{"metadata": map[string]any{"annotations": statusNote(s)}})
+	_, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, s.Text()))
 	return err
 }
 
@@ -70,7 +64,7 @@ func withStatus(others map[string]any, s confighash.Status) map[string]any {
 	if others == nil {
 		others = map[string]any{}
 	}
-	maps.Copy(others, statusNote(s))
+	others[confighash.AnnotationStatus] = s.Text()
 	return others
 }
 
@@ -102,6 +96,6 @@ func (w *Watcher) unsay(ctx context.Context, v *view) error {
 	if s, err := confighash.ParseStatus(v.Said); err != nil || s.Act != confighash.ActHeld && s.Act != confighash.ActNotHashed {
 		return nil
 	}
-	_, err := w.patch(ctx, v, map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationStatus: nil}}})
+	_, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, nil))
 	return err
 }

@@ -50,9 +50,9 @@ func triggers(v *view, want confighash.Record, sources *sourcecache.Cache) []con
 // metadata, so the API server admits it again through the webhook, and returns the
 // admitted workload.
 func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger, others map[string]any) (*view, error) {
-	patch := annotationPatch(confighash.AnnotationTrigger, confighash.FormatTriggers(trig))
-	maps.Copy(patch["metadata"].(map[string]any)["annotations"].(map[string]any), others)
-	return w.patch(ctx, v, patch)
+	annotations := map[string]any{confighash.AnnotationTrigger: confighash.FormatTriggers(trig)}
+	maps.Copy(annotations, others)
+	return w.patch(ctx, v, annotationsPatch(annotations))
 }
 
 // heal writes the hash and the record the webhook would have written, and says so.

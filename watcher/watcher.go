@@ -164,11 +164,10 @@ type Watcher struct {
 	written  *dataWrites
 	// recreations are the Jobs whose recreation may be under way.
 	recreations *recreations
-	// flapping holds the users of sources that keep changing; later keeps what
-	// changed for the workloads whose record a later release wrote.
+	// flapping holds the users of sources that keep changing; later, what changed for
+	// workloads a later release recorded; settings, which objects were told bad settings.
 	flapping *flapBreaker
 	later    *laterRecords
-	// settings tells Namespaces and sources whose confighash settings are bad.
 	settings *badSettings
 	// kept and relists read the workloads of a namespace again when its mode rises
 	// above one some were kept as their key alone under.
