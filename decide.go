@@ -161,6 +161,9 @@ type Decision struct {
 	// opts every workload in, and it does not opt out. The rest, but RecordErr, is set
 	// only then.
 	Acts bool
+	// InPlace is set, and Acts not, for a workload whose pods are restarted in place
+	// (AnnotationRestart): its pod template is left as it is.
+	InPlace bool
 	// RecordErr is why the sources record the workload carries could not be read: a
 	// new one replaces it.
 	RecordErr error
@@ -239,6 +242,11 @@ func decide(in Input, sources Sources) (Decision, error) {
 	if d.Policy.over != "" {
 		return d, fmt.Errorf("%w: %s; it is left as it is", ErrTooManySources, d.Policy.over)
 	}
+	if d.Pacing = d.Policy.Pacing.Over(in.Pacing); d.inPlace() {
+		// Its pods are restarted where they run: its pod template rolls for nothing.
+		d.Acts, d.InPlace = false, true
+		return d, nil
+	}
 	names, err := d.Policy.patternNames(s.Record, sources)
 	if err != nil {
 		return d, err
@@ -265,7 +273,6 @@ func decide(in Input, sources Sources) (Decision, error) {
 	form := s.form(in.Writes)
 	d.Observations = d.Policy.observe(digester{in.Key, in.Namespace, form}, used, candidates, current)
 
-	d.Pacing = d.Policy.Pacing.Over(in.Pacing)
 	// A pinned template says which data its pods run: a return to an earlier revision
 	// declines the data it returned from.
 	prev := s.Record.withoutDeclines()

@@ -31,7 +31,7 @@ var keys = [...][]string{
 		AnnotationAdopted, AnnotationTrigger, AnnotationRelease, AnnotationHeld, AnnotationFailed, AnnotationStatus,
 		AnnotationPinned, AnnotationRemakeSnapshots, AnnotationNotPinned, AnnotationRecreatedFrom,
 		AnnotationRecreateFinished, LabelRecreationOf, AnnotationReplaces, AnnotationRunOnChange, AnnotationRunDue,
-		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal,
+		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken,
 		ReloaderAuto, ReloaderConfigMapAuto, ReloaderSecretAuto, ReloaderConfigMapReload, ReloaderSecretReload,
 		ReloaderConfigMapExclude, ReloaderSecretExclude, ReloaderSecretProviderClassExclude, ReloaderSearch,
 		ReloaderPausePeriod, ReloaderSecretProviderClassAuto, ReloaderSecretProviderClassReload,

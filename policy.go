@@ -34,6 +34,9 @@ type Policy struct {
 	// Pacing is how the workload's changes roll, as its own annotations say; its
 	// namespace and the install's flags say the rest (Pacing.Over).
 	Pacing Pacing
+	// Restart is how a change reaches its pods (AnnotationRestart): in place, it also
+	// opts the workload in, as AnnotationInject does.
+	Restart RestartMode
 
 	reloader bool // read the sources' Reloader annotations too
 	// kinds are the source kinds that can count: see Vocabulary.kinds.
@@ -78,7 +81,7 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
-	return p.OptOut == q.OptOut && p.Search == q.Search && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
+	return p.OptOut == q.OptOut && p.Search == q.Search && p.Restart == q.Restart && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
 		p.reloader == q.reloader && p.only == q.only && p.kinds == q.kinds && p.over == q.over &&
 		p.Discover == q.Discover && p.decided == q.decided && slices.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&
@@ -135,7 +138,8 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	includeCM := r.names(AnnotationIncludeConfigMaps, ConfigMap)
 	includeSecrets := r.names(AnnotationIncludeSecrets, Secret)
 	p.Include = append(includeCM, includeSecrets...)
-	all := inject || len(p.Include) > 0
+	p.Restart = r.restart()
+	all := inject || len(p.Include) > 0 || p.Restart == RestartInPlace
 	p.OptOut = injectSet && !inject
 	search, searchSet := r.boolean(AnnotationSearch)
 	p.Search = search

@@ -1,11 +1,14 @@
 package confighash
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 )
 
@@ -89,4 +92,61 @@ func Restarter(image string) (corev1.Container, corev1.Volume) {
 		Items: []corev1.DownwardAPIVolumeFile{{Path: "token", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + AnnotationRestartToken + "']"}}},
 	}}}
 	return c, v
+}
+
+// LabelRestart marks the pods the webhook gave a restarter, with the value "in-place":
+// the watcher watches those alone.
+const LabelRestart = AnnotationRestart
+
+// restart reads AnnotationRestart.
+func (r *policyReader) restart() RestartMode {
+	v, ok := r.get(AnnotationRestart)
+	if !ok {
+		return RestartRollout
+	}
+	mode, err := ParseRestartMode(v)
+	if err != nil {
+		r.problem(AnnotationRestart, v, "want in-place or rollout")
+	}
+	return mode
+}
+
+// inPlace reports whether the decision's workload is restarted in place: it asks to be,
+// and is not pinned, since a pinned pod template names the data its pods run.
+func (d *Decision) inPlace() bool {
+	return d.Policy.Restart == RestartInPlace && !d.Pacing.Pinned()
+}
+
+// PodWorkload reads a pod as the unit of restart in place: a workload of its own
+// whose pod template is the pod, so that its annotations, which its own template gave
+// it, are its policy.
+func PodWorkload(pod *corev1.Pod) *Workload {
+	return &Workload{Kind: PodKind, Namespace: pod.Namespace, Name: pod.Name,
+		Template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: pod.Annotations}, Spec: pod.Spec}}
+}
+
+// PodKind is a pod's kind, as a workload of its own.
+var PodKind = Kind{schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", []string{"spec"}}
+
+// ErrNotInPlace is returned by RestartToken for a pod not restarted in place.
+var ErrNotInPlace = errors.New("not restarted in place")
+
+// RestartToken returns the token a pod restarted in place is to carry: the hash of the
+// current data of the sources that count for it, as its pod template would carry it
+// if it rolled. in.State is the pod's (PodWorkload); a pinned pod, which names the
+// snapshots it runs, is not restarted in place.
+func RestartToken(in Input, sources Sources) (string, error) {
+	if in.State.Policy.Restart != RestartInPlace || len(in.State.Pins) > 0 {
+		return "", ErrNotInPlace
+	}
+	in.State.Policy.Restart = RestartRollout
+	in.Pods, in.Previous, in.Unpinned = Pods{Fresh: true}, nil, true
+	d, err := Decide(in, sources)
+	if err != nil {
+		return "", err
+	}
+	if !d.Acts {
+		return "", ErrNotInPlace // it opts out
+	}
+	return d.Hash, nil
 }
