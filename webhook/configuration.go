@@ -79,7 +79,8 @@ const (
 )
 
 // Configuration returns the MutatingWebhookConfiguration that registers the webhook:
-// creates and updates of the supported kinds (creates only of a recreated kind), within the scope; in the namespaces
+// creates and updates of the supported kinds (creates only of a recreated kind), and
+// creates of the pods that say how they restart, within the scope; in the namespaces
 // where workloads opt in, only those that carry an annotation that may opt them in;
 // failing open, without side effects, and called again if a later webhook changes the
 // object. client is the webhook's Service, or its URL, without a path. The install
@@ -141,8 +142,25 @@ func Configuration(name string, client admissionregistrationv1.WebhookClientConf
 			// A matchCondition cannot see the namespace's labels: the namespaces that
 			// opt every workload in take their own entry.
 			entry("every.hash.confighash.dev", EveryPath, inScope(scope.EveryNamespaceSelector, confighash.InjectionEvery), nil),
+			podEntry(entry("restart.confighash.dev", Path, inScope(scope.NamespaceSelector, confighash.InjectionEnabled), nil)),
+			podEntry(entry("every.restart.confighash.dev", EveryPath, inScope(scope.EveryNamespaceSelector, confighash.InjectionEvery), nil)),
 		},
 	}
+}
+
+// RestartCondition is the CEL expression of the pod entries' matchCondition: only the
+// creates of pods that say how they restart (confighash.AnnotationRestart) are sent.
+const RestartCondition = "has(object.metadata.annotations) && '" + confighash.AnnotationRestart + "' in object.metadata.annotations"
+
+// podEntry makes an entry admit the creates of pods that may ask to be restarted in
+// place, and only those.
+func podEntry(e admissionregistrationv1.MutatingWebhook) admissionregistrationv1.MutatingWebhook {
+	e.Rules = []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+	e.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "asks-to-restart", Expression: RestartCondition}}
+	return e
 }
 
 // withPath returns the client configuration with the path set.

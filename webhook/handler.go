@@ -200,13 +200,17 @@ func hasRequest(body []byte) bool { _, ok := previewOf(body); return ok }
 // kind's name, or "unknown".
 func (m *Mutator) handles(p preview) (kind string, ok bool) {
 	k, err := m.cfg.Kinds.Lookup(schema.GroupVersionKind(p.Request.Kind))
-	if err != nil {
+	pod := isPod(p.Request.Kind.Group, p.Request.Kind.Version, p.Request.Kind.Kind)
+	switch {
+	case pod:
+		k = confighash.PodKind // admitted at its creation, to be restarted in place
+	case err != nil:
 		return "unknown", false
 	}
 	switch p.Request.Operation {
 	case string(admissionv1.Create):
 	case string(admissionv1.Update):
-		if k.Recreated() {
+		if k.Recreated() || pod {
 			return k.Kind, false // its template cannot change: any write to it would be refused
 		}
 	default:
@@ -216,6 +220,11 @@ func (m *Mutator) handles(p preview) (kind string, ok bool) {
 		return k.Kind, false // the API server does not send these: read nothing for others
 	}
 	return k.Kind, true
+}
+
+// isPod reports whether a group, version and kind are a core v1 Pod's.
+func isPod(group, version, kind string) bool {
+	return group == "" && version == "v1" && kind == confighash.PodKind.Kind
 }
 
 // operationLabel is the operation for metrics: CREATE, UPDATE or, from a caller that

@@ -93,6 +93,9 @@ type Config struct {
 	Metrics Recorder
 	// Log tells each admission let through unchanged for an error (failed open).
 	Log zerolog.Logger
+	// RestarterImage is the image of the restarter a pod restarted in place runs:
+	// confighash's own. Empty: pods are not made restartable in place.
+	RestarterImage string
 	// MaxInFlight bounds the admissions handled at once, and MaxInFlightBytes the bytes
 	// of their bodies; beyond either, an admission is answered at once, allowed
 	// unchanged, before its body is read. Zero: DefaultMaxInFlight,
@@ -192,6 +195,17 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return nil, append(warnings, warningPrefix+msg)
 	}
 
+	if isPod(ar.RequestGVK.Group, ar.RequestGVK.Version, ar.RequestGVK.Kind) {
+		kind = confighash.PodKind.Kind
+		ops, warnings, err := m.admitPod(ctx, ar.NewObjectRaw)
+		switch {
+		case err != nil:
+			return fail(err.Error())
+		case len(ops) > 0:
+			result = ResultPatched
+		}
+		return ops, warnings
+	}
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(ar.NewObjectRaw); err != nil {
 		return fail("the object could not be read: " + err.Error())
