@@ -157,7 +157,7 @@ const RestartCondition = "has(object.metadata.annotations) && '" + confighash.An
 func podEntry(e admissionregistrationv1.MutatingWebhook) admissionregistrationv1.MutatingWebhook {
 	e.Rules = []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	}}
 	e.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "asks-to-restart", Expression: RestartCondition}}
 	return e

@@ -229,7 +229,7 @@ const bytesMinRead = 512
 
 // TestReviewsConfighashDoesNotActOnAreAnsweredWithoutDecodingTheObject: a review of a
 // namespace confighash does not act in, of a kind it does not handle, of an operation
-// it is not registered for, or the update of a Job, is answered allowed, unchanged,
+// it is not registered for, or the update of a Job or a Pod, is answered allowed, unchanged,
 // from the request's fields: the object is never decoded (kubewebhook and the mutator
 // are never called) and nothing is read.
 func TestReviewsConfighashDoesNotActOnAreAnsweredWithoutDecodingTheObject(t *testing.T) {
@@ -253,7 +253,10 @@ func TestReviewsConfighashDoesNotActOnAreAnsweredWithoutDecodingTheObject(t *tes
 	tests := map[string][]byte{
 		"a namespace confighash does not act in": request(func(r map[string]any) { r["namespace"] = "off" }),
 		"a kind it does not handle": request(func(r map[string]any) {
-			r["kind"] = map[string]string{"group": "", "version": "v1", "kind": "Pod"}
+			r["kind"] = map[string]string{"group": "", "version": "v1", "kind": "ConfigMap"}
+		}),
+		"the update of a Pod": request(func(r map[string]any) {
+			r["operation"], r["kind"] = "UPDATE", map[string]string{"group": "", "version": "v1", "kind": "Pod"}
 		}),
 		"a kind of another version": request(func(r map[string]any) {
 			r["kind"] = map[string]string{"group": "apps", "version": "v1beta1", "kind": "Deployment"}
