@@ -147,6 +147,9 @@ type Input struct {
 	// Touched are the sources a touch of the watcher names as changed (its trigger
 	// annotation), none for any other write.
 	Touched []SourceRef
+	// InPlace is set where pods can be restarted in place (AnnotationRestart):
+	// elsewhere, a workload that asks for it rolls.
+	InPlace bool
 	// Writes is the newest form a record may be written in: a due rollout switches a
 	// record to it, and a new record starts in it. FormShared while a component that
 	// reads no other may still run (DESIGN rule 12); a record is never switched back.
@@ -242,7 +245,7 @@ func decide(in Input, sources Sources) (Decision, error) {
 	if d.Policy.over != "" {
 		return d, fmt.Errorf("%w: %s; it is left as it is", ErrTooManySources, d.Policy.over)
 	}
-	if d.Pacing = d.Policy.Pacing.Over(in.Pacing); d.inPlace() {
+	if d.Pacing = d.Policy.Pacing.Over(in.Pacing); in.InPlace && d.inPlace() {
 		// Its pods are restarted where they run: its pod template rolls for nothing.
 		d.Acts, d.InPlace = false, true
 		return d, nil

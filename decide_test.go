@@ -33,6 +33,7 @@ type world struct {
 	pacing      Pacing
 	state       State
 	rollouts    int
+	inPlace     bool
 }
 
 func newWorld(t *testing.T, annotations map[string]string, tmpl *corev1.PodTemplateSpec, sources ...Source) *world {
@@ -49,7 +50,7 @@ func (w *world) admit(pods Pods) Decision {
 	state := Vocabulary{Reloader: true}.Read(&Workload{Annotations: w.annotations, Template: w.tmpl})
 	state.Record, state.RecordErr, state.Hash, state.Adopted = w.state.Record, w.state.RecordErr, w.state.Hash, w.state.Adopted
 	state.Release = w.state.Release
-	d, err := Decide(Input{Key: testKey, State: state, Mode: w.mode, Pods: pods, Pacing: w.pacing}, listedSources(w.sources))
+	d, err := Decide(Input{Key: testKey, State: state, Mode: w.mode, Pods: pods, Pacing: w.pacing, InPlace: w.inPlace}, listedSources(w.sources))
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -62,11 +62,12 @@ func TestARestartTokenMovesWithTheDataThatCounts(t *testing.T) {
 
 // TestAnInPlaceWorkloadsTemplateRollsForNothing: a workload whose pod template asks for
 // restart in place is opted in by it, and its template is left as it is for a change
-// of its data; pinned, it rolls as before.
+// of its data; pinned, or where pods cannot be restarted in place, it rolls as before.
 func TestAnInPlaceWorkloadsTemplateRollsForNothing(t *testing.T) {
 	tmpl := envFrom("app")
 	tmpl.Annotations = map[string]string{AnnotationRestart: "in-place"}
 	w := newWorld(t, map[string]string{}, tmpl, cmSource("app", "1"))
+	w.inPlace = true
 	if d := w.admit(Pods{Fresh: true}); d.Acts || !d.InPlace || d.Hash != "" {
 		t.Fatalf("decision: acts %v, in place %v, hash %q; want in place, no hash", d.Acts, d.InPlace, d.Hash)
 	}
@@ -76,6 +77,11 @@ func TestAnInPlaceWorkloadsTemplateRollsForNothing(t *testing.T) {
 		t.Errorf("%d rollouts, want none", w.rollouts)
 	}
 
+	w.inPlace = false
+	if d := w.admit(Pods{Fresh: true}); !d.Acts || d.InPlace || d.Hash == "" {
+		t.Errorf("not in place here: acts %v, in place %v, hash %q; want it hashed", d.Acts, d.InPlace, d.Hash)
+	}
+	w.inPlace = true
 	w.annotations[AnnotationPin] = "true"
 	if d := w.admit(Pods{Fresh: true}); !d.Acts || d.InPlace || d.Hash == "" {
 		t.Errorf("pinned: acts %v, in place %v, hash %q; want it hashed", d.Acts, d.InPlace, d.Hash)

@@ -34,6 +34,9 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	if w.gate.Mode(d.Namespace()) == confighash.ModeOff {
 		return
 	}
+	if w.restarts != nil {
+		w.restarts.sourceChanged(d.Namespace(), d.Source.SourceRef)
+	}
 	users := w.users(d.Namespace(), d.Source.SourceRef)
 	for _, v := range users {
 		w.later.sourceChanged(v, d.Source.SourceRef)

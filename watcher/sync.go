@@ -61,7 +61,7 @@ func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash
 	pacing, err := w.gate.Pacing(v.Namespace)
 	w.settings.tell(namespaceRef(v.Namespace), errText(err))
 	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
-		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes, Touched: w.later.of(v)}, cachedSources{w.sources, v.Namespace})
+		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes, Touched: w.later.of(v), InPlace: w.cfg.InPlace}, cachedSources{w.sources, v.Namespace})
 }
 
 // carried reports whether the workload as admitted carries the decision made for it

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -89,6 +88,9 @@ type Config struct {
 	// RunCronJobsOnChange starts a Job of a CronJob whose data changed at once, as
 	// Reloader does; otherwise only for one that asks to.
 	RunCronJobsOnChange bool
+	// InPlace restarts in place the pods of workloads that ask for it; unset, those
+	// workloads roll. The webhook must agree (its restarter image).
+	InPlace bool
 	// FlapLimit is how many changes of one source within FlapWindow roll its users;
 	// past it they are held at their current revision until the source has not
 	// changed for FlapQuiet, then roll once. 0: no limit.
@@ -187,6 +189,8 @@ type Watcher struct {
 	workloadsGeneration, namespacesGeneration atomic.Uint64
 	// csi is set when the sources cache keeps SecretProviderClasses.
 	csi bool
+	// restarts restarts pods in place; nil unless InPlace.
+	restarts *restarts
 }
 
 // New returns a Watcher; Run starts its caches and Lead its work.
@@ -254,6 +258,11 @@ func New(cfg Config) (*Watcher, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if cfg.InPlace {
+		if w.restarts, err = newRestartsOf(w); err != nil {
+			return nil, err
+		}
+	}
 	for _, in := range w.workloads {
 		if err := in.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
@@ -276,6 +285,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		for _, in := range w.workloads {
 			in.Run(ctx)
 		}
+		w.restarts.run(ctx)
 		go w.relist(ctx)
 	}
 	<-ctx.Done()
@@ -283,24 +293,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// Unwatched returns the resources the watcher would cache, of workloads or of the
-// CSI driver's pod statuses, that the API server did not serve when it was created.
-func (w *Watcher) Unwatched() []schema.GroupVersionResource {
-	var missing []schema.GroupVersionResource
-	for _, k := range w.cfg.Kinds {
-		if _, ok := w.workloads[k.Kind]; !ok {
-			missing = append(missing, k.GroupVersion().WithResource(k.Resource))
-		}
-	}
-	if w.cfg.Vocabulary.CSI && !w.csi {
-		missing = append(missing, sourcecache.PodStatuses)
-	}
-	return missing
-}
-
 // Synced reports whether every cache has listed once.
 func (w *Watcher) Synced() bool {
-	if !w.sources.Synced() || !w.gate.HasSynced() {
+	if !w.sources.Synced() || !w.gate.HasSynced() || !w.restarts.synced() {
 		return false
 	}
 	for _, in := range w.workloads {
@@ -323,6 +318,7 @@ func (w *Watcher) Lead(ctx context.Context) error {
 		w.cfg.Log.Warn().Err(err).Msg("recreations of Jobs a watcher did not finish are finished at the next start")
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { w.restarts.lead(ctx) })
 	if w.cfg.Metadata != nil && w.cfg.SnapshotSweep > 0 {
 		wg.Go(func() {
 			tick := time.NewTicker(w.cfg.SnapshotSweep)

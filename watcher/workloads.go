@@ -203,3 +203,18 @@ func upTo(text string, limit int) string {
 	}
 	return text
 }
+
+// Unwatched returns the resources the watcher would cache, of workloads or of the
+// CSI driver's pod statuses, that the API server did not serve when it was created.
+func (w *Watcher) Unwatched() []schema.GroupVersionResource {
+	var missing []schema.GroupVersionResource
+	for _, k := range w.cfg.Kinds {
+		if _, ok := w.workloads[k.Kind]; !ok {
+			missing = append(missing, k.GroupVersion().WithResource(k.Resource))
+		}
+	}
+	if w.cfg.Vocabulary.CSI && !w.csi {
+		missing = append(missing, sourcecache.PodStatuses)
+	}
+	return missing
+}

@@ -94,7 +94,8 @@ type Config struct {
 	// Log tells each admission let through unchanged for an error (failed open).
 	Log zerolog.Logger
 	// RestarterImage is the image of the restarter a pod restarted in place runs:
-	// confighash's own. Empty: pods are not made restartable in place.
+	// confighash's own. Empty: pods are not made restartable in place, and the
+	// workloads that ask for it roll.
 	RestarterImage string
 	// MaxInFlight bounds the admissions handled at once, and MaxInFlightBytes the bytes
 	// of their bodies; beyond either, an admission is answered at once, allowed
@@ -238,7 +239,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	prev := previousOf(ar.OldObjectRaw, w.Kind)
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, prev)}
 	in := confighash.Input{Key: m.cfg.Key, Namespace: w.Namespace, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: prev == nil}, Pacing: m.cfg.Pacing,
-		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != "", Previous: prev, Template: w.Template}
+		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != "", Previous: prev, Template: w.Template, InPlace: m.cfg.RestarterImage != ""}
 	if m.cfg.Writes != nil {
 		in.Writes = m.cfg.Writes()
 	}

@@ -43,6 +43,7 @@ type watcherConfig struct {
 	waveTimeout, snapshotSweep  time.Duration
 	pendingTimeout              time.Duration
 	recreateFinishedJobs        bool
+	restartInPlace              bool
 	runCronJobsOnChange         bool
 	flapLimit                   int
 	flapWindow, flapQuiet       time.Duration
@@ -72,6 +73,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.alerts.cluster, "cluster-name", "", "the cluster's name in alerts")
 	fs.IntVar(&c.waveThreshold, "wave-threshold", 0, "a change rolls in waves only when it reaches more workloads than this, or than the wave size")
 	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
+	fs.BoolVar(&c.restartInPlace, "restart-in-place", true, "restart in place the pods of the workloads annotated "+confighash.AnnotationRestart+`: "in-place"`+"; false: those workloads roll, and the webhook must be given no --restarter-image")
 	fs.BoolVar(&c.recreateFinishedJobs, "recreate-finished-jobs", false, "recreate a Job whose data changed even once it has finished (Complete or Failed), as Reloader does; otherwise only a Job annotated "+confighash.AnnotationRecreateFinished+`: "true"`)
 	fs.BoolVar(&c.runCronJobsOnChange, "run-cronjobs-on-change", false, "start a Job of a CronJob whose data changed at once, as Reloader does, besides its next run reading the new data; otherwise only for a CronJob annotated "+confighash.AnnotationRunOnChange+`: "true"`)
 	fs.DurationVar(&c.pendingTimeout, "pending-timeout", watcher.DefaultPendingTimeout, "how long the new pods of a workload a wave rolled may stay Pending before its --max-rolling slot goes to other workloads")
@@ -187,7 +189,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
-		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs,
+		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, InPlace: cfg.restartInPlace,
 		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
 		Events: events, Metrics: recorder, Log: log,
 	}

@@ -27,6 +27,7 @@ func TestInstalledAsTheDocsSay(t *testing.T) {
 		{"the renewed serving certificate is served with no failed admission", servingCertificateRenewed},
 		{"the leading watcher's pod deleted: the other leads, a change rolls once", leaderDeleted},
 		{"a webhook pod terminated while admissions stream: none fails", webhookTerminated},
+		{"the demo switched to restart in place: a change is served by the same pod, restarted once", demoRestartsInPlace},
 		{"kubectl delete -k, then helm install: Ready, caBundle injected, admission through the Service", reinstallWithHelm},
 	}
 	for _, s := range steps {
