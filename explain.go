@@ -39,7 +39,7 @@ type Explanation struct {
 	// Unseen says what could not be read, and what follows from it.
 	Unseen []string `json:"unseen,omitempty"`
 	// Verdict is one of VerdictUpToDate, VerdictRollout, VerdictNoRollout,
-	// VerdictPending, VerdictUnknown, VerdictCreated, VerdictHeld.
+	// VerdictPending, VerdictUnknown, VerdictCreated, VerdictHeld, VerdictInPlace.
 	Verdict string `json:"verdict"`
 	// Why says what the verdict rests on.
 	Why string `json:"why"`
@@ -81,6 +81,9 @@ const (
 	// wave, a closed rollout window, a wave still to come, or a source that keeps
 	// changing.
 	VerdictHeld = "held"
+	// VerdictInPlace is for a workload whose pods are restarted in place: its pod
+	// template rolls for nothing.
+	VerdictInPlace = "restarted in place"
 )
 
 // ExplainInput is what Explain needs of a workload and its namespace.
@@ -150,16 +153,20 @@ func Explain(in ExplainInput) (e Explanation) {
 			state.Record, state.Form, state.Hash, state.Adopted = hashed.Record, hashed.Form, hashed.Hash, hashed.Adopted
 		}
 	}
-	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing}, listedSources(in.Sources))
+	// As an install restarts in place by default (the watcher's --restart-in-place).
+	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing, InPlace: true}, listedSources(in.Sources))
 	e.Pacing = d.Pacing.String()
 	// Sources that could not be read would be taken as absent: no hash is recomputed.
 	keyless := !in.HaveKey || usesHidden(d, in.Hidden)
 	if keyless {
 		defer hideDigests(&e)
 	}
-	e.OptedIn, e.OptIn = d.Acts, optInOf(in, w, d.Policy, state.Problems)
+	e.OptedIn, e.OptIn = d.Acts || d.InPlace, optInOf(in, w, d.Policy, state.Problems)
 	e.Sources = explainSources(in.Workload, d, state, in.Hidden)
 	switch {
+	case d.InPlace:
+		e.Verdict, e.Why = VerdictInPlace, "its pod template asks for it ("+AnnotationRestart+"): each pod is restarted where it runs, one of its controller at a time, when the data of a source that counts for it changes; the workload itself rolls for nothing (kubectl get events --field-selector involvedObject.kind=Pod tells each restart)"
+		return e
 	case in.ModeUnseen && !state.met():
 		e.Verdict, e.Why = VerdictNoRollout, neverAdmitted(w.Namespace, e)
 		return e
@@ -266,7 +273,7 @@ func (l listedSources) Read(refs []SourceRef) (map[SourceRef]Source, error) { re
 // whose value is not a boolean is ignored, and said so.
 func optInOf(in ExplainInput, w *Workload, p Policy, problems []Problem) string {
 	var by, ignored []string
-	for _, name := range append(in.Vocabulary.OptInAnnotations(), AnnotationInject, ReloaderAuto) {
+	for _, name := range append(in.Vocabulary.OptInAnnotations(), AnnotationInject, ReloaderAuto, AnnotationRestart) {
 		v, ok := w.Annotations[name]
 		where := ""
 		if !ok {

@@ -2,6 +2,7 @@ package confighash
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,5 +98,18 @@ func TestParseRestartMode(t *testing.T) {
 	_, problems := Vocabulary{}.ParsePolicy(map[string]string{AnnotationRestart: "inplace"}, nil)
 	if len(problems) != 1 || problems[0].Reason != "want in-place or rollout" {
 		t.Errorf("problems: %v", problems)
+	}
+}
+
+// TestExplainSaysAWorkloadIsRestartedInPlace: explain tells a workload restarted in
+// place by what opts it in, and that its pods, not it, are restarted for a change.
+func TestExplainSaysAWorkloadIsRestartedInPlace(t *testing.T) {
+	tmpl := envFrom("app")
+	tmpl.Annotations = map[string]string{AnnotationRestart: "in-place"}
+	w := &Workload{Kind: StatefulSet, Namespace: "shop", Name: "db", Annotations: map[string]string{}, Template: tmpl}
+	sources := map[SourceRef]Source{{ConfigMap, "app"}: cmSource("app", "2")}
+	e := Explain(ExplainInput{Workload: w, Mode: ModeOptedIn, Sources: sources, Key: testKey, HaveKey: true})
+	if e.Verdict != VerdictInPlace || !e.OptedIn || !strings.Contains(e.OptIn, AnnotationRestart+"=in-place (pod template)") || !strings.Contains(e.Why, "restarted where it runs") {
+		t.Errorf("explained: %s, opted in %v (%s): %s", e.Verdict, e.OptedIn, e.OptIn, e.Why)
 	}
 }

@@ -1,28 +1,45 @@
 // Command demoapp is the demo's application: it serves the value its pod was started
 // with, from the MESSAGE environment variable, which a ConfigMap fills. An
 // environment variable never changes in a running pod: the page changes only when
-// the pod is replaced, which is what confighash is for.
+// the pod's containers start again, which is what confighash is for.
+//
+// With STATE_DIR set, each start appends a line to STATE_DIR/starts, and /starts
+// serves how many there are: on a volume, what the pod's starts kept.
 package main
 
 import (
+	"bytes"
+	"errors"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 )
 
 func main() {
 	message := os.Getenv("MESSAGE")
-	srv := &http.Server{
-		Addr:              ":8080",
-		ReadHeaderTimeout: 5 * time.Second,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			fmt.Fprintln(w, message)
-		}),
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, message) })
+	if dir := os.Getenv("STATE_DIR"); dir != "" {
+		starts := filepath.Join(dir, "starts")
+		if err := appendLine(starts, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		mux.HandleFunc("/starts", func(w http.ResponseWriter, _ *http.Request) {
+			b, err := os.ReadFile(starts)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprintln(w, bytes.Count(b, []byte("\n")))
+		})
 	}
+	srv := &http.Server{Addr: ":8080", ReadHeaderTimeout: 5 * time.Second, Handler: mux}
 	// As PID 1 it would ignore SIGTERM and keep serving old pages on open
 	// connections until killed: it closes them when the pod is replaced.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -37,4 +54,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, line)
+	return errors.Join(err, f.Close())
 }
