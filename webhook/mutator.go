@@ -196,7 +196,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		return nil, append(warnings, warningPrefix+msg)
 	}
 
-	if isPod(ar.RequestGVK.Group, ar.RequestGVK.Version, ar.RequestGVK.Kind) {
+	if gvk := ar.RequestGVK; gvk != nil && isPod(gvk.Group, gvk.Version, gvk.Kind) {
 		kind = confighash.PodKind.Kind
 		ops, warnings, err := m.admitPod(ctx, ar.NewObjectRaw)
 		switch {
