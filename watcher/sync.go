@@ -118,6 +118,10 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.Text(v.Form)).Str("want", d.Record.Text(d.Form)).
 		Str("hash", v.Hash).Str("want_hash", d.Hash).Stringer("pins", v.Pins).Stringer("want_pins", d.Pins).Msg("checked")
+	if d.InPlace {
+		w.forget(key) // its pods are restarted in place (restarts)
+		return nil
+	}
 	if v.Kind.Recreated() {
 		return w.syncJob(ctx, key, v, d)
 	}
