@@ -29,6 +29,7 @@ func TestInstalledAsTheDocsSay(t *testing.T) {
 		{"a webhook pod terminated while admissions stream: none fails", webhookTerminated},
 		{"the demo switched to restart in place: a change is served by the same pod, restarted once", demoRestartsInPlace},
 		{"a StatefulSet of 3 with volumes restarts in place one pod at a time, and halts on a bad change", statefulSetRestartsInPlace},
+		{"pods an operator made, and a bare pod, restart in place", operatorPodsRestartInPlace},
 		{"kubectl delete -k, then helm install: Ready, caBundle injected, admission through the Service", reinstallWithHelm},
 	}
 	for _, s := range steps {
