@@ -8,14 +8,22 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
+	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
@@ -41,6 +49,8 @@ type webhookConfig struct {
 	callers           string
 	maxInFlightBytes  int64
 	watcherLease      string
+	restarterImage    string
+	restartInPlace    bool
 }
 
 func (c *webhookConfig) flags(fs *flag.FlagSet) {
@@ -60,6 +70,8 @@ func (c *webhookConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxInFlight, "admission-max-in-flight", webhook.DefaultMaxInFlight, "most admissions handled at once; beyond it one is answered at once, allowed unchanged with a warning, before its body is read, and the watcher updates the workload")
 	fs.Int64Var(&c.maxInFlightBytes, "admission-max-in-flight-bytes", webhook.DefaultMaxInFlightBytes, fmt.Sprintf("most bytes of admission requests handled at once (a request of unknown length counts as %d, the largest read); beyond it one is answered as beyond --admission-max-in-flight; at least %d", webhook.MaxBodyBytes, webhook.MaxBodyBytes))
 	fs.StringVar(&c.watcherLease, "watcher-lease", "confighash-watcher", "the watcher's leader Lease in --namespace (its --leader-elect-lease-name), which says what forms of the sources record the watcher that leads reads: only those are written")
+	fs.BoolVar(&c.restartInPlace, "restart-in-place", true, "make the pods that ask for it ("+confighash.AnnotationRestart+`: "in-place"`+") restartable in place, with the restarter; false: their workloads roll; the webhook and the watcher must be given the same")
+	fs.StringVar(&c.restarterImage, "restarter-image", "", "image of the restarter, the sidecar given to the pods restarted in place (confighash.dev/restart: in-place), which runs `confighash restarter`; empty: the image of the webhook's own container, read once at start from its pod ($POD_NAME in $POD_NAMESPACE); not found, no pod is made restartable in place and its workload rolls")
 	fs.StringVar(&c.configuration, "webhook-configuration", "confighash", "the MutatingWebhookConfiguration whose caBundle a self-signed webhook sets")
 }
 
@@ -119,6 +131,10 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if cfg.maxInFlight < 1 || cfg.maxInFlightBytes < webhook.MaxBodyBytes {
 		return fmt.Errorf("--admission-max-in-flight must be at least 1 and --admission-max-in-flight-bytes at least %d, got %d and %d", webhook.MaxBodyBytes, cfg.maxInFlight, cfg.maxInFlightBytes)
 	}
+	if cfg.restarterImage != strings.TrimSpace(cfg.restarterImage) {
+		// The API server would refuse every pod given such a restarter.
+		return fmt.Errorf("--restarter-image %q: leading or trailing space", cfg.restarterImage)
+	}
 	e, err := cfg.connect(ctx, "webhook", stderr)
 	if err != nil {
 		return err
@@ -168,11 +184,13 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		callers = webhook.NewCallers(client, extra, log)
 	}
+	restarterImage := cfg.restarter(ctx, client, log)
 	lease := webhook.NewWatcherLease(client, cfg.namespace, cfg.watcherLease)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder, Log: log,
 		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, Writes: lease.Writes, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
+		RestarterImage: restarterImage,
 	})
 	if err != nil {
 		return err
@@ -231,6 +249,67 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g.Go(func() error { return admissionServer.run(ctx, log, cfg.shutdownTimeout) })
 	g.Go(func() error { return ops.run(ctx, log, cfg.shutdownTimeout) })
 	return g.Wait()
+}
+
+// restarter returns the image of the restarter: none when restart in place is off
+// (then no pod is made restartable in place), else the one given, else the webhook's own.
+func (c *webhookConfig) restarter(ctx context.Context, client kubernetes.Interface, log zerolog.Logger) string {
+	switch {
+	case !c.restartInPlace:
+		return ""
+	case c.restarterImage != "":
+		return c.restarterImage
+	}
+	return ownImage(ctx, client, log)
+}
+
+// ownImage returns the image of the webhook's own container, for the restarter:
+// confighash's image, at the version of the webhook that admits the pod, as the
+// install pulls it (its registry, mirror or digest). It is read once, from the pod
+// the downward API names in POD_NAME and POD_NAMESPACE; outside a cluster, or when
+// the pod cannot be read, it returns "" and restart in place is off.
+func ownImage(ctx context.Context, client kubernetes.Interface, log zerolog.Logger) string {
+	name, namespace := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || namespace == "" {
+		log.Warn().Msg("restart in place is off: no --restarter-image, and $POD_NAME or $POD_NAMESPACE is unset, so the webhook's own image is unknown")
+		return ""
+	}
+	image, err := podImage(ctx, client, namespace, name, webhookContainer)
+	if err != nil {
+		log.Warn().Err(err).Str("namespace", namespace).Str("name", name).Msg("restart in place is off: no --restarter-image, and the webhook's own image could not be read")
+		return ""
+	}
+	log.Info().Str("image", image).Msg("restarter image: the webhook's own")
+	return image
+}
+
+// webhookContainer names the webhook's container in the install manifests and the chart.
+const webhookContainer = "webhook"
+
+// podImage reads the image of a pod's container: the one named container, or else
+// the pod's only one. The pod is listed by name, one at most (the webhook may list
+// pods, not get them), within a few seconds.
+func podImage(ctx context.Context, client kubernetes.Interface, namespace, name, container string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), Limit: 1,
+	})
+	if err != nil {
+		return "", fmt.Errorf("read pod %s/%s: %w", namespace, name, err)
+	}
+	i := slices.IndexFunc(list.Items, func(p corev1.Pod) bool { return p.Name == name })
+	if i < 0 {
+		return "", fmt.Errorf("pod %s/%s not found", namespace, name)
+	}
+	containers := list.Items[i].Spec.Containers
+	if j := slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == container }); j >= 0 {
+		return containers[j].Image, nil
+	}
+	if len(containers) == 1 {
+		return containers[0].Image, nil
+	}
+	return "", fmt.Errorf("pod %s/%s has no container %q", namespace, name, container)
 }
 
 // certMetrics reports serving-certificate reloads and the current certificate's expiry.

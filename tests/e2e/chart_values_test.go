@@ -551,14 +551,17 @@ func chartValues(appVersion, other string) []chartValue {
 		})
 	}
 	onlyOptIn := allOf(webhookEntries(func(hooks []admissionregistrationv1.MutatingWebhook) error {
-		if len(hooks) != 1 || hooks[0].Name != "hash.confighash.dev" {
-			return fmt.Errorf("webhook entries %v, want hash.confighash.dev alone", names(hooks))
+		if got := names(hooks); !slices.Equal(got, []string{"hash.confighash.dev", "restart.confighash.dev"}) {
+			return fmt.Errorf("webhook entries %v, want hash.confighash.dev and restart.confighash.dev alone", got)
 		}
 		return nil
 	}), emptyFlag("webhook", "--every-workload-namespace-selector"), emptyFlag("watcher", "--every-workload-namespace-selector"))
 	rule := func(resource string, there bool) check {
 		return webhookEntries(func(hooks []admissionregistrationv1.MutatingWebhook) error {
 			for _, h := range hooks {
+				if strings.HasSuffix(h.Name, "restart.confighash.dev") {
+					continue // pods only, whatever the kinds
+				}
 				found := slices.ContainsFunc(h.Rules, func(r admissionregistrationv1.RuleWithOperations) bool { return slices.Contains(r.Resources, resource) })
 				if found != there {
 					return fmt.Errorf("%s: a rule for %s is there: %v", h.Name, resource, found)
@@ -736,6 +739,9 @@ func chartValues(appVersion, other string) []chartValue {
 			whenOn: argIs("webhook", "--client-allowed-names", "kube-apiserver"), whenOff: argIs("webhook", "--client-allowed-names", "")},
 		{name: "webhook.admissionCallers", on: []string{"--set", "webhook.admissionCallers=192.0.2.0/24"},
 			whenOn: argIs("webhook", "--admission-callers", "192.0.2.0/24"), whenOff: argIs("webhook", "--admission-callers", "")},
+		{name: "webhook.restarterImage", on: []string{"--set", "webhook.restarterImage=mirror.example.com/confighash:1"},
+			whenOn:  allOf(argIs("webhook", "--restarter-image", "mirror.example.com/confighash:1"), hasObject("Role", "confighash-webhook-reads-own-pod", false, nil)),
+			whenOff: allOf(argIs("webhook", "--restarter-image", ""), hasObject("Role", "confighash-webhook-reads-own-pod", true, nil))},
 		{name: "metrics.dashboard.enabled", on: []string{"--set", "metrics.dashboard.enabled=true"},
 			whenOn: dashboard(nil), whenOff: hasObject("ConfigMap", "confighash-dashboard", false, nil)},
 		{name: "metrics.dashboard.namespace", with: []string{"--set", "metrics.dashboard.enabled=true"}, on: []string{"--set", "metrics.dashboard.namespace=" + other},

@@ -270,8 +270,8 @@ func checkWebhookConfiguration(t *testing.T, rendered []byte, vocabulary configh
 			t.Fatal(err)
 		}
 	}
-	if installed == nil || len(installed.Webhooks) != 2 {
-		t.Fatalf("the install has no MutatingWebhookConfiguration with two webhooks: %+v", installed)
+	if installed == nil || len(installed.Webhooks) != 4 {
+		t.Fatalf("the install has no MutatingWebhookConfiguration with four webhooks: %+v", installed)
 	}
 	client := installed.Webhooks[0].ClientConfig.DeepCopy()
 	client.Service.Path = nil
@@ -353,6 +353,17 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	webhookConfig, webhookClient := tokenKubeconfig(t, c, "confighash", "confighash-webhook")
 	watcherConfig, watcherClient := tokenKubeconfig(t, c, "confighash", "confighash-watcher")
 
+	// The webhook's pod, as the downward API names it: the restarter runs its image.
+	own := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "confighash-webhook-own"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "webhook", Image: "registry.example.com/confighash:e2e"}}}}
+	if _, err := c.Client.CoreV1().Pods("confighash").Create(ctx, own, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Pods("confighash").Delete(context.Background(), own.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	t.Setenv("POD_NAME", own.Name)
+	t.Setenv("POD_NAMESPACE", "confighash")
 	startWebhook(t, c, "--kubeconfig="+webhookConfig, "--namespace=confighash")
 	startWatcher(t, c, "--kubeconfig="+watcherConfig, "--namespace=confighash")
 	ns := labeledNamespace(t, c)
@@ -404,9 +415,28 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 		}
 	}
 
-	// A wave's failure is read from the pods of the workloads it rolled.
+	// A pod restarted in place gets the restarter, of the image of the webhook's own
+	// pod, read with the webhook's RBAC.
+	restartable := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "restartable",
+		Annotations: map[string]string{confighash.AnnotationInject: "true", confighash.AnnotationRestart: confighash.RestartInPlace.String()}},
+		Spec: fixtures.EnvFromTemplate("cfg").Spec}
+	if restartable, err = c.Client.CoreV1().Pods(ns).Create(ctx, restartable, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(restartable.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == confighash.RestarterName }); i < 0 ||
+		restartable.Spec.InitContainers[i].Image != own.Spec.Containers[0].Image {
+		t.Errorf("a pod restarted in place has init containers %+v, want the restarter of image %s", restartable.Spec.InitContainers, own.Spec.Containers[0].Image)
+	}
+
+	// A wave's failure is read from the pods of the workloads it rolled; pods restarted
+	// in place are watched.
 	if _, err := watcherClient.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("the watcher lists pods: %v", err)
+	}
+	if w, err := watcherClient.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: confighash.LabelRestart + "=" + confighash.RestartInPlace.String()}); err != nil {
+		t.Errorf("the watcher watches pods restarted in place: %v", err)
+	} else {
+		w.Stop()
 	}
 
 	// And no more than that.
@@ -420,11 +450,9 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 			_, err := watcherClient.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
 			return err
 		}(),
-		"the watcher watches pods": func() error {
-			w, err := watcherClient.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-			if err == nil {
-				w.Stop()
-			}
+		"the watcher deletes a pod": watcherClient.CoreV1().Pods(ns).Delete(ctx, "restartable", metav1.DeleteOptions{}),
+		"the webhook reads a pod": func() error {
+			_, err := webhookClient.CoreV1().Pods("confighash").Get(ctx, own.Name, metav1.GetOptions{})
 			return err
 		}(),
 		"the webhook patches a Deployment": func() error {

@@ -18,6 +18,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -612,5 +613,176 @@ func TestWebhookWithAClientCAAnswersOnlyTheAPIServer(t *testing.T) {
 	}
 	if n := snapshots(); n != 1 {
 		t.Fatalf("the review with the API server's certificate made %d snapshots, want 1: the forged review could not have made one", n)
+	}
+}
+
+// The messages of the policy that holds the watcher's writes of pods.
+const (
+	podsOnlyPatched     = "the confighash watcher only patches pods, never creates, deletes or evicts one, nor writes a subresource"
+	podsInPlaceOnly     = "the confighash watcher patches only the pods restarted in place, labelled confighash.dev/restart=in-place"
+	podsTokenOnly       = "the confighash watcher changes only a pod's confighash.dev/restart-token annotation, and never removes it"
+	podsTokenForm       = "the confighash watcher writes a restart token of the form v1:<64 hex digits>"
+	writesWhereItActs   = "confighash writes only in the namespaces it acts in"
+	restartTokenPattern = "v1:%064x"
+)
+
+// saying wants a write refused with message: a refusal that says something else, or
+// any other error, comes back as a plain error, which is no policy's refusal.
+func saying(message string, write func(context.Context, []string) error) func(context.Context, []string) error {
+	return func(ctx context.Context, dryRun []string) error {
+		err := write(ctx, dryRun)
+		if err != nil && !strings.Contains(err.Error(), message) {
+			return fmt.Errorf("refused without saying %q: %v", message, err)
+		}
+		return err
+	}
+}
+
+// TestWatcherServiceAccountRestartsOnlyPodsInPlace: with the install's RBAC and
+// policies, in a namespace other than confighash, the watcher's ServiceAccount writes
+// the restart token of a pod labelled confighash.dev/restart=in-place, changed or
+// added, as the watcher does (a merge patch naming the pod's uid and resourceVersion).
+// Every variation is refused by a policy, with its message: another annotation, a
+// label, the spec, the token removed or of another form, a pod without the label, a
+// pod where confighash does not act or in its own namespace; and, once a grant beyond
+// the install's lets RBAC through, a pod deleted, created or evicted, and a write of
+// its status or ephemeral containers. Without that grant RBAC refuses those first.
+func TestWatcherServiceAccountRestartsOnlyPodsInPlace(t *testing.T) {
+	c := cluster.Require(t, testCluster)
+	ctx := t.Context()
+	home := installElsewhere(t, c)
+	ns, off := labeledNamespace(t, c), namespace(t, c, nil)
+	inPlace := map[string]string{confighash.LabelRestart: confighash.RestartInPlace.String()}
+	token := map[string]string{confighash.AnnotationRestartToken: fmt.Sprintf(restartTokenPattern, 1), "example.com/owner": "team-a"}
+	pod := func(in, name string, labels, annotations map[string]string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}}
+		if in == "" {
+			return p
+		}
+		created, err := c.Client.CoreV1().Pods(in).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return created
+	}
+	pod(ns, "web", inPlace, token)
+	pod(ns, "fresh", inPlace, nil)
+	pod(ns, "plain", nil, token)
+	pod(off, "web", inPlace, token)
+	pod(home, "web", inPlace, token)
+
+	w := impersonate(t, c, home, "confighash-watcher")
+	merge := types.MergePatchType
+	patch := func(in, name, body string, subresources ...string) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			_, err := w.CoreV1().Pods(in).Patch(ctx, name, merge, []byte(body), metav1.PatchOptions{DryRun: dryRun, FieldManager: "confighash-watcher"}, subresources...)
+			return err
+		}
+	}
+	setToken := func(value string) string {
+		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, confighash.AnnotationRestartToken, value)
+	}
+	next := fmt.Sprintf(restartTokenPattern, 2)
+	// restart writes the token as the watcher does: on the pod it read, named by its uid
+	// and resourceVersion (kwok may write its status in between: read it again).
+	restart := func(in, name, value string) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			for {
+				p, err := c.Client.CoreV1().Pods(in).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				body := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`, p.UID, p.ResourceVersion, confighash.AnnotationRestartToken, value)
+				err = patch(in, name, body)(ctx, dryRun)
+				if !apierrors.IsConflict(err) {
+					return err
+				}
+			}
+		}
+	}
+	create := func(ctx context.Context, dryRun []string) error {
+		_, err := w.CoreV1().Pods(ns).Create(ctx, pod("", "miner", inPlace, token), metav1.CreateOptions{DryRun: dryRun})
+		return err
+	}
+	deletePod := func(ctx context.Context, dryRun []string) error {
+		return w.CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{DryRun: dryRun})
+	}
+	evict := func(ctx context.Context, dryRun []string) error {
+		return w.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, DeleteOptions: &metav1.DeleteOptions{DryRun: dryRun}})
+	}
+	status := patch(ns, "web", `{"status":{"phase":"Failed"}}`, "status")
+	debug := patch(ns, "web", `{"spec":{"ephemeralContainers":[{"name":"debug","image":"example.com/shell:1","targetContainerName":"app"}]}}`, "ephemeralcontainers")
+	beyondRBAC := map[string]func(context.Context, []string) error{
+		"a pod created": create, "a pod deleted": deletePod, "a pod evicted": evict,
+		"a pod's status written": status, "an ephemeral container added": debug,
+	}
+	for what, write := range beyondRBAC {
+		if err := write(ctx, []string{metav1.DryRunAll}); !forbiddenByRBAC(err) {
+			t.Errorf("%s with the install's RBAC: got %v, want a refusal by RBAC", what, err)
+		}
+	}
+
+	// A grant beyond the install's, as a cluster admin might add: the policy still holds.
+	grant := fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: %[1]s-pods-beyond}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [create, delete]}
+- {apiGroups: [""], resources: [pods/eviction], verbs: [create]}
+- {apiGroups: [""], resources: [pods/status, pods/ephemeralcontainers], verbs: [patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: %[1]s-pods-beyond}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %[1]s-pods-beyond}
+subjects:
+- {kind: ServiceAccount, name: confighash-watcher, namespace: %[1]s}
+`, home)
+	applyForTest(t, c, []byte(grant))
+
+	checkPolicyCases(t, []policyCase{
+		{"a restart: the token of a pod restarted in place, changed", true, restart(ns, "web", next)},
+		{"a pod's first token, added", true, restart(ns, "fresh", next)},
+
+		// Another field of the pod.
+		{"another annotation", false, saying(podsTokenOnly, patch(ns, "web", `{"metadata":{"annotations":{"example.com/owner":"evil"}}}`))},
+		{"another annotation beside the token", false,
+			saying(podsTokenOnly, patch(ns, "web", fmt.Sprintf(`{"metadata":{"annotations":{"example.com/x":"1",%q:%q}}}`, confighash.AnnotationRestartToken, next)))},
+		{"the token removed", false, saying(podsTokenOnly, patch(ns, "web", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, confighash.AnnotationRestartToken)))},
+		{"a label added", false, saying(podsTokenOnly, patch(ns, "web", `{"metadata":{"labels":{"evil":"1"}}}`))},
+		{"the in-place label removed", false, saying(podsTokenOnly, patch(ns, "web", `{"metadata":{"labels":{"confighash.dev/restart":null}}}`))},
+		{"owner references set", false, saying(podsTokenOnly, patch(ns, "web", `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"0f0e0d0c-0b0a-0908-0706-050403020100"}]}}`))},
+		{"the spec's activeDeadlineSeconds set", false, saying(podsTokenOnly, patch(ns, "web", `{"spec":{"activeDeadlineSeconds":1}}`))},
+		{"a container's image changed", false, saying(podsTokenOnly, func(ctx context.Context, dryRun []string) error {
+			_, err := w.CoreV1().Pods(ns).Patch(ctx, "web", types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/containers/0/image","value":"example.com/evil:1"}]`), metav1.PatchOptions{DryRun: dryRun})
+			return err
+		})},
+		{"a token of another form", false, saying(podsTokenForm, patch(ns, "web", setToken("v1:"+strings.Repeat("x", 64))))},
+		{"a token too long", false, saying(podsTokenForm, patch(ns, "web", setToken(next+strings.Repeat("0", 4096))))},
+
+		// Another pod.
+		{"the token of a pod without the in-place label", false, saying(podsInPlaceOnly, restart(ns, "plain", next))},
+		{"the token of a pod where confighash does not act", false, saying(writesWhereItActs, restart(off, "web", next))},
+		{"the token of a pod in its own namespace", false, saying(writesWhereItActs, restart(home, "web", next))},
+
+		// Another operation or subresource, once RBAC allows it.
+		{"a pod created", false, saying(podsOnlyPatched, create)},
+		{"a pod deleted", false, saying(podsOnlyPatched, deletePod)},
+		{"a pod evicted", false, saying(podsOnlyPatched, evict)},
+		{"a pod's status written", false, saying(podsOnlyPatched, status)},
+		{"an ephemeral container added", false, saying(podsOnlyPatched, debug)},
+	})
+	for name, want := range map[string]string{"web": next, "fresh": next} {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Annotations[confighash.AnnotationRestartToken]; got != want {
+			t.Errorf("pod %s has token %q, want %q", name, got, want)
+		}
+		if name == "web" && p.Annotations["example.com/owner"] != token["example.com/owner"] {
+			t.Errorf("pod %s's other annotations changed: %v", name, p.Annotations)
+		}
 	}
 }

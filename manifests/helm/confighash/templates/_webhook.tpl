@@ -22,6 +22,9 @@ args:
 {{- with .Values.webhook.clientCA.allowedNames }}
 - {{ printf "--client-allowed-names=%s" (join "," .) | quote }}
 {{- end }}
+{{- with .Values.webhook.restarterImage }}
+- {{ printf "--restarter-image=%s" . | quote }}
+{{- end }}
 {{- with .Values.webhook.admissionCallers }}
 - {{ printf "--admission-callers=%s" . | quote }}
 {{- end }}
@@ -31,7 +34,7 @@ args:
 {{- end }}
 {{- end }}
 {{- include "confighash.extraArgs" .Values.webhook.extraArgs }}
-{{ include "confighash.env" (dict "own" "- name: CONFIGHASH_NAMESPACE\n  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}" "extra" .Values.webhook.extraEnv "at" "webhook.extraEnv") }}
+{{ include "confighash.env" (dict "own" (include "confighash.webhookEnv" .) "extra" .Values.webhook.extraEnv "at" "webhook.extraEnv") }}
 ports:
 - {name: https, containerPort: 8443}
 - {name: ops, containerPort: 8080}
@@ -46,6 +49,17 @@ volumeMounts:
 - {name: client-ca, mountPath: /etc/confighash/client-ca, readOnly: true}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{- /* The webhook's own environment variables: its pod, whose image the restarter of
+pods restarted in place runs unless webhook.restarterImage names another. */ -}}
+{{- define "confighash.webhookEnv" -}}
+- name: CONFIGHASH_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 {{- end }}
 
 {{- /* The webhook's volumes. */ -}}
