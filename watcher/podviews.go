@@ -1,0 +1,122 @@
+package watcher
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/confighash/confighash"
+)
+
+// podView is what the watcher keeps of a pod restarted in place: what decides its
+// token, and where its last restart stands. The rest of the pod is dropped as it is
+// read.
+type podView struct {
+	Namespace, Name, ResourceVersion string
+	UID                              types.UID
+	// Group is what its restarts are paced within: its controller's UID, or its own.
+	Group types.UID
+	// Owner names its controller, as Kind/name, for Events; "" for none.
+	Owner string
+	// State is the pod read as a workload of its own (confighash.PodWorkload).
+	State confighash.State
+	// Token is its restart token; TokenWritten, when the watcher last wrote it (its
+	// managedFields entry), zero when it never did.
+	Token        string
+	TokenWritten time.Time
+	// Restarted is when its restarter last exited to restart it, zero when never.
+	Restarted time.Time
+	// Ready is its Ready condition; Failing, why a container of it cannot start or
+	// run, "" when none.
+	Ready    bool
+	Failing  string
+	Deleting bool
+}
+
+var (
+	_ runtime.Object            = (*podView)(nil)
+	_ metav1.ObjectMetaAccessor = (*podView)(nil)
+)
+
+func (p *podView) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *podView) DeepCopyObject() runtime.Object { c := *p; return &c }
+
+// GetObjectMeta gives the informer's store the pod's key and version.
+func (p *podView) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion}
+}
+
+// ref is the pod, for Events.
+func (p *podView) ref() *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+}
+
+// restarting reports whether a restart the watcher asked for has not happened yet.
+func (p *podView) restarting() bool {
+	return !p.TokenWritten.IsZero() && p.Restarted.Before(p.TokenWritten)
+}
+
+// maxFailingBytes bounds what is kept of why a pod fails, which its Event quotes.
+const maxFailingBytes = 256
+
+// failingReasons are the waiting reasons of a container that does not come back on
+// its own soon.
+var failingReasons = map[string]bool{
+	"CrashLoopBackOff": true, "CreateContainerConfigError": true, "CreateContainerError": true,
+	"RunContainerError": true, "ImagePullBackOff": true, "ErrImagePull": true, "InvalidImageName": true,
+}
+
+// podViewTransform keeps of a pod what its restarts need.
+func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, error) {
+	return func(obj any) (any, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil // a tombstone
+		}
+		p := &podView{Namespace: pod.Namespace, Name: pod.Name, ResourceVersion: pod.ResourceVersion, UID: pod.UID, Group: pod.UID,
+			State: vocabulary.Read(confighash.PodWorkload(pod)), Token: pod.Annotations[confighash.AnnotationRestartToken],
+			Deleting: pod.DeletionTimestamp != nil}
+		if owner := metav1.GetControllerOf(pod); owner != nil {
+			p.Group, p.Owner = owner.UID, owner.Kind+"/"+owner.Name
+		}
+		for _, f := range pod.ManagedFields {
+			if f.Manager == FieldManager && f.Time != nil {
+				p.TokenWritten = f.Time.Time
+			}
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				p.Ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		for _, s := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+			if t := s.LastTerminationState.Terminated; s.Name == confighash.RestarterName && t != nil && t.ExitCode == confighash.RestarterExitCode {
+				p.Restarted = t.FinishedAt.Time
+			}
+			if w := s.State.Waiting; w != nil && failingReasons[w.Reason] && p.Failing == "" {
+				p.Failing = "container " + s.Name + ": " + w.Reason
+				if w.Message != "" {
+					p.Failing += ": " + w.Message
+				}
+				if len(p.Failing) > maxFailingBytes {
+					p.Failing = strings.ToValidUTF8(p.Failing[:maxFailingBytes], "") + "..."
+				}
+			}
+		}
+		return p, nil
+	}
+}
+
+// byGroup indexes pods by what their restarts are paced within.
+func byGroup(obj any) ([]string, error) {
+	if p, ok := obj.(*podView); ok {
+		return []string{string(p.Group)}, nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,251 @@
+package watcher
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// restarts restarts in place the pods whose data moved on from their restart token:
+// it writes each stale pod's new token, which its restarter sees, one pod of a group
+// (the pods of one controller) at a time, and the next once that one is back Ready.
+// A pod that does not come back holds the rest of its group where they are: the
+// change halts after one pod. What is restarted lives in the pods' tokens, so a
+// watcher that starts over restarts none twice.
+type restarts struct {
+	client kubernetes.Interface
+	pods   *sourcecache.Informers
+	queue  workqueue.TypedRateLimitingInterface[podGroup]
+	// token is the token a pod is to carry now; covered, whether its namespace's
+	// sources are all known.
+	token   func(*podView) (string, error)
+	covered func(namespace string) bool
+	// quiet is how long after a change its pods wait, so that changes made together
+	// restart them once; timeout, how long a restarted pod may take to be Ready.
+	quiet, timeout time.Duration
+	events         record.EventRecorder
+	log            zerolog.Logger
+
+	mu sync.Mutex
+	// halted holds the token each halted group was told it halted at.
+	halted map[podGroup]string
+}
+
+// podGroup is a namespace and the UID its pods' restarts are paced within.
+type podGroup struct {
+	Namespace string
+	UID       types.UID
+}
+
+// restartPoll is how often a group whose restarts are under way is looked at again,
+// beyond the changes of its pods, which wake it at once.
+const restartPoll = 5 * time.Second
+
+// newRestartsOf restarts the pods of the watcher's namespaces, with the tokens decided
+// from its caches as the webhook decides them.
+func newRestartsOf(w *Watcher) (*restarts, error) {
+	token := func(p *podView) (string, error) {
+		pacing, _ := w.gate.Pacing(p.Namespace) // told by the workloads' decisions
+		return confighash.RestartToken(confighash.Input{Key: w.cfg.Key, Namespace: p.Namespace, State: p.State, Mode: w.gate.Mode(p.Namespace),
+			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
+	}
+	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, token, w.sources.Covers, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.Events, w.cfg.Log)
+}
+
+// newRestarts watches the pods labelled for restart in place in the namespaces.
+func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, token func(*podView) (string, error),
+	covered func(string) bool, quiet, timeout time.Duration, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
+	r := &restarts{client: client, token: token, covered: covered, quiet: quiet, timeout: timeout, events: events, log: log,
+		halted: map[podGroup]string{},
+		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
+	labelled := func(o *metav1.ListOptions) {
+		o.LabelSelector = confighash.LabelRestart + "=" + confighash.RestartInPlace.String()
+	}
+	var err error
+	r.pods, err = sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, "group": byGroup}, labelled)
+	}, podViewTransform(vocabulary))
+	if err != nil {
+		return nil, err
+	}
+	changed := func(obj any) {
+		if p, ok := obj.(*podView); ok {
+			r.queue.Add(podGroup{p.Namespace, p.Group})
+		}
+	}
+	return r, r.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }})
+}
+
+// sourceChanged wakes, once the change is quiet, the groups of the namespace's pods
+// that may use the source.
+func (r *restarts) sourceChanged(namespace string, ref confighash.SourceRef) {
+	inf := r.pods.For(namespace)
+	if inf == nil {
+		return
+	}
+	objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	for _, obj := range objs {
+		if p, ok := obj.(*podView); ok && p.State.MayUse(ref) {
+			r.queue.AddAfter(podGroup{p.Namespace, p.Group}, r.quiet)
+		}
+	}
+}
+
+// run runs the pods' informers, if r restarts any.
+func (r *restarts) run(ctx context.Context) {
+	if r != nil {
+		r.pods.Run(ctx)
+	}
+}
+
+// synced reports whether the pods have been listed, or r restarts none.
+func (r *restarts) synced() bool { return r == nil || r.pods.HasSynced() }
+
+// resync wakes every group: changes may have been made while no watcher led.
+func (r *restarts) resync() {
+	for _, obj := range r.pods.List() {
+		if p, ok := obj.(*podView); ok {
+			r.queue.Add(podGroup{p.Namespace, p.Group})
+		}
+	}
+}
+
+// lead restarts pods until ctx is done, those that drifted while no watcher led
+// first; r may restart none.
+func (r *restarts) lead(ctx context.Context) {
+	if r == nil {
+		return
+	}
+	r.resync()
+	go func() { <-ctx.Done(); r.queue.ShutDown() }()
+	for {
+		g, quit := r.queue.Get()
+		if quit {
+			return
+		}
+		again, err := r.sync(ctx, g)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn().Err(err).Str("namespace", g.Namespace).Str("group", string(g.UID)).Msg("restarts in place not done; retrying")
+			r.queue.AddRateLimited(g)
+		case again:
+			r.queue.Forget(g)
+			r.queue.AddAfter(g, restartPoll)
+		default:
+			r.queue.Forget(g)
+		}
+		r.queue.Done(g)
+	}
+}
+
+// sync restarts the group's stale pods as far as it may now, and reports whether some
+// are left to restart or to come back.
+func (r *restarts) sync(ctx context.Context, g podGroup) (again bool, err error) {
+	inf := r.pods.For(g.Namespace)
+	if inf == nil || !r.covered(g.Namespace) {
+		return false, nil
+	}
+	objs, _ := inf.GetIndexer().ByIndex("group", string(g.UID))
+	var stale []restart
+	unavailable := 0
+	for _, obj := range objs {
+		p, ok := obj.(*podView)
+		if !ok || p.Deleting || p.Namespace != g.Namespace {
+			continue
+		}
+		want, err := r.token(p)
+		if err != nil {
+			r.log.Debug().Err(err).Str("pod", p.Namespace+"/"+p.Name).Msg("not restarted in place")
+			continue
+		}
+		switch {
+		case p.Token != want && !p.Ready:
+			// Unavailable already: restarted at once, at no cost to the rest.
+			if err := r.restart(ctx, p, want); err != nil {
+				return false, err
+			}
+			unavailable++
+		case p.Token != want:
+			stale = append(stale, restart{p, want})
+		case p.restarting() || !p.Ready:
+			unavailable++
+			r.haltIfFailed(g, p, want)
+		}
+	}
+	// The highest ordinal first, as a StatefulSet rolls: by length, then by name.
+	slices.SortFunc(stale, func(a, b restart) int {
+		return cmp.Or(cmp.Compare(len(b.pod.Name), len(a.pod.Name)), cmp.Compare(b.pod.Name, a.pod.Name))
+	})
+	for _, s := range stale[:min(len(stale), max(0, maxRestarting-unavailable))] {
+		if err := r.restart(ctx, s.pod, s.token); err != nil {
+			return false, err
+		}
+		unavailable++
+	}
+	return len(stale) > 0 || unavailable > 0, nil
+}
+
+// maxRestarting is how many pods of a group may be unavailable while it restarts.
+const maxRestarting = 1
+
+// restart is a stale pod and the token it is to carry.
+type restart struct {
+	pod   *podView
+	token string
+}
+
+// restart writes the pod's new token: its restarter restarts its containers. The
+// write names the version it read, so that it is made once.
+func (r *restarts) restart(ctx context.Context, p *podView, token string) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`, p.UID, p.ResourceVersion, confighash.AnnotationRestartToken, token)
+	_, err := r.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // gone: its replacement starts with the current data
+	case err != nil:
+		return fmt.Errorf("restart pod %s/%s in place: %w", p.Namespace, p.Name, err)
+	}
+	r.events.Eventf(p.ref(), corev1.EventTypeNormal, "RestartedInPlace", "its containers restart in place for a change of the data they use (restart token %s)", token)
+	return nil
+}
+
+// haltIfFailed tells, once per token, that a pod restarted for it failed to come back:
+// its group's other pods keep running on their data until it does.
+func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) {
+	why := p.Failing
+	if why == "" && !p.TokenWritten.IsZero() && time.Since(p.TokenWritten) > r.timeout {
+		why = fmt.Sprintf("not Ready %v after its restart", r.timeout)
+	}
+	if why == "" || p.TokenWritten.IsZero() {
+		return
+	}
+	r.mu.Lock()
+	told := r.halted[g] == token
+	r.halted[g] = token
+	r.mu.Unlock()
+	if told {
+		return
+	}
+	owner := "its group"
+	if p.Owner != "" {
+		owner = p.Owner
+	}
+	r.events.Eventf(p.ref(), corev1.EventTypeWarning, "RestartHalted", "restarted in place for new data, it does not come back (%s): the other pods of %s keep running on their data until it does", why, owner)
+}

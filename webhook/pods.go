@@ -1,0 +1,77 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/confighash/confighash"
+)
+
+// Restart in place: a pod whose pod template asks for it (confighash.AnnotationRestart)
+// is admitted at its creation too. It gets the restarter, the label the watcher
+// watches such pods by, and the token of the data it starts with: the watcher restarts
+// it when the data that counts for it moves on from that token.
+
+// admitPod returns the patch that makes a pod restartable in place: the restarter and
+// its volume, LabelRestart and the restart token. A pod that does not ask, or cannot
+// be restarted in place (pinned, opted out, no restarter image), is left as it is.
+func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warnings []string, err error) {
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(raw, pod); err != nil {
+		return nil, nil, fmt.Errorf("the pod could not be read: %w", err)
+	}
+	state := m.cfg.Vocabulary.Read(confighash.PodWorkload(pod))
+	for _, p := range state.Problems {
+		warnings = append(warnings, warningPrefix+p.Error())
+	}
+	if state.Policy.Restart != confighash.RestartInPlace {
+		return nil, warnings, nil
+	}
+	if m.cfg.RestarterImage == "" {
+		return nil, append(warnings, warningPrefix+"not restartable in place: this install has no restarter image (--restarter-image); its workload rolls instead"), nil
+	}
+	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: pod.Namespace}
+	token, err := confighash.RestartToken(confighash.Input{Key: m.cfg.Key, Namespace: pod.Namespace, State: state, Mode: m.mode}, sources)
+	switch {
+	case errors.Is(err, confighash.ErrNotInPlace):
+		return nil, warnings, nil
+	case err != nil:
+		return nil, warnings, fmt.Errorf("could not %w; the pod is not restartable in place", err)
+	}
+	ctr, vol := confighash.Restarter(m.cfg.RestarterImage)
+	ops = append(ops, mapEntryOps("/metadata/labels", pod.Labels, confighash.LabelRestart, confighash.RestartInPlace.String())...)
+	ops = append(ops, mapEntryOps("/metadata/annotations", pod.Annotations, confighash.AnnotationRestartToken, token)...)
+	// Reinvoked after another webhook: what it has of ours stays as it is.
+	if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == confighash.RestarterName }) {
+		ops = append(ops, appendOp("/spec/initContainers", len(pod.Spec.InitContainers), ctr))
+	}
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == confighash.RestarterName }) {
+		ops = append(ops, appendOp("/spec/volumes", len(pod.Spec.Volumes), vol))
+	}
+	return ops, warnings, nil
+}
+
+// mapEntryOps sets key to value in the map of strings at path, adding the map whole
+// when it is absent: a JSON patch cannot add a member to a map that is not there.
+func mapEntryOps(path string, m map[string]string, key, value string) []patchOp {
+	switch {
+	case m == nil:
+		return []patchOp{{"add", path, map[string]string{key: value}}}
+	case m[key] == value:
+		return nil
+	}
+	return []patchOp{{"add", path + "/" + pointerEscaper.Replace(key), value}}
+}
+
+// appendOp appends value to the array at path, of length n, or adds the array.
+func appendOp(path string, n int, value any) patchOp {
+	if n == 0 {
+		return patchOp{"add", path, []any{value}}
+	}
+	return patchOp{"add", path + "/-", value}
+}

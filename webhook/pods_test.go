@@ -1,0 +1,123 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/confighash/confighash"
+)
+
+// podHandler admits pods with one ConfigMap, cfg, holding value.
+func podHandler(t *testing.T, image, value string) func(pod string) *httptest.ResponseRecorder {
+	t.Helper()
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	src := confighash.Source{SourceRef: cfg, Present: true, Data: confighash.Sums{{Key: "k", Sum: confighash.Sum{value[0]}}}}
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	h, err := NewHandler(newMutator(t, Config{Key: key, Reader: stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: src}}, RestarterImage: image}), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(pod string) *httptest.ResponseRecorder {
+		request := &admissionv1.AdmissionRequest{
+			UID: "1", Operation: admissionv1.Create, Namespace: "ns", Name: "web-1",
+			Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Object: runtime.RawExtension{Raw: []byte(pod)},
+		}
+		body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: request})
+		return post(h, "application/json", body)
+	}
+}
+
+const podJSON = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"ns"%s},
+"spec":{%s"containers":[{"name":"app","image":"app:1","envFrom":[{"configMapRef":{"name":"cfg"}}]}]}}`
+
+// admitted applies the admission's patch to the pod as the API server does.
+func admitted(t *testing.T, pod string, resp *admissionv1.AdmissionResponse) *corev1.Pod {
+	t.Helper()
+	out := []byte(pod)
+	if len(resp.Patch) > 0 {
+		patch, err := jsonpatch.DecodePatch(resp.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err = patch.Apply(out); err != nil {
+			t.Fatalf("the API server would refuse %s: %v", resp.Patch, err)
+		}
+	}
+	p := &corev1.Pod{}
+	if err := json.Unmarshal(out, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAPodThatAsksIsMadeRestartableInPlace: a pod whose annotations ask for restart in
+// place gets the restarter, its volume, the label the watcher watches and the token of
+// its data, whatever it has of its own; one admitted again gains nothing twice; one
+// that does not ask, or an install without a restarter image, is left as it is.
+func TestAPodThatAsksIsMadeRestartableInPlace(t *testing.T) {
+	asks := `,"annotations":{"confighash.dev/restart":"in-place"}`
+	admit := podHandler(t, "confighash:1", "1")
+	admitOther := podHandler(t, "confighash:1", "2")
+	for _, tt := range []struct{ name, pod string }{
+		{"bare", fmt.Sprintf(podJSON, asks, "")},
+		{"with labels, init containers and volumes", fmt.Sprintf(podJSON, asks+`,"labels":{"app":"web"}`,
+			`"initContainers":[{"name":"setup","image":"busybox"}],"volumes":[{"name":"data","emptyDir":{}}],`)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := admitted(t, tt.pod, decodeResponse(t, admit(tt.pod)))
+			token := pod.Annotations[confighash.AnnotationRestartToken]
+			if !strings.HasPrefix(token, "v1:") || pod.Labels[confighash.LabelRestart] != "in-place" {
+				t.Fatalf("token %q, labels %v", token, pod.Labels)
+			}
+			last := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1]
+			if last.Name != confighash.RestarterName || last.Image != "confighash:1" || len(last.RestartPolicyRules) != 1 {
+				t.Errorf("restarter: %+v", last)
+			}
+			if pod.Spec.Volumes[len(pod.Spec.Volumes)-1].Name != confighash.RestarterName || pod.Spec.Containers[0].Name != "app" {
+				t.Errorf("volumes %+v, containers %+v", pod.Spec.Volumes, pod.Spec.Containers)
+			}
+			// Reinvoked: the same token, nothing added twice.
+			again, _ := json.Marshal(pod)
+			if resp := decodeResponse(t, admit(string(again))); string(resp.Patch) != "[]" {
+				t.Errorf("admitted again: %s, want no change", resp.Patch)
+			}
+			other := admitted(t, tt.pod, decodeResponse(t, admitOther(tt.pod)))
+			if other.Annotations[confighash.AnnotationRestartToken] == token {
+				t.Errorf("other data, the same token %q", token)
+			}
+		})
+	}
+
+	noImage := podHandler(t, "", "1")
+	for name, tt := range map[string]struct {
+		pod     string
+		admit   func(string) *httptest.ResponseRecorder
+		warning string
+	}{
+		"does not ask":       {fmt.Sprintf(podJSON, "", ""), admit, ""},
+		"asks for a rollout": {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"rollout"}`, ""), admit, ""},
+		"opts out":           {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"in-place","confighash.dev/inject":"false"}`, ""), admit, ""},
+		"no restarter image": {fmt.Sprintf(podJSON, asks, ""), noImage, "no restarter image"},
+		"a typo":             {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"inplace"}`, ""), admit, "want in-place or rollout"},
+	} {
+		resp := decodeResponse(t, tt.admit(tt.pod))
+		if len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
+			t.Errorf("%s: patched %s, want the pod as it is", name, resp.Patch)
+		}
+		if got := strings.Join(resp.Warnings, "\n"); !strings.Contains(got, tt.warning) || (tt.warning == "") != (got == "") {
+			t.Errorf("%s: warnings %q, want one with %q", name, got, tt.warning)
+		}
+	}
+}
