@@ -3,6 +3,7 @@ package confighash
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,11 +120,21 @@ func (d *Decision) inPlace() bool {
 
 // PodWorkload reads a pod as the unit of restart in place: a workload of its own
 // whose pod template is the pod, so that its annotations, which its own template gave
-// it, are its policy.
+// it, are its policy. The volume the API server adds for the pod's ServiceAccount is
+// not its template's: its ConfigMap (kube-root-ca.crt) does not count.
 func PodWorkload(pod *corev1.Pod) *Workload {
+	spec := pod.Spec
+	spec.Volumes = slices.DeleteFunc(slices.Clone(spec.Volumes), func(v corev1.Volume) bool {
+		return strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil &&
+			slices.ContainsFunc(v.Projected.Sources, func(s corev1.VolumeProjection) bool { return s.ServiceAccountToken != nil })
+	})
 	return &Workload{Kind: PodKind, Namespace: pod.Namespace, Name: pod.Name,
-		Template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: pod.Annotations}, Spec: pod.Spec}}
+		Template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: pod.Annotations}, Spec: spec}}
 }
+
+// serviceAccountVolumePrefix names the volume the ServiceAccount admission plugin
+// adds to a pod.
+const serviceAccountVolumePrefix = "kube-api-access-"
 
 // PodKind is a pod's kind, as a workload of its own.
 var PodKind = Kind{schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", []string{"spec"}}

@@ -50,6 +50,16 @@ func TestARestartTokenMovesWithTheDataThatCounts(t *testing.T) {
 		t.Errorf("the token counts the excluded source: %q is the hash of both", v2)
 	}
 
+	// The ServiceAccount's volume, which the API server adds, does not count.
+	withToken := inPlacePod(map[string]string{AnnotationExcludeConfigMaps: "noise"}, "app", "noise")
+	withToken.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-x1y2z", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
+	}}}}}
+	if token, _ := tokenOf(t, withToken, cmSource("app", "2"), cmSource("noise", "1"), cmSource("kube-root-ca.crt", "ca")); token != v2 {
+		t.Errorf("with the ServiceAccount's volume: %q, want %q", token, v2)
+	}
+
 	for name, pod := range map[string]*corev1.Pod{
 		"rollout":   inPlacePod(map[string]string{AnnotationRestart: "rollout"}, "app"),
 		"opted out": inPlacePod(map[string]string{AnnotationInject: "false"}, "app"),

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,12 +26,14 @@ type podView struct {
 	Owner string
 	// State is the pod read as a workload of its own (confighash.PodWorkload).
 	State confighash.State
-	// Token is its restart token; TokenWritten, when the watcher last wrote it (its
-	// managedFields entry), zero when it never did.
+	// Token is the hash of its restart token; TokenWritten, when the watcher last
+	// wrote it (its managedFields entry), zero when it never did.
 	Token        string
 	TokenWritten time.Time
-	// Restarted is when its restarter last exited to restart it, zero when never.
-	Restarted time.Time
+	// Restarts counts its containers' restarts, and RestartsAt what they were when the
+	// watcher wrote its token (-1: it never did): more since means its containers
+	// restarted for that token, whatever the clocks of the node and the API server.
+	Restarts, RestartsAt int
 	// Ready is its Ready condition; Failing, why a container of it cannot start or
 	// run, "" when none.
 	Ready    bool
@@ -58,8 +61,21 @@ func (p *podView) ref() *corev1.ObjectReference {
 }
 
 // restarting reports whether a restart the watcher asked for has not happened yet.
-func (p *podView) restarting() bool {
-	return !p.TokenWritten.IsZero() && p.Restarted.Before(p.TokenWritten)
+func (p *podView) restarting() bool { return p.RestartsAt >= 0 && p.Restarts <= p.RestartsAt }
+
+// tokenOf is the restart token the watcher writes: the hash, and the pod's restarts
+// so far, which its restart will move past.
+func tokenOf(hash string, restarts int) string { return hash + " " + strconv.Itoa(restarts) }
+
+// parseToken reads a restart token: its hash, and the restarts it was written at, -1
+// for a token the webhook wrote at the pod's creation (a hash alone) or one not read.
+func parseToken(token string) (hash string, restartsAt int) {
+	hash, at, ok := strings.Cut(token, " ")
+	n, err := strconv.Atoi(at)
+	if !ok || err != nil || n < 0 {
+		return hash, -1
+	}
+	return hash, n
 }
 
 // maxFailingBytes bounds what is kept of why a pod fails, which its Event quotes.
@@ -80,8 +96,8 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 			return obj, nil // a tombstone
 		}
 		p := &podView{Namespace: pod.Namespace, Name: pod.Name, ResourceVersion: pod.ResourceVersion, UID: pod.UID, Group: pod.UID,
-			State: vocabulary.Read(confighash.PodWorkload(pod)), Token: pod.Annotations[confighash.AnnotationRestartToken],
-			Deleting: pod.DeletionTimestamp != nil}
+			State: vocabulary.Read(confighash.PodWorkload(pod)), Deleting: pod.DeletionTimestamp != nil}
+		p.Token, p.RestartsAt = parseToken(pod.Annotations[confighash.AnnotationRestartToken])
 		if owner := metav1.GetControllerOf(pod); owner != nil {
 			p.Group, p.Owner = owner.UID, owner.Kind+"/"+owner.Name
 		}
@@ -95,10 +111,10 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 				p.Ready = c.Status == corev1.ConditionTrue
 			}
 		}
+		for _, s := range pod.Status.ContainerStatuses {
+			p.Restarts += int(s.RestartCount)
+		}
 		for _, s := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
-			if t := s.LastTerminationState.Terminated; s.Name == confighash.RestarterName && t != nil && t.ExitCode == confighash.RestarterExitCode {
-				p.Restarted = t.FinishedAt.Time
-			}
 			if w := s.State.Waiting; w != nil && failingReasons[w.Reason] && p.Failing == "" {
 				p.Failing = "container " + s.Name + ": " + w.Reason
 				if w.Message != "" {

@@ -214,7 +214,7 @@ type restart struct {
 // restart writes the pod's new token: its restarter restarts its containers. The
 // write names the version it read, so that it is made once.
 func (r *restarts) restart(ctx context.Context, p *podView, token string) error {
-	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`, p.UID, p.ResourceVersion, confighash.AnnotationRestartToken, token)
+	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`, p.UID, p.ResourceVersion, confighash.AnnotationRestartToken, tokenOf(token, p.Restarts))
 	_, err := r.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	switch {
 	case apierrors.IsNotFound(err):

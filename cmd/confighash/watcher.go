@@ -73,7 +73,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.alerts.cluster, "cluster-name", "", "the cluster's name in alerts")
 	fs.IntVar(&c.waveThreshold, "wave-threshold", 0, "a change rolls in waves only when it reaches more workloads than this, or than the wave size")
 	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
-	fs.BoolVar(&c.restartInPlace, "restart-in-place", true, "restart in place the pods of the workloads annotated "+confighash.AnnotationRestart+`: "in-place"`+"; false: those workloads roll, and the webhook must be given no --restarter-image")
+	fs.BoolVar(&c.restartInPlace, "restart-in-place", true, "restart in place the pods of the workloads annotated "+confighash.AnnotationRestart+`: "in-place"`+"; false: those workloads roll; the webhook and the watcher must be given the same")
 	fs.BoolVar(&c.recreateFinishedJobs, "recreate-finished-jobs", false, "recreate a Job whose data changed even once it has finished (Complete or Failed), as Reloader does; otherwise only a Job annotated "+confighash.AnnotationRecreateFinished+`: "true"`)
 	fs.BoolVar(&c.runCronJobsOnChange, "run-cronjobs-on-change", false, "start a Job of a CronJob whose data changed at once, as Reloader does, besides its next run reading the new data; otherwise only for a CronJob annotated "+confighash.AnnotationRunOnChange+`: "true"`)
 	fs.DurationVar(&c.pendingTimeout, "pending-timeout", watcher.DefaultPendingTimeout, "how long the new pods of a workload a wave rolled may stay Pending before its --max-rolling slot goes to other workloads")

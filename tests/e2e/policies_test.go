@@ -621,9 +621,9 @@ const (
 	podsOnlyPatched     = "the confighash watcher only patches pods, never creates, deletes or evicts one, nor writes a subresource"
 	podsInPlaceOnly     = "the confighash watcher patches only the pods restarted in place, labelled confighash.dev/restart=in-place"
 	podsTokenOnly       = "the confighash watcher changes only a pod's confighash.dev/restart-token annotation, and never removes it"
-	podsTokenForm       = "the confighash watcher writes a restart token of the form v1:<64 hex digits>"
+	podsTokenForm       = "the confighash watcher writes a restart token of the form v1:<64 hex digits> <restarts so far>"
 	writesWhereItActs   = "confighash writes only in the namespaces it acts in"
-	restartTokenPattern = "v1:%064x"
+	restartTokenPattern = "v1:%064x 0"
 )
 
 // saying wants a write refused with message: a refusal that says something else, or
