@@ -86,7 +86,13 @@ func Restarter(image string) (corev1.Container, corev1.Volume) {
 			ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-		VolumeMounts:             []corev1.VolumeMount{{Name: RestarterName, MountPath: RestarterTokenDir, ReadOnly: true}},
+		// Its volume at the ServiceAccount's path too: the API server mounts no token
+		// where a container has a mount, even when it admits the pod again after a
+		// later webhook.
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: RestarterName, MountPath: RestarterTokenDir, ReadOnly: true},
+			{Name: RestarterName, MountPath: serviceAccountPath, ReadOnly: true},
+		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 	v := corev1.Volume{Name: RestarterName, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
@@ -131,6 +137,9 @@ func PodWorkload(pod *corev1.Pod) *Workload {
 	return &Workload{Kind: PodKind, Namespace: pod.Namespace, Name: pod.Name,
 		Template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: pod.Annotations}, Spec: spec}}
 }
+
+// serviceAccountPath is where the API server mounts a pod's ServiceAccount token.
+const serviceAccountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // serviceAccountVolumePrefix names the volume the ServiceAccount admission plugin
 // adds to a pod.

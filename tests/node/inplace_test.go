@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +152,11 @@ func demoRestartsInPlace(t *testing.T, env *Env) {
 	if pod.Labels[confighash.LabelRestart] != "in-place" || pod.Annotations[confighash.AnnotationRestartToken] == "" || len(pod.Spec.InitContainers) == 0 ||
 		pod.Spec.InitContainers[0].Name != confighash.RestarterName {
 		t.Fatalf("the demo's pod was not made restartable in place: labels %v, annotations %v, init containers %d", pod.Labels, pod.Annotations, len(pod.Spec.InitContainers))
+	}
+	for _, m := range pod.Spec.InitContainers[0].VolumeMounts {
+		if strings.HasPrefix(m.Name, "kube-api-access-") {
+			t.Errorf("the restarter was given the pod's ServiceAccount token: %+v", m)
+		}
 	}
 	page, err := env.DemoPage(ctx)
 	if err != nil {
