@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -105,9 +106,13 @@ func Restarter(image string) (corev1.Container, corev1.Volume) {
 // the watcher watches those alone.
 const LabelRestart = AnnotationRestart
 
-// restart reads AnnotationRestart.
+// restart reads AnnotationRestart, from the pod template alone: the pods must carry
+// it for the webhook to give them the restarter.
 func (r *policyReader) restart() RestartMode {
-	v, ok := r.get(AnnotationRestart)
+	v, ok := r.template[AnnotationRestart]
+	if said, onMetadata := r.metadata[AnnotationRestart]; onMetadata && (!ok || said != v) {
+		r.problem(AnnotationRestart, said, "read on the pod template, whose pods carry it: put it there")
+	}
 	if !ok {
 		return RestartRollout
 	}
@@ -148,25 +153,35 @@ const serviceAccountVolumePrefix = "kube-api-access-"
 // PodKind is a pod's kind, as a workload of its own.
 var PodKind = Kind{schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", []string{"spec"}}
 
-// ErrNotInPlace is returned by RestartToken for a pod not restarted in place.
+// ErrNotInPlace is returned by RestartOf for a pod not restarted in place.
 var ErrNotInPlace = errors.New("not restarted in place")
 
-// RestartToken returns the token a pod restarted in place is to carry: the hash of the
-// current data of the sources that count for it, as its pod template would carry it
-// if it rolled. in.State is the pod's (PodWorkload); a pinned pod, which names the
-// snapshots it runs, is not restarted in place.
-func RestartToken(in Input, sources Sources) (string, error) {
+// Restart is what a pod restarted in place is to carry, and when it may be restarted.
+type Restart struct {
+	// Token is the hash of the current data of the sources that count for it, as its
+	// pod template would carry it if it rolled.
+	Token string
+	// Windows are when it may be restarted, nil for any time; PausePeriod holds its
+	// restarts for a new change for this long after one (AnnotationPausePeriod).
+	Windows     Windows
+	PausePeriod time.Duration
+}
+
+// RestartOf returns what a pod restarted in place is to carry. in.State is the pod's
+// (PodWorkload); a pinned pod, which names the snapshots it runs, is not restarted in
+// place.
+func RestartOf(in Input, sources Sources) (Restart, error) {
 	if in.State.Policy.Restart != RestartInPlace || len(in.State.Pins) > 0 {
-		return "", ErrNotInPlace
+		return Restart{}, ErrNotInPlace
 	}
 	in.State.Policy.Restart = RestartRollout
 	in.Pods, in.Previous, in.Unpinned = Pods{Fresh: true}, nil, true
 	d, err := Decide(in, sources)
 	if err != nil {
-		return "", err
+		return Restart{}, err
 	}
 	if !d.Acts {
-		return "", ErrNotInPlace // it opts out
+		return Restart{}, ErrNotInPlace // it opts out
 	}
-	return d.Hash, nil
+	return Restart{Token: d.Hash, Windows: d.Pacing.Windows, PausePeriod: d.Policy.PausePeriod}, nil
 }

@@ -27,7 +27,8 @@ func tokenOf(t *testing.T, pod *corev1.Pod, sources ...Source) (string, error) {
 		listed[s.SourceRef] = s
 	}
 	state := Vocabulary{}.Read(PodWorkload(pod))
-	return RestartToken(Input{Key: testKey, Namespace: pod.Namespace, State: state, Mode: ModeOptedIn}, listedSources(listed))
+	r, err := RestartOf(Input{Key: testKey, Namespace: pod.Namespace, State: state, Mode: ModeOptedIn}, listedSources(listed))
+	return r.Token, err
 }
 
 // TestARestartTokenMovesWithTheDataThatCounts: the token of a pod restarted in place
@@ -105,9 +106,14 @@ func TestParseRestartMode(t *testing.T) {
 			t.Errorf("%q: %v, %v; want %v", text, got, err, want)
 		}
 	}
-	_, problems := Vocabulary{}.ParsePolicy(map[string]string{AnnotationRestart: "inplace"}, nil)
+	_, problems := Vocabulary{}.ParsePolicy(nil, map[string]string{AnnotationRestart: "inplace"})
 	if len(problems) != 1 || problems[0].Reason != "want in-place or rollout" {
 		t.Errorf("problems: %v", problems)
+	}
+	// On a workload's metadata its pods would not carry it: ignored, and told.
+	p, problems := Vocabulary{}.ParsePolicy(map[string]string{AnnotationRestart: "in-place"}, nil)
+	if p.Restart != RestartRollout || len(problems) != 1 || !strings.Contains(problems[0].Reason, "put it there") {
+		t.Errorf("on the metadata: %v, problems %v", p.Restart, problems)
 	}
 }
 

@@ -24,6 +24,8 @@ type podView struct {
 	Group types.UID
 	// Owner names its controller, as Kind/name, for Events; "" for none.
 	Owner string
+	// Labels are its labels, which PodDisruptionBudgets select it by.
+	Labels map[string]string
 	// State is the pod read as a workload of its own (confighash.PodWorkload).
 	State confighash.State
 	// Token is the hash of its restart token; TokenWritten, when the watcher last
@@ -96,7 +98,7 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 			return obj, nil // a tombstone
 		}
 		p := &podView{Namespace: pod.Namespace, Name: pod.Name, ResourceVersion: pod.ResourceVersion, UID: pod.UID, Group: pod.UID,
-			State: vocabulary.Read(confighash.PodWorkload(pod)), Deleting: pod.DeletionTimestamp != nil}
+			State: vocabulary.Read(confighash.PodWorkload(pod)), Labels: pod.Labels, Deleting: pod.DeletionTimestamp != nil}
 		p.Token, p.RestartsAt = parseToken(pod.Annotations[confighash.AnnotationRestartToken])
 		if owner := metav1.GetControllerOf(pod); owner != nil {
 			p.Group, p.Owner = owner.UID, owner.Kind+"/"+owner.Name

@@ -33,10 +33,11 @@ type restarts struct {
 	client kubernetes.Interface
 	pods   *sourcecache.Informers
 	queue  workqueue.TypedRateLimitingInterface[podGroup]
-	// token is the token a pod is to carry now; covered, whether its namespace's
-	// sources are all known.
-	token   func(*podView) (string, error)
-	covered func(namespace string) bool
+	// restartOf is what a pod is to carry now; covered, whether its namespace's
+	// sources are all known; disruptions, what its PodDisruptionBudgets allow.
+	restartOf   func(*podView) (confighash.Restart, error)
+	covered     func(namespace string) bool
+	disruptions *disruptions
 	// quiet is how long after a change its pods wait, so that changes made together
 	// restart them once; timeout, how long a restarted pod may take to be Ready.
 	quiet, timeout time.Duration
@@ -61,24 +62,27 @@ const restartPoll = 5 * time.Second
 // newRestartsOf restarts the pods of the watcher's namespaces, with the tokens decided
 // from its caches as the webhook decides them.
 func newRestartsOf(w *Watcher) (*restarts, error) {
-	token := func(p *podView) (string, error) {
+	restartOf := func(p *podView) (confighash.Restart, error) {
 		pacing, _ := w.gate.Pacing(p.Namespace) // told by the workloads' decisions
-		return confighash.RestartToken(confighash.Input{Key: w.cfg.Key, Namespace: p.Namespace, State: p.State, Mode: w.gate.Mode(p.Namespace),
+		return confighash.RestartOf(confighash.Input{Key: w.cfg.Key, Namespace: p.Namespace, State: p.State, Mode: w.gate.Mode(p.Namespace),
 			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
 	}
-	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, token, w.sources.Covers, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.Events, w.cfg.Log)
+	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, restartOf, w.sources.Covers, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.Events, w.cfg.Log)
 }
 
 // newRestarts watches the pods labelled for restart in place in the namespaces.
-func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, token func(*podView) (string, error),
+func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, restartOf func(*podView) (confighash.Restart, error),
 	covered func(string) bool, quiet, timeout time.Duration, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
-	r := &restarts{client: client, token: token, covered: covered, quiet: quiet, timeout: timeout, events: events, log: log,
+	r := &restarts{client: client, restartOf: restartOf, covered: covered, quiet: quiet, timeout: timeout, events: events, log: log,
 		halted: map[podGroup]string{},
 		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
 	labelled := func(o *metav1.ListOptions) {
 		o.LabelSelector = confighash.LabelRestart + "=" + confighash.RestartInPlace.String()
 	}
 	var err error
+	if r.disruptions, err = newDisruptions(client, namespaces); err != nil {
+		return nil, err
+	}
 	r.pods, err = sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredPodInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, "group": byGroup}, labelled)
 	}, podViewTransform(vocabulary))
@@ -108,15 +112,19 @@ func (r *restarts) sourceChanged(namespace string, ref confighash.SourceRef) {
 	}
 }
 
-// run runs the pods' informers, if r restarts any.
+// run runs the informers of pods and their budgets, if r restarts any.
 func (r *restarts) run(ctx context.Context) {
 	if r != nil {
 		r.pods.Run(ctx)
+		r.disruptions.budgets.Run(ctx)
 	}
 }
 
-// synced reports whether the pods have been listed, or r restarts none.
-func (r *restarts) synced() bool { return r == nil || r.pods.HasSynced() }
+// synced reports whether the pods and their budgets have been listed, or r restarts
+// none.
+func (r *restarts) synced() bool {
+	return r == nil || r.pods.HasSynced() && r.disruptions.budgets.HasSynced()
+}
 
 // resync wakes every group: changes may have been made while no watcher led.
 func (r *restarts) resync() {
@@ -140,14 +148,14 @@ func (r *restarts) lead(ctx context.Context) {
 		if quit {
 			return
 		}
-		again, err := r.sync(ctx, g)
+		after, err := r.sync(ctx, g)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn().Err(err).Str("namespace", g.Namespace).Str("group", string(g.UID)).Msg("restarts in place not done; retrying")
 			r.queue.AddRateLimited(g)
-		case again:
+		case after > 0:
 			r.queue.Forget(g)
-			r.queue.AddAfter(g, restartPoll)
+			r.queue.AddAfter(g, after)
 		default:
 			r.queue.Forget(g)
 		}
@@ -155,60 +163,87 @@ func (r *restarts) lead(ctx context.Context) {
 	}
 }
 
-// sync restarts the group's stale pods as far as it may now, and reports whether some
-// are left to restart or to come back.
-func (r *restarts) sync(ctx context.Context, g podGroup) (again bool, err error) {
+// sync restarts the group's stale pods as far as it may now, and returns when to look
+// again: 0 when nothing is left to restart or to come back.
+func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) {
 	inf := r.pods.For(g.Namespace)
 	if inf == nil || !r.covered(g.Namespace) {
-		return false, nil
+		return 0, nil
 	}
 	objs, _ := inf.GetIndexer().ByIndex("group", string(g.UID))
+	now := time.Now()
+	var pods []*podView
 	var stale []restart
+	var lastWritten time.Time
 	unavailable := 0
 	for _, obj := range objs {
 		p, ok := obj.(*podView)
 		if !ok || p.Deleting || p.Namespace != g.Namespace {
 			continue
 		}
-		want, err := r.token(p)
+		want, err := r.restartOf(p)
 		if err != nil {
 			r.log.Debug().Err(err).Str("pod", p.Namespace+"/"+p.Name).Msg("not restarted in place")
 			continue
 		}
+		pods = append(pods, p)
+		if p.TokenWritten.After(lastWritten) {
+			lastWritten = p.TokenWritten
+		}
 		switch {
-		case p.Token != want && !p.Ready:
+		case p.Token != want.Token && !p.Ready:
 			// Unavailable already: restarted at once, at no cost to the rest.
-			if err := r.restart(ctx, p, want); err != nil {
-				return false, err
+			if err := r.restart(ctx, p, want.Token); err != nil {
+				return 0, err
 			}
 			unavailable++
-		case p.Token != want:
+		case p.Token != want.Token:
 			stale = append(stale, restart{p, want})
 		case p.restarting() || !p.Ready:
 			unavailable++
-			r.haltIfFailed(g, p, want)
+			r.haltIfFailed(g, p, want.Token)
 		}
+	}
+	switch {
+	case len(stale) == 0 && unavailable > 0:
+		return restartPoll, nil // to see them come back
+	case len(stale) == 0:
+		return 0, nil
 	}
 	// The highest ordinal first, as a StatefulSet rolls: by length, then by name.
-	slices.SortFunc(stale, func(a, b restart) int {
-		return cmp.Or(cmp.Compare(len(b.pod.Name), len(a.pod.Name)), cmp.Compare(b.pod.Name, a.pod.Name))
+	s := slices.MaxFunc(stale, func(a, b restart) int {
+		return cmp.Or(cmp.Compare(len(a.pod.Name), len(b.pod.Name)), cmp.Compare(a.pod.Name, b.pod.Name))
 	})
-	for _, s := range stale[:min(len(stale), max(0, maxRestarting-unavailable))] {
-		if err := r.restart(ctx, s.pod, s.token); err != nil {
-			return false, err
-		}
-		unavailable++
+	if wait := held(s, pods, lastWritten, now); wait > 0 {
+		return wait, nil
 	}
-	return len(stale) > 0 || unavailable > 0, nil
+	if unavailable >= maxRestarting || !r.disruptions.allowed(s.pod) {
+		return restartPoll, nil
+	}
+	return restartPoll, r.restart(ctx, s.pod, s.want.Token)
+}
+
+// held returns how long a stale pod waits for its rollout window to open, or for the
+// pause period its group's last restart began, when that restart was for another
+// change; 0 when it may be restarted now.
+func held(s restart, group []*podView, lastWritten, now time.Time) time.Duration {
+	if ws := s.want.Windows; ws != nil && !ws.Open(now) {
+		return ws.NextOpen(now).Sub(now)
+	}
+	continuing := slices.ContainsFunc(group, func(p *podView) bool { return p.RestartsAt >= 0 && p.Token == s.want.Token })
+	if end := lastWritten.Add(s.want.PausePeriod); !continuing && now.Before(end) {
+		return end.Sub(now)
+	}
+	return 0
 }
 
 // maxRestarting is how many pods of a group may be unavailable while it restarts.
 const maxRestarting = 1
 
-// restart is a stale pod and the token it is to carry.
+// restart is a stale pod and what it is to carry.
 type restart struct {
-	pod   *podView
-	token string
+	pod  *podView
+	want confighash.Restart
 }
 
 // restart writes the pod's new token: its restarter restarts its containers. The

@@ -36,7 +36,7 @@ func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warn
 		return nil, append(warnings, warningPrefix+"not restartable in place: this install has no restarter image (--restarter-image); its workload rolls instead"), nil
 	}
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: pod.Namespace}
-	token, err := confighash.RestartToken(confighash.Input{Key: m.cfg.Key, Namespace: pod.Namespace, State: state, Mode: m.mode}, sources)
+	restart, err := confighash.RestartOf(confighash.Input{Key: m.cfg.Key, Namespace: pod.Namespace, State: state, Mode: m.mode}, sources)
 	switch {
 	case errors.Is(err, confighash.ErrNotInPlace):
 		return nil, warnings, nil
@@ -45,7 +45,7 @@ func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warn
 	}
 	ctr, vol := confighash.Restarter(m.cfg.RestarterImage)
 	ops = append(ops, mapEntryOps("/metadata/labels", pod.Labels, confighash.LabelRestart, confighash.RestartInPlace.String())...)
-	ops = append(ops, mapEntryOps("/metadata/annotations", pod.Annotations, confighash.AnnotationRestartToken, token)...)
+	ops = append(ops, mapEntryOps("/metadata/annotations", pod.Annotations, confighash.AnnotationRestartToken, restart.Token)...)
 	// Reinvoked after another webhook: what it has of ours stays as it is.
 	if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == confighash.RestarterName }) {
 		ops = append(ops, appendOp("/spec/initContainers", len(pod.Spec.InitContainers), ctr))

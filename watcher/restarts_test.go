@@ -1,0 +1,58 @@
+package watcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/confighash/confighash"
+)
+
+// TestARestartWaitsForItsWindowAndForThePauseOfAnotherChange: a stale pod waits for
+// its rollout window to open, and, within the pause period of its group's last
+// restart, for the pause to end, unless that restart was for the same change.
+func TestARestartWaitsForItsWindowAndForThePauseOfAnotherChange(t *testing.T) {
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	closed, err := confighash.ParseWindows("daily 22:00-23:00 UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := &podView{Name: "web-1", Token: "v1:old", RestartsAt: -1}
+	restarted := &podView{Name: "web-2", Token: "v1:a", RestartsAt: 0, TokenWritten: now.Add(-time.Minute)}
+	group := []*podView{stale, restarted}
+	for _, tt := range []struct {
+		name string
+		want confighash.Restart
+		wait time.Duration
+	}{
+		{"at any time, no pause", confighash.Restart{Token: "v1:b"}, 0},
+		{"outside its window", confighash.Restart{Token: "v1:b", Windows: closed}, 12 * time.Hour},
+		{"a new change within the pause", confighash.Restart{Token: "v1:b", PausePeriod: 5 * time.Minute}, 4 * time.Minute},
+		{"the same change within the pause", confighash.Restart{Token: "v1:a", PausePeriod: 5 * time.Minute}, 0},
+		{"a new change after the pause", confighash.Restart{Token: "v1:b", PausePeriod: 30 * time.Second}, 0},
+	} {
+		if got := held(restart{stale, tt.want}, group, restarted.TokenWritten, now); got != tt.wait {
+			t.Errorf("%s: waits %v, want %v", tt.name, got, tt.wait)
+		}
+	}
+}
+
+// TestARestartTokenTellsTheRestartsItWasWrittenAt: the token the watcher writes carries
+// the pod's restarts so far, and a pod is restarting until its containers restarted
+// past them; the webhook's token (a hash alone) asks for nothing.
+func TestARestartTokenTellsTheRestartsItWasWrittenAt(t *testing.T) {
+	hash, at := parseToken(tokenOf("v1:abc", 3))
+	if hash != "v1:abc" || at != 3 {
+		t.Fatalf("parsed %q, %d", hash, at)
+	}
+	for _, tt := range []struct {
+		token    string
+		restarts int
+		want     bool
+	}{{"v1:abc", 0, false}, {"v1:abc 3", 3, true}, {"v1:abc 3", 4, false}, {"v1:abc x", 0, false}, {"v1:abc -1", 0, false}} {
+		p := &podView{Restarts: tt.restarts}
+		p.Token, p.RestartsAt = parseToken(tt.token)
+		if p.restarting() != tt.want {
+			t.Errorf("%q after %d restarts: restarting %v, want %v", tt.token, tt.restarts, !tt.want, tt.want)
+		}
+	}
+}
