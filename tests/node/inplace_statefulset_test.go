@@ -34,32 +34,9 @@ const dbReplicas = 3
 func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	ns, err := env.Cluster.CreateNamespace(ctx, "db", map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := newDB(ctx, t, env, true)
 	c := env.Cluster.Client
 	secrets := c.CoreV1().Secrets(ns)
-	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": "p1"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	class := "confighash-node-" + ns
-	for i := range dbReplicas {
-		if _, err := c.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ns, i)},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				StorageClassName: class, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: fmt.Sprintf("data-db-%d", i)},
-				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(env.dir, "volumes", ns, fmt.Sprint(i)), Type: ptr.To(corev1.HostPathDirectoryOrCreate)}},
-			},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := c.AppsV1().StatefulSets(ns).Create(ctx, dbStatefulSet(class), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	before := waitDBServes(ctx, t, env, ns, "p1", nil)
 
 	start := time.Now()
@@ -91,7 +68,7 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 		t.Fatal(err)
 	}
 	var halted string
-	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=RestartHalted"})
 		if err != nil || len(events.Items) == 0 {
 			return false, nil
@@ -121,18 +98,89 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 			t.Errorf("%s was replaced, not restarted in place", name)
 		}
 	}
+
+	// Exactly once through a restart of the watcher: the leader's pod is deleted once
+	// the first pod restarted for the change; the next leader restarts the others,
+	// and none twice.
+	lease, err := c.CoordinationV1().Leases(InstallNamespace).Get(ctx, "confighash-watcher", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := leaderPod(ctx, t, env, *lease.Spec.HolderIdentity)
+	if _, err := secrets.Patch(ctx, "db", types.MergePatchType, []byte(`{"stringData":{"password":"p4"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for name, pod := range dbPods(ctx, t, env, ns) {
+			if appRestarts(pod) > appRestarts(fixed[name]) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no pod restarted for p4: %v", err)
+	}
+	if err := c.CoreV1().Pods(InstallNamespace).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDBServes(ctx, t, env, ns, "p4", nil)
+	time.Sleep(10 * time.Second) // a second restart of any would show by now
+	for name, pod := range dbPods(ctx, t, env, ns) {
+		if n, want := appRestarts(pod), appRestarts(fixed[name])+1; n != want || pod.UID != fixed[name].UID {
+			t.Errorf("%s through the watcher's restart: app restarted %d times, want %d, UID %s, want %s", name, n, want, pod.UID, fixed[name].UID)
+		}
+	}
 }
 
-// dbStatefulSet is the StatefulSet restarted in place, its volumes of the class.
-func dbStatefulSet(class string) *appsv1.StatefulSet {
+// newDB makes a namespace with the Secret db (password p1), a volume for each of the
+// StatefulSet's pods, and the StatefulSet, restarted in place or rolled; it returns
+// the namespace.
+func newDB(ctx context.Context, t *testing.T, env *Env, inPlace bool) string {
+	t.Helper()
+	ns, err := env.Cluster.CreateNamespace(ctx, "db", map[string]string{confighash.InjectionLabel: confighash.InjectionEnabled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := env.Cluster.Client
+	if _, err := c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": "p1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	class := "confighash-node-" + ns
+	for i := range dbReplicas {
+		if _, err := c.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ns, i)},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: class, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: fmt.Sprintf("data-db-%d", i)},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(env.dir, "volumes", ns, fmt.Sprint(i)), Type: ptr.To(corev1.HostPathDirectoryOrCreate)}},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.AppsV1().StatefulSets(ns).Create(ctx, dbStatefulSet(class, inPlace), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// dbStatefulSet is the StatefulSet, its volumes of the class, restarted in place or,
+// opted in with confighash.dev/inject, rolled.
+func dbStatefulSet(class string, inPlace bool) *appsv1.StatefulSet {
 	labels := map[string]string{"app": "db"}
+	meta, template := map[string]string{}, map[string]string{confighash.AnnotationRestart: "in-place"}
+	if !inPlace {
+		meta, template = map[string]string{confighash.AnnotationInject: "true"}, nil
+	}
 	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Annotations: meta},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas: ptr.To[int32](dbReplicas), PodManagementPolicy: appsv1.ParallelPodManagement,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{confighash.AnnotationRestart: "in-place"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: template},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name: "app", Image: DemoImage, ImagePullPolicy: corev1.PullNever,
 					Env: []corev1.EnvVar{{Name: "STATE_DIR", Value: "/data"}, {Name: "MESSAGE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
@@ -207,4 +255,33 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// statefulSetInPlaceAgainstARollout times one change of the Secret of the same
+// StatefulSet of 3, until every pod serves it: restarted in place, and rolled.
+func statefulSetInPlaceAgainstARollout(t *testing.T, env *Env) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	took := map[bool]time.Duration{}
+	for _, inPlace := range []bool{true, false} {
+		ns := newDB(ctx, t, env, inPlace)
+		before := waitDBServes(ctx, t, env, ns, "p1", nil)
+		start := time.Now()
+		if _, err := env.Cluster.Client.CoreV1().Secrets(ns).Patch(ctx, "db", types.MergePatchType, []byte(`{"stringData":{"password":"p2"}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		after := waitDBServes(ctx, t, env, ns, "p2", nil)
+		took[inPlace] = time.Since(start)
+		replaced := 0
+		for name, pod := range after {
+			if pod.UID != before[name].UID {
+				replaced++
+			}
+		}
+		if want := map[bool]int{true: 0, false: dbReplicas}[inPlace]; replaced != want {
+			t.Errorf("in place %v: %d pods replaced, want %d", inPlace, replaced, want)
+		}
+	}
+	t.Logf("figures: StatefulSet of %d with volumes, Secret edit to every pod serving it: in place %s, rollout %s",
+		dbReplicas, took[true].Round(100*time.Millisecond), took[false].Round(100*time.Millisecond))
 }

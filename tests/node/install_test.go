@@ -30,6 +30,7 @@ func TestInstalledAsTheDocsSay(t *testing.T) {
 		{"the demo switched to restart in place: a change is served by the same pod, restarted once", demoRestartsInPlace},
 		{"a StatefulSet of 3 with volumes restarts in place one pod at a time, and halts on a bad change", statefulSetRestartsInPlace},
 		{"pods an operator made, and a bare pod, restart in place", operatorPodsRestartInPlace},
+		{"a StatefulSet of 3: a change served restarted in place, against a rollout", statefulSetInPlaceAgainstARollout},
 		{"kubectl delete -k, then helm install: Ready, caBundle injected, admission through the Service", reinstallWithHelm},
 	}
 	for _, s := range steps {
