@@ -38,7 +38,8 @@ func keepBudget(obj any) (any, error) {
 
 // allowed reports whether every budget that selects the pod allows a disruption now;
 // a budget whose selector cannot be read selects nothing, as the disruption
-// controller has it.
+// controller has it. A pod whose labels were too many to keep is not restarted while
+// its namespace has a budget.
 func (d *disruptions) allowed(p *podView) bool {
 	inf := d.budgets.For(p.Namespace)
 	if inf == nil {
@@ -49,6 +50,9 @@ func (d *disruptions) allowed(p *podView) bool {
 		b, ok := obj.(*policyv1.PodDisruptionBudget)
 		if !ok || b.Spec.Selector == nil {
 			continue
+		}
+		if p.LabelsOver {
+			return false
 		}
 		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
 		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {

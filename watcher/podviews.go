@@ -24,8 +24,10 @@ type podView struct {
 	Group types.UID
 	// Owner names its controller, as Kind/name, for Events; "" for none.
 	Owner string
-	// Labels are its labels, which PodDisruptionBudgets select it by.
-	Labels map[string]string
+	// Labels are its labels, which PodDisruptionBudgets select it by; nil, and
+	// LabelsOver set, past maxLabelBytes.
+	Labels     map[string]string
+	LabelsOver bool
 	// State is the pod read as a workload of its own (confighash.PodWorkload).
 	State confighash.State
 	// Token is the hash of its restart token; TokenWritten, when the watcher last
@@ -80,6 +82,17 @@ func parseToken(token string) (hash string, restartsAt int) {
 	return hash, n
 }
 
+// maxLabelBytes bounds the labels kept of a pod: a tenant's pods may carry many.
+const maxLabelBytes = 16 << 10
+
+func labelBytes(labels map[string]string) int {
+	n := 0
+	for k, v := range labels {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // maxFailingBytes bounds what is kept of why a pod fails, which its Event quotes.
 const maxFailingBytes = 256
 
@@ -98,7 +111,10 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 			return obj, nil // a tombstone
 		}
 		p := &podView{Namespace: pod.Namespace, Name: pod.Name, ResourceVersion: pod.ResourceVersion, UID: pod.UID, Group: pod.UID,
-			State: vocabulary.Read(confighash.PodWorkload(pod)), Labels: pod.Labels, Deleting: pod.DeletionTimestamp != nil}
+			State: vocabulary.Read(confighash.PodWorkload(pod)), Deleting: pod.DeletionTimestamp != nil}
+		if p.LabelsOver = labelBytes(pod.Labels) > maxLabelBytes; !p.LabelsOver {
+			p.Labels = pod.Labels
+		}
 		p.Token, p.RestartsAt = parseToken(pod.Annotations[confighash.AnnotationRestartToken])
 		if owner := metav1.GetControllerOf(pod); owner != nil {
 			p.Group, p.Owner = owner.UID, owner.Kind+"/"+owner.Name

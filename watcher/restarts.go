@@ -247,9 +247,10 @@ type restart struct {
 }
 
 // restart writes the pod's new token: its restarter restarts its containers. The
-// write names the version it read, so that it is made once.
+// write names the pod's UID, not its version, which the kubelet moves on at each
+// status update: writing the same token again restarts nothing.
 func (r *restarts) restart(ctx context.Context, p *podView, token string) error {
-	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`, p.UID, p.ResourceVersion, confighash.AnnotationRestartToken, tokenOf(token, p.Restarts))
+	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:%q}}}`, p.UID, confighash.AnnotationRestartToken, tokenOf(token, p.Restarts))
 	_, err := r.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	switch {
 	case apierrors.IsNotFound(err):
