@@ -89,6 +89,9 @@ var suites = []suite{
 	large(scenarioSuite("many-namespaces", "ManyNamespaces")),
 	large(scenarioSuite("fan-out-2000", "FanOut2000")),
 	large(scenarioSuite("memory-at-rest", "MemoryAtRest")),
+	// On the real node: as root on Linux, where tests/node runs.
+	{names: []string{"restart-in-place"}, pkg: "./tests/node", scenario: true,
+		args: []string{"-test.bench", "^BenchmarkScenarioRestartInPlace$", "-test.benchtime", "1x", "-test.timeout", "30m"}},
 }
 
 func scenarioSuite(name, benchmark string) suite {
