@@ -34,9 +34,10 @@ type Policy struct {
 	// Pacing is how the workload's changes roll, as its own annotations say; its
 	// namespace and the install's flags say the rest (Pacing.Over).
 	Pacing Pacing
-	// Restart is how a change reaches its pods (AnnotationRestart): in place, it also
-	// opts the workload in, as AnnotationInject does.
+	// Restart is how a change reaches its pods (AnnotationRestart): pod by pod, it
+	// also opts the workload in, as AnnotationInject does; Reload, how its app reloads.
 	Restart RestartMode
+	Reload  Reload
 
 	reloader bool // read the sources' Reloader annotations too
 	// kinds are the source kinds that can count: see Vocabulary.kinds.
@@ -81,7 +82,7 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
-	return p.OptOut == q.OptOut && p.Search == q.Search && p.Restart == q.Restart && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
+	return p.OptOut == q.OptOut && p.Search == q.Search && p.Restart == q.Restart && p.Reload == q.Reload && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
 		p.reloader == q.reloader && p.only == q.only && p.kinds == q.kinds && p.over == q.over &&
 		p.Discover == q.Discover && p.decided == q.decided && slices.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&
@@ -139,7 +140,8 @@ func (v Vocabulary) ParsePolicy(metadata, template map[string]string) (Policy, [
 	includeSecrets := r.names(AnnotationIncludeSecrets, Secret)
 	p.Include = append(includeCM, includeSecrets...)
 	p.Restart = r.restart()
-	all := inject || len(p.Include) > 0 || p.Restart == RestartInPlace
+	p.Reload = r.reload
+	all := inject || len(p.Include) > 0 || p.Restart.PodByPod()
 	p.OptOut = injectSet && !inject
 	search, searchSet := r.boolean(AnnotationSearch)
 	p.Search = search
@@ -179,6 +181,8 @@ type policyReader struct {
 	read, compiled int
 	// over is the first bound the annotations are over, if any.
 	over string
+	// reload is how AnnotationRestart says the app reloads, if it does.
+	reload Reload
 }
 
 func (r *policyReader) get(name string) (string, bool) {

@@ -49,19 +49,32 @@ const (
 	RestartRollout RestartMode = iota
 	// RestartInPlace restarts each pod's containers where it runs.
 	RestartInPlace
+	// RestartReload tells each pod's app to reload its files (see Reload), and
+	// restarts it in place where its data does not all reach it as files.
+	RestartReload
 )
 
-func (m RestartMode) String() string { return [...]string{"rollout", "in-place"}[m] }
+func (m RestartMode) String() string { return [...]string{"rollout", "in-place", "reload"}[m] }
 
-// ParseRestartMode reads AnnotationRestart: "in-place" or "rollout"; "" is rollout.
-func ParseRestartMode(text string) (RestartMode, error) {
-	switch strings.TrimSpace(text) {
+// PodByPod reports whether the mode reaches the pods one by one, where they run,
+// rather than through the pod template.
+func (m RestartMode) PodByPod() bool { return m != RestartRollout }
+
+// ParseRestartMode reads AnnotationRestart: "in-place", "rollout" ("" too), or a
+// reload, "signal:SIGHUP" or "http:8080/-/reload" (see ParseReload).
+func ParseRestartMode(text string) (RestartMode, Reload, error) {
+	text = strings.TrimSpace(text)
+	switch text {
 	case "", "rollout":
-		return RestartRollout, nil
+		return RestartRollout, Reload{}, nil
 	case "in-place":
-		return RestartInPlace, nil
+		return RestartInPlace, Reload{}, nil
 	}
-	return RestartRollout, fmt.Errorf("restart %q: want in-place or rollout", text)
+	r, err := ParseReload(text)
+	if err != nil {
+		return RestartRollout, Reload{}, fmt.Errorf("restart %q: want in-place, rollout, signal:SIGHUP or http:8080/-/reload: %w", text, err)
+	}
+	return RestartReload, r, nil
 }
 
 // Restarter returns the sidecar that restarts a pod's containers when its token
@@ -116,17 +129,18 @@ func (r *policyReader) restart() RestartMode {
 	if !ok {
 		return RestartRollout
 	}
-	mode, err := ParseRestartMode(v)
+	mode, reload, err := ParseRestartMode(v)
 	if err != nil {
-		r.problem(AnnotationRestart, v, "want in-place or rollout")
+		r.problem(AnnotationRestart, v, strings.TrimPrefix(err.Error(), fmt.Sprintf("restart %q: ", strings.TrimSpace(v))))
 	}
+	r.reload = reload
 	return mode
 }
 
 // inPlace reports whether the decision's workload is restarted in place: it asks to be,
 // and is not pinned, since a pinned pod template names the data its pods run.
 func (d *Decision) inPlace() bool {
-	return d.Policy.Restart == RestartInPlace && !d.Pacing.Pinned()
+	return d.Policy.Restart.PodByPod() && !d.Pacing.Pinned()
 }
 
 // PodWorkload reads a pod as the unit of restart in place: a workload of its own
@@ -165,13 +179,15 @@ type Restart struct {
 	// restarts for a new change for this long after one (AnnotationPausePeriod).
 	Windows     Windows
 	PausePeriod time.Duration
+	// Counted are the sources that count for it, sorted.
+	Counted []SourceRef
 }
 
 // RestartOf returns what a pod restarted in place is to carry. in.State is the pod's
 // (PodWorkload); a pinned pod, which names the snapshots it runs, is not restarted in
 // place.
 func RestartOf(in Input, sources Sources) (Restart, error) {
-	if in.State.Policy.Restart != RestartInPlace || len(in.State.Pins) > 0 {
+	if !in.State.Policy.Restart.PodByPod() || len(in.State.Pins) > 0 {
 		return Restart{}, ErrNotInPlace
 	}
 	in.State.Policy.Restart = RestartRollout
@@ -183,5 +199,11 @@ func RestartOf(in Input, sources Sources) (Restart, error) {
 	if !d.Acts {
 		return Restart{}, ErrNotInPlace // it opts out
 	}
-	return Restart{Token: d.Hash, Windows: d.Pacing.Windows, PausePeriod: d.Policy.PausePeriod}, nil
+	r := Restart{Token: d.Hash, Windows: d.Pacing.Windows, PausePeriod: d.Policy.PausePeriod}
+	for _, o := range d.Observations {
+		if o.Counts {
+			r.Counted = append(r.Counted, o.SourceRef)
+		}
+	}
+	return r, nil
 }

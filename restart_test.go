@@ -2,6 +2,7 @@ package confighash
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,13 +102,29 @@ func TestAnInPlaceWorkloadsTemplateRollsForNothing(t *testing.T) {
 }
 
 func TestParseRestartMode(t *testing.T) {
-	for text, want := range map[string]RestartMode{"": RestartRollout, "rollout": RestartRollout, " in-place ": RestartInPlace} {
-		if got, err := ParseRestartMode(text); err != nil || got != want {
-			t.Errorf("%q: %v, %v; want %v", text, got, err, want)
+	for text, want := range map[string]struct {
+		mode   RestartMode
+		reload Reload
+	}{
+		"": {RestartRollout, Reload{}}, "rollout": {RestartRollout, Reload{}}, " in-place ": {RestartInPlace, Reload{}},
+		"signal:SIGHUP": {RestartReload, Reload{Signal: "SIGHUP"}}, "signal:usr1": {RestartReload, Reload{Signal: "SIGUSR1"}},
+		"http:8080/-/reload": {RestartReload, Reload{Port: 8080, Path: "/-/reload"}}, "http:9090": {RestartReload, Reload{Port: 9090, Path: "/"}},
+	} {
+		mode, reload, err := ParseRestartMode(text)
+		if err != nil || mode != want.mode || reload != want.reload {
+			t.Errorf("%q: %v %+v, %v; want %v %+v", text, mode, reload, err, want.mode, want.reload)
+		}
+		if mode == RestartReload && reload.String() != strings.TrimSpace(strings.Replace(text, "usr1", "SIGUSR1", 1)) && text != "http:9090" {
+			t.Errorf("%q spelt back as %q", text, reload.String())
+		}
+	}
+	for _, bad := range []string{"inplace", "signal:SIGKILL", "signal:TERM", "http:0/x", "http:80/a b", "http:80/../x", "http:http/x", "http:80/" + strings.Repeat("a", 300)} {
+		if _, _, err := ParseRestartMode(bad); err == nil {
+			t.Errorf("%q accepted", bad)
 		}
 	}
 	_, problems := Vocabulary{}.ParsePolicy(nil, map[string]string{AnnotationRestart: "inplace"})
-	if len(problems) != 1 || problems[0].Reason != "want in-place or rollout" {
+	if len(problems) != 1 || !strings.HasPrefix(problems[0].Reason, "want in-place, rollout, signal:SIGHUP or http:8080/-/reload") {
 		t.Errorf("problems: %v", problems)
 	}
 	// On a workload's metadata its pods would not carry it: ignored, and told.
@@ -127,5 +144,32 @@ func TestExplainSaysAWorkloadIsRestartedInPlace(t *testing.T) {
 	e := Explain(ExplainInput{Workload: w, Mode: ModeOptedIn, Sources: sources, Key: testKey, HaveKey: true})
 	if e.Verdict != VerdictInPlace || !e.OptedIn || !strings.Contains(e.OptIn, AnnotationRestart+"=in-place (pod template)") || !strings.Contains(e.Why, "restarted where it runs") {
 		t.Errorf("explained: %s, opted in %v (%s): %s", e.Verdict, e.OptedIn, e.OptIn, e.Why)
+	}
+}
+
+// TestAReloadReachesOnlyWhatIsMountedWhole: a pod reloads when every source that
+// counts reaches it through a volume mounted whole; a source through env or a subPath
+// mount, which no reload updates, makes it restart in place instead, and says why.
+func TestAReloadReachesOnlyWhatIsMountedWhole(t *testing.T) {
+	counts := func(ref SourceRef) bool { return ref.Name != "ignored" }
+	vol := func(name, cm string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}
+	}
+	files := corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "nginx", VolumeMounts: []corev1.VolumeMount{{Name: "conf", MountPath: "/etc/nginx"}, {Name: "other", MountPath: "/x", SubPath: "a"}}}},
+		Volumes:    []corev1.Volume{vol("conf", "nginx"), vol("other", "ignored"), {Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+	}
+	if volumes, why := ReloadVolumes(&files, counts); why != "" || !slices.Equal(volumes, []string{"conf"}) {
+		t.Errorf("files: %v, %q; want [conf]", volumes, why)
+	}
+	env := *files.DeepCopy()
+	env.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nginx"}}}}
+	if _, why := ReloadVolumes(&env, counts); !strings.Contains(why, "ConfigMap/nginx reaches container nginx through envFrom") {
+		t.Errorf("env: %q", why)
+	}
+	sub := *files.DeepCopy()
+	sub.Containers[0].VolumeMounts[0].SubPath = "nginx.conf"
+	if _, why := ReloadVolumes(&sub, counts); !strings.Contains(why, "volume conf reaches container nginx through a subPath") {
+		t.Errorf("subPath: %q", why)
 	}
 }

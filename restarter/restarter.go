@@ -30,7 +30,13 @@ type Config struct {
 	// Poll is how often the file is read; 1 s, about as often as the kubelet
 	// rewrites it.
 	Poll time.Duration
-	Log  zerolog.Logger
+	// Reload, when set ("signal:SIGHUP", "http:8080/-/reload"), tells the app to
+	// reload its files instead of restarting the pod, once the kubelet swapped those
+	// of the volumes in VolumesDir (one directory each), and records each token it
+	// reloaded for in AppliedFile, for the readiness probe (Ready). A reload that
+	// fails restarts the pod.
+	Reload, VolumesDir, AppliedFile string
+	Log                             zerolog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -54,7 +60,17 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return 0, err
 	}
 	w := newWatch(cfg)
-	e := cfg.Log.Info().Str("token_file", cfg.TokenFile).Dur("poll", cfg.Poll)
+	var r *reloader
+	if cfg.Reload != "" {
+		var err error
+		if r, err = newReloader(cfg); err != nil {
+			return 0, err
+		}
+		if err := r.start(ctx, w.baseline); err != nil {
+			return reloadFailed(ctx, cfg.Log, err)
+		}
+	}
+	e := cfg.Log.Info().Str("token_file", cfg.TokenFile).Dur("poll", cfg.Poll).Str("reload", cfg.Reload)
 	if w.known {
 		e = e.Str("token", w.baseline)
 	}
@@ -66,11 +82,35 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		case <-ctx.Done():
 			return 0, nil
 		case <-t.C:
-			if w.changed() {
+			changed := w.changed()
+			if r != nil && !changed && w.known && r.applied != w.baseline {
+				// The first token read, after the start could not: the app holds it.
+				if err := r.apply(w.baseline); err != nil {
+					cfg.Log.Warn().Err(err).Msg("could not record the token the app holds")
+				}
+			}
+			if !changed {
+				continue
+			}
+			if r == nil {
 				return confighash.RestarterExitCode, nil
 			}
+			token := w.latest
+			if err := r.reloadFor(ctx, token, time.Now()); err != nil {
+				return reloadFailed(ctx, cfg.Log, err)
+			}
+			w.baseline = token
 		}
 	}
+}
+
+// reloadFailed restarts the pod in place: the app could not be told to reload.
+func reloadFailed(ctx context.Context, log zerolog.Logger, err error) (int, error) {
+	if ctx.Err() != nil {
+		return 0, nil
+	}
+	log.Warn().Err(err).Msg("the reload failed: restarting the pod's containers instead")
+	return confighash.RestarterExitCode, nil
 }
 
 // watch compares the token file with the token the containers started with.
@@ -83,6 +123,8 @@ type watch struct {
 	// trouble is the problem logged last, so that a file that stays unreadable is
 	// logged once; "" after a good read.
 	trouble string
+	// latest is the token changed last reported.
+	latest string
 }
 
 func newWatch(cfg Config) *watch {
@@ -105,7 +147,8 @@ func (w *watch) changed() bool {
 	case token == "" || token == w.baseline:
 		return false
 	}
-	w.cfg.Log.Info().Str("old_token", w.baseline).Str("new_token", token).Msg("restart token changed: restarting the pod's containers")
+	w.cfg.Log.Info().Str("old_token", w.baseline).Str("new_token", token).Msg("restart token changed")
+	w.latest = token
 	return true
 }
 

@@ -38,6 +38,9 @@ type podView struct {
 	// watcher wrote its token (-1: it never did): more since means its containers
 	// restarted for that token, whatever the clocks of the node and the API server.
 	Restarts, RestartsAt int
+	// Reloads is set for a pod whose app reloads its files (labelled reload), which
+	// its restarter's readiness tells done: RestarterReady.
+	Reloads, RestarterReady bool
 	// Ready is its Ready condition; Failing, why a container of it cannot start or
 	// run, "" when none.
 	Ready    bool
@@ -116,6 +119,7 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 			p.Labels = pod.Labels
 		}
 		p.Token, p.RestartsAt = parseToken(pod.Annotations[confighash.AnnotationRestartToken])
+		p.Reloads = pod.Labels[confighash.LabelRestart] == confighash.RestartReload.String()
 		if owner := metav1.GetControllerOf(pod); owner != nil {
 			p.Group, p.Owner = owner.UID, owner.Kind+"/"+owner.Name
 		}
@@ -133,6 +137,9 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 			p.Restarts += int(s.RestartCount)
 		}
 		for _, s := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+			if s.Name == confighash.RestarterName {
+				p.RestarterReady = s.Ready
+			}
 			if w := s.State.Waiting; w != nil && failingReasons[w.Reason] && p.Failing == "" {
 				p.Failing = "container " + s.Name + ": " + w.Reason
 				if w.Message != "" {

@@ -47,6 +47,44 @@ type restarts struct {
 	mu sync.Mutex
 	// halted holds the token each halted group was told it halted at.
 	halted map[podGroup]string
+	// reloads are the pods told to reload, until their restarter was seen not Ready
+	// and then Ready again; sync alone reads and writes it.
+	reloads map[types.UID]*reloadWait
+}
+
+// reloadWait is a reload under way: for which token, since when, and whether the
+// restarter was seen not Ready for it.
+type reloadWait struct {
+	token      string
+	since      time.Time
+	sawUnready bool
+}
+
+// reloadSettle is how long a pod told to reload may stay Ready before the watcher
+// takes the reload as done without having seen it: its restarter is not Ready for at
+// least 2 s from the change, which a probe each second sees.
+const reloadSettle = 10 * time.Second
+
+// pending reports whether a restart or a reload the watcher asked of the pod has not
+// happened yet. A restart is told by the restarts of its containers; a reload, which
+// restarts none, by its restarter not Ready then Ready again, which only this watcher
+// saw: one that starts over takes a Ready pod as reloaded.
+func (r *restarts) pending(p *podView, now time.Time) bool {
+	if !p.Reloads {
+		return p.restarting()
+	}
+	w, ok := r.reloads[p.UID]
+	switch {
+	case !ok || w.token != p.Token:
+		return false
+	case !p.RestarterReady:
+		w.sawUnready = true
+		return true
+	case w.sawUnready || now.Sub(w.since) > reloadSettle:
+		delete(r.reloads, p.UID)
+		return false
+	}
+	return true
 }
 
 // podGroup is a namespace and the UID its pods' restarts are paced within.
@@ -74,10 +112,10 @@ func newRestartsOf(w *Watcher) (*restarts, error) {
 func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, restartOf func(*podView) (confighash.Restart, error),
 	covered func(string) bool, quiet, timeout time.Duration, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
 	r := &restarts{client: client, restartOf: restartOf, covered: covered, quiet: quiet, timeout: timeout, events: events, log: log,
-		halted: map[podGroup]string{},
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
+		halted: map[podGroup]string{}, reloads: map[types.UID]*reloadWait{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
 	labelled := func(o *metav1.ListOptions) {
-		o.LabelSelector = confighash.LabelRestart + "=" + confighash.RestartInPlace.String()
+		o.LabelSelector = confighash.LabelRestart + " in (" + confighash.RestartInPlace.String() + "," + confighash.RestartReload.String() + ")"
 	}
 	var err error
 	if r.disruptions, err = newDisruptions(client, namespaces); err != nil {
@@ -199,7 +237,7 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 			unavailable++
 		case p.Token != want.Token:
 			stale = append(stale, restart{p, want})
-		case p.restarting() || !p.Ready:
+		case r.pending(p, now) || !p.Ready:
 			unavailable++
 			r.haltIfFailed(g, p, want.Token)
 		}
@@ -257,6 +295,11 @@ func (r *restarts) restart(ctx context.Context, p *podView, token string) error 
 		return nil // gone: its replacement starts with the current data
 	case err != nil:
 		return fmt.Errorf("restart pod %s/%s in place: %w", p.Namespace, p.Name, err)
+	}
+	if p.Reloads {
+		r.reloads[p.UID] = &reloadWait{token: token, since: time.Now()}
+		r.events.Eventf(p.ref(), corev1.EventTypeNormal, "Reloaded", "its app reloads its files, once the kubelet swapped them, for a change of the data they hold (restart token %s)", token)
+		return nil
 	}
 	r.events.Eventf(p.ref(), corev1.EventTypeNormal, "RestartedInPlace", "its containers restart in place for a change of the data they use (restart token %s)", token)
 	return nil

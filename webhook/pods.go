@@ -18,8 +18,9 @@ import (
 // it when the data that counts for it moves on from that token.
 
 // admitPod returns the patch that makes a pod restartable in place: the restarter and
-// its volume, LabelRestart and the restart token. A pod that does not ask, or cannot
-// be restarted in place (pinned, opted out, no restarter image), is left as it is.
+// its volume, LabelRestart (the mode: in-place, or reload where a reload reaches all
+// its data) and the restart token. A pod that does not ask, or cannot be restarted in
+// place (pinned, opted out, no restarter image), is left as it is.
 func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warnings []string, err error) {
 	pod := &corev1.Pod{}
 	if err := json.Unmarshal(raw, pod); err != nil {
@@ -29,7 +30,7 @@ func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warn
 	for _, p := range state.Problems {
 		warnings = append(warnings, warningPrefix+p.Error())
 	}
-	if state.Policy.Restart != confighash.RestartInPlace {
+	if !state.Policy.Restart.PodByPod() {
 		return nil, warnings, nil
 	}
 	if m.cfg.RestarterImage == "" {
@@ -43,15 +44,29 @@ func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warn
 	case err != nil:
 		return nil, warnings, fmt.Errorf("could not %w; the pod is not restartable in place", err)
 	}
-	ctr, vol := confighash.Restarter(m.cfg.RestarterImage)
-	ops = append(ops, mapEntryOps("/metadata/labels", pod.Labels, confighash.LabelRestart, confighash.RestartInPlace.String())...)
-	ops = append(ops, mapEntryOps("/metadata/annotations", pod.Annotations, confighash.AnnotationRestartToken, restart.Token)...)
 	// Reinvoked after another webhook: what it has of ours stays as it is.
-	if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == confighash.RestarterName }) {
-		ops = append(ops, appendOp("/spec/initContainers", len(pod.Spec.InitContainers), ctr))
+	if slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == confighash.RestarterName }) {
+		return mapEntryOps("/metadata/annotations", pod.Annotations, confighash.AnnotationRestartToken, restart.Token), warnings, nil
 	}
-	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == confighash.RestarterName }) {
-		ops = append(ops, appendOp("/spec/volumes", len(pod.Spec.Volumes), vol))
+	ctr, vol := confighash.Restarter(m.cfg.RestarterImage)
+	volumes, mode := []corev1.Volume{vol}, confighash.RestartInPlace
+	if state.Policy.Restart == confighash.RestartReload {
+		counted := func(ref confighash.SourceRef) bool { return slices.Contains(restart.Counted, ref) }
+		if reloaded, why := confighash.ReloadVolumes(&pod.Spec, counted); why != "" {
+			warnings = append(warnings, warningPrefix+"restarted in place, not reloaded: "+why)
+		} else {
+			mode = confighash.RestartReload
+			volumes = append(volumes, confighash.Reloading(&ctr, state.Policy.Reload, reloaded))
+			if state.Policy.Reload.Signal != "" && (pod.Spec.ShareProcessNamespace == nil || !*pod.Spec.ShareProcessNamespace) {
+				ops = append(ops, patchOp{"add", "/spec/shareProcessNamespace", true}) // to signal the app
+			}
+		}
+	}
+	ops = append(ops, mapEntryOps("/metadata/labels", pod.Labels, confighash.LabelRestart, mode.String())...)
+	ops = append(ops, mapEntryOps("/metadata/annotations", pod.Annotations, confighash.AnnotationRestartToken, restart.Token)...)
+	ops = append(ops, appendOp("/spec/initContainers", len(pod.Spec.InitContainers), ctr))
+	for i, v := range volumes {
+		ops = append(ops, appendOp("/spec/volumes", len(pod.Spec.Volumes)+i, v))
 	}
 	return ops, warnings, nil
 }

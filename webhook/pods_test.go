@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,7 +111,7 @@ func TestAPodThatAsksIsMadeRestartableInPlace(t *testing.T) {
 		"asks for a rollout": {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"rollout"}`, ""), admit, ""},
 		"opts out":           {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"in-place","confighash.dev/inject":"false"}`, ""), admit, ""},
 		"no restarter image": {fmt.Sprintf(podJSON, asks, ""), noImage, "no restarter image"},
-		"a typo":             {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"inplace"}`, ""), admit, "want in-place or rollout"},
+		"a typo":             {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"inplace"}`, ""), admit, "want in-place, rollout, signal:SIGHUP or http:8080/-/reload"},
 	} {
 		resp := decodeResponse(t, tt.admit(tt.pod))
 		if len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
@@ -119,5 +120,41 @@ func TestAPodThatAsksIsMadeRestartableInPlace(t *testing.T) {
 		if got := strings.Join(resp.Warnings, "\n"); !strings.Contains(got, tt.warning) || (tt.warning == "") != (got == "") {
 			t.Errorf("%s: warnings %q, want one with %q", name, got, tt.warning)
 		}
+	}
+}
+
+// TestAPodThatReloadsGetsWhatItsRestarterNeeds: a pod that asks to reload on a signal,
+// whose data all reaches it as a volume, is labelled reload; its restarter watches that
+// volume, signals with its process namespace shared, as root with CAP_KILL alone, and
+// is Ready only once it reloaded. One whose data reaches it through env is restarted in
+// place instead, and told why.
+func TestAPodThatReloadsGetsWhatItsRestarterNeeds(t *testing.T) {
+	admit := podHandler(t, "confighash:1", "1")
+	const files = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"ns","annotations":{"confighash.dev/restart":"signal:SIGHUP"}},
+"spec":{"containers":[{"name":"nginx","image":"nginx","volumeMounts":[{"name":"conf","mountPath":"/etc/nginx"}]}],"volumes":[{"name":"conf","configMap":{"name":"cfg"}}]}}`
+	resp := decodeResponse(t, admit(files))
+	pod := admitted(t, files, resp)
+	ctr := pod.Spec.InitContainers[0]
+	switch {
+	case pod.Labels[confighash.LabelRestart] != "reload" || len(resp.Warnings) != 0:
+		t.Errorf("label %q, warnings %q; want reload", pod.Labels[confighash.LabelRestart], resp.Warnings)
+	case pod.Spec.ShareProcessNamespace == nil || !*pod.Spec.ShareProcessNamespace:
+		t.Errorf("the process namespace is not shared")
+	case !slices.Contains(ctr.Args, "--reload=signal:SIGHUP") || ctr.ReadinessProbe == nil || ctr.ReadinessProbe.Exec == nil:
+		t.Errorf("restarter args %q, probe %+v", ctr.Args, ctr.ReadinessProbe)
+	case *ctr.SecurityContext.RunAsUser != 0 || !slices.Equal(ctr.SecurityContext.Capabilities.Add, []corev1.Capability{"KILL"}):
+		t.Errorf("security context %+v", ctr.SecurityContext)
+	case !slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "conf" && m.ReadOnly }):
+		t.Errorf("the restarter does not see the volume conf: %+v", ctr.VolumeMounts)
+	case len(pod.Spec.Volumes) != 3:
+		t.Errorf("volumes %+v, want conf, the token's and the state's", pod.Spec.Volumes)
+	}
+
+	env := strings.Replace(files, `"volumeMounts"`, `"envFrom":[{"configMapRef":{"name":"cfg"}}],"volumeMounts"`, 1)
+	resp = decodeResponse(t, admit(env))
+	pod = admitted(t, env, resp)
+	if pod.Labels[confighash.LabelRestart] != "in-place" || pod.Spec.ShareProcessNamespace != nil || len(resp.Warnings) != 1 ||
+		!strings.Contains(resp.Warnings[0], "restarted in place, not reloaded: ConfigMap/cfg reaches container nginx through envFrom") {
+		t.Errorf("with env: label %q, warnings %q", pod.Labels[confighash.LabelRestart], resp.Warnings)
 	}
 }

@@ -619,7 +619,7 @@ func TestWebhookWithAClientCAAnswersOnlyTheAPIServer(t *testing.T) {
 // The messages of the policy that holds the watcher's writes of pods.
 const (
 	podsOnlyPatched     = "the confighash watcher only patches pods, never creates, deletes or evicts one, nor writes a subresource"
-	podsInPlaceOnly     = "the confighash watcher patches only the pods restarted in place, labelled confighash.dev/restart=in-place"
+	podsInPlaceOnly     = "the confighash watcher patches only the pods restarted in place, labelled confighash.dev/restart=in-place or reload"
 	podsTokenOnly       = "the confighash watcher changes only a pod's confighash.dev/restart-token annotation, and never removes it"
 	podsTokenForm       = "the confighash watcher writes a restart token of the form v1:<64 hex digits> <restarts so far>"
 	writesWhereItActs   = "confighash writes only in the namespaces it acts in"
@@ -669,6 +669,8 @@ func TestWatcherServiceAccountRestartsOnlyPodsInPlace(t *testing.T) {
 	pod(ns, "web", inPlace, token)
 	pod(ns, "fresh", inPlace, nil)
 	pod(ns, "plain", nil, token)
+	pod(ns, "reloads", map[string]string{confighash.LabelRestart: confighash.RestartReload.String()}, token)
+	pod(ns, "mislabelled", map[string]string{confighash.LabelRestart: "rollout"}, token)
 	pod(off, "web", inPlace, token)
 	pod(home, "web", inPlace, token)
 
@@ -744,6 +746,7 @@ subjects:
 	checkPolicyCases(t, []policyCase{
 		{"a restart: the token of a pod restarted in place, changed", true, restart(ns, "web", next)},
 		{"a pod's first token, added", true, restart(ns, "fresh", next)},
+		{"the token of a pod that reloads its files", true, restart(ns, "reloads", next)},
 
 		// Another field of the pod.
 		{"another annotation", false, saying(podsTokenOnly, patch(ns, "web", `{"metadata":{"annotations":{"example.com/owner":"evil"}}}`))},
@@ -763,6 +766,7 @@ subjects:
 
 		// Another pod.
 		{"the token of a pod without the in-place label", false, saying(podsInPlaceOnly, restart(ns, "plain", next))},
+		{"the token of a pod whose label says neither in-place nor reload", false, saying(podsInPlaceOnly, restart(ns, "mislabelled", next))},
 		{"the token of a pod where confighash does not act", false, saying(writesWhereItActs, restart(off, "web", next))},
 		{"the token of a pod in its own namespace", false, saying(writesWhereItActs, restart(home, "web", next))},
 

@@ -30,6 +30,7 @@ func TestInstalledAsTheDocsSay(t *testing.T) {
 		{"the demo switched to restart in place: a change is served by the same pod, restarted once", demoRestartsInPlace},
 		{"a StatefulSet of 3 with volumes restarts in place one pod at a time, and halts on a bad change", statefulSetRestartsInPlace},
 		{"pods an operator made, and a bare pod, restart in place", operatorPodsRestartInPlace},
+		{"apps that reload their files on a signal or a POST serve a change with no restart", appsReloadWithoutARestart},
 		{"kubectl delete -k, then helm install: Ready, caBundle injected, admission through the Service", reinstallWithHelm},
 	}
 	for _, s := range steps {

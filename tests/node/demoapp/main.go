@@ -1,5 +1,5 @@
 // Command demoapp is the demo's application: it serves the value its pod was started
-// with, from the MESSAGE environment variable, which a ConfigMap fills. An
+// with, from the MESSAGE environment variable, which a ConfigMap fills, or from a file. An
 // environment variable never changes in a running pod: the page changes only when
 // the pod's containers start again, which is what confighash is for.
 //
@@ -16,14 +16,46 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 func main() {
-	message := os.Getenv("MESSAGE")
+	var message atomic.Value
+	message.Store(os.Getenv("MESSAGE"))
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, message) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, message.Load()) })
+	// With MESSAGE_FILE set, the message is that file's, read at the start and read
+	// again on SIGHUP or a POST to /-/reload, as an app that reloads its files does.
+	if file := os.Getenv("MESSAGE_FILE"); file != "" {
+		load := func() error {
+			b, err := os.ReadFile(file)
+			if err == nil {
+				message.Store(strings.TrimSpace(string(b)))
+			}
+			return err
+		}
+		if err := load(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		go func() {
+			for range hup {
+				if err := load(); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+				}
+			}
+		}()
+		mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, _ *http.Request) {
+			if err := load(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		})
+	}
 	if dir := os.Getenv("STATE_DIR"); dir != "" {
 		starts := filepath.Join(dir, "starts")
 		if err := appendLine(starts, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
