@@ -88,7 +88,9 @@ func TestAReloadWaitsForTheFilesThenTellsTheApp(t *testing.T) {
 // TestAFailedReloadRestartsThePod: an app that answers its reload with an error, or
 // does not listen, has its pod restarted in place instead.
 func TestAFailedReloadRestartsThePod(t *testing.T) {
-	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "bad config", http.StatusInternalServerError) }))
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad config", http.StatusInternalServerError)
+	}))
 	defer failing.Close()
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
@@ -120,4 +122,3 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 	}
 	t.Fatalf("not %s within 10 s", what)
 }
-
