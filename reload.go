@@ -97,10 +97,11 @@ func ReloadVolumes(spec *corev1.PodSpec, counts func(SourceRef) bool) (volumes [
 
 // Where the restarter of a pod that reloads finds the files of its sources' volumes,
 // one directory each, and keeps the token it last reloaded for, which its readiness
-// probe compares with the pod's.
+// probe compares with the pod's: beside the token's volume, not in it, which is
+// read-only and the kubelet's to write.
 const (
-	RestarterVolumesDir  = RestarterTokenDir + "/volumes"
-	RestarterStateDir    = RestarterTokenDir + "/state"
+	RestarterVolumesDir  = RestarterTokenDir + "-volumes"
+	RestarterStateDir    = RestarterTokenDir + "-state"
 	RestarterAppliedFile = RestarterStateDir + "/applied"
 	// restarterBinary is the binary in confighash's image, for the readiness probe.
 	restarterBinary = "/ko-app/confighash"
