@@ -74,7 +74,7 @@ test-node: control-plane helm node-packages ## the real node's suite alone: the 
 	go test -count=1 -v -timeout $(GO_TEST_TIMEOUT) ./tests/node/...
 
 .PHONY: run-node
-run-node: control-plane node-packages ## the demo on a real node (root on Linux): the image installed with cert-manager, a page going from v1 to v2; Ctrl-C stops all
+run-node: control-plane node-packages ## the demo on a real node (root on Linux): the image installed with cert-manager, a page going from v1 to v2, then to v3 restarted in place; Ctrl-C stops all
 	@go build -o bin/confighash-run-node ./tests/node/run
 	@exec bin/confighash-run-node
 

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	confighash "github.com/confighash/confighash"
@@ -100,6 +101,49 @@ func DemoDeployment() *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// SwitchDemoToInPlace asks, on the demo's pod template, for restart in place: the
+// switch rolls it once, its new pods getting the restarter.
+func (e *Env) SwitchDemoToInPlace(ctx context.Context) error {
+	patch := fmt.Appendf(nil, `{"spec":{"template":{"metadata":{"annotations":{%q:"in-place"}}}}}`, confighash.AnnotationRestart)
+	_, err := e.Cluster.Client.AppsV1().Deployments(DemoNamespace).Patch(ctx, "demo", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// DemoPod returns the demo's one pod not being deleted, once there is one alone.
+func (e *Env) DemoPod(ctx context.Context) (*corev1.Pod, error) {
+	var found *corev1.Pod
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods, err := e.Cluster.Client.CoreV1().Pods(DemoNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=demo"})
+		if err != nil {
+			return false, nil
+		}
+		found = nil
+		for i := range pods.Items {
+			if pods.Items[i].DeletionTimestamp == nil {
+				if found != nil {
+					return false, nil
+				}
+				found = &pods.Items[i]
+			}
+		}
+		return found != nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no single demo pod: %w", err)
+	}
+	return found, nil
+}
+
+// AppRestarts is the restart count of a pod's app container, -1 when it has none.
+func AppRestarts(pod *corev1.Pod) int32 {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == "app" {
+			return s.RestartCount
+		}
+	}
+	return -1
 }
 
 // DemoPage is the demo's page through its Service.

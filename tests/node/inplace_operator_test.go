@@ -67,9 +67,9 @@ func operatorPodsRestartInPlace(t *testing.T, env *Env) {
 		ownersDown = max(ownersDown, down)
 	})
 	for _, name := range names {
-		if after[name].UID != before[name].UID || appRestarts(after[name]) != appRestarts(before[name])+1 {
+		if after[name].UID != before[name].UID || AppRestarts(after[name]) != AppRestarts(before[name])+1 {
 			t.Errorf("%s: UID %s then %s, app restarted %d then %d times; want the same pod, restarted once",
-				name, before[name].UID, after[name].UID, appRestarts(before[name]), appRestarts(after[name]))
+				name, before[name].UID, after[name].UID, AppRestarts(before[name]), AppRestarts(after[name]))
 		}
 	}
 	if ownersDown > 1 {

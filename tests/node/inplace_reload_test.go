@@ -49,8 +49,8 @@ func appsReloadWithoutARestart(t *testing.T, env *Env) {
 			after := waitAppServes(ctx, t, env, ns, "r2")
 			t.Logf("figures: %s: ConfigMap edit to both pods serving it, reloaded: %s", mode, time.Since(start).Round(100*time.Millisecond))
 			for name, pod := range after {
-				if was, ok := before[name]; !ok || pod.UID != was.UID || appRestarts(pod) != 0 {
-					t.Errorf("%s: app restarted %d times (want 0), or replaced", name, appRestarts(pod))
+				if was, ok := before[name]; !ok || pod.UID != was.UID || AppRestarts(pod) != 0 {
+					t.Errorf("%s: app restarted %d times (want 0), or replaced", name, AppRestarts(pod))
 				}
 			}
 			events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Reloaded"})

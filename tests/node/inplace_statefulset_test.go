@@ -54,7 +54,7 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 		if pod.UID != was.UID {
 			t.Errorf("%s was replaced (%s, then %s), not restarted in place", name, was.UID, pod.UID)
 		}
-		if n, want := appRestarts(pod), appRestarts(was)+1; n != want {
+		if n, want := AppRestarts(pod), AppRestarts(was)+1; n != want {
 			t.Errorf("%s: app restarted %d times, want %d", name, n, want)
 		}
 		if starts, err := Get(ctx, "http://"+pod.Status.PodIP+":8080/starts"); err != nil || starts != "2" {
@@ -85,8 +85,8 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 		if name == halted {
 			continue
 		}
-		if got, _ := Get(ctx, "http://"+pod.Status.PodIP+":8080/"); got != "p2" || appRestarts(pod) != appRestarts(after[name]) {
-			t.Errorf("%s, not the halted %s: serves %q after %d restarts, want p2 untouched after %d", name, halted, got, appRestarts(pod), appRestarts(after[name]))
+		if got, _ := Get(ctx, "http://"+pod.Status.PodIP+":8080/"); got != "p2" || AppRestarts(pod) != AppRestarts(after[name]) {
+			t.Errorf("%s, not the halted %s: serves %q after %d restarts, want p2 untouched after %d", name, halted, got, AppRestarts(pod), AppRestarts(after[name]))
 		}
 	}
 	if _, err := secrets.Patch(ctx, "db", types.MergePatchType, []byte(`{"stringData":{"password":"p3"}}`), metav1.PatchOptions{}); err != nil {
@@ -112,7 +112,7 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 	}
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for name, pod := range dbPods(ctx, t, env, ns) {
-			if appRestarts(pod) > appRestarts(fixed[name]) {
+			if AppRestarts(pod) > AppRestarts(fixed[name]) {
 				return true, nil
 			}
 		}
@@ -127,7 +127,7 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 	waitDBServes(ctx, t, env, ns, "p4", nil)
 	time.Sleep(10 * time.Second) // a second restart of any would show by now
 	for name, pod := range dbPods(ctx, t, env, ns) {
-		if n, want := appRestarts(pod), appRestarts(fixed[name])+1; n != want || pod.UID != fixed[name].UID {
+		if n, want := AppRestarts(pod), AppRestarts(fixed[name])+1; n != want || pod.UID != fixed[name].UID {
 			t.Errorf("%s through the watcher's restart: app restarted %d times, want %d, UID %s, want %s", name, n, want, pod.UID, fixed[name].UID)
 		}
 	}
@@ -274,7 +274,7 @@ func timeDBChange(ctx context.Context, t testing.TB, env *Env, inPlace bool) (to
 		switch {
 		case pod.UID != before[name].UID:
 			replaced++
-		case appRestarts(pod) != appRestarts(before[name])+1:
+		case AppRestarts(pod) != AppRestarts(before[name])+1:
 			notOnce++
 		}
 	}

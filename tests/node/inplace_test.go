@@ -138,17 +138,18 @@ func restarts(p *corev1.Pod, container string) int32 {
 func demoRestartsInPlace(t *testing.T, env *Env) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	deployments := env.Cluster.Client.AppsV1().Deployments(DemoNamespace)
 	before, err := env.ReplicaSets(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	switchOn := fmt.Appendf(nil, `{"spec":{"template":{"metadata":{"annotations":{%q:"in-place"}}}}}`, confighash.AnnotationRestart)
-	if _, err := deployments.Patch(ctx, "demo", types.StrategicMergePatchType, switchOn, metav1.PatchOptions{}); err != nil {
+	if err := env.SwitchDemoToInPlace(ctx); err != nil {
 		t.Fatal(err)
 	}
 	expectRollouts(ctx, t, env, before) // the switch: one more ReplicaSet than before
-	pod := demoPod(ctx, t, env)
+	pod, err := env.DemoPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if pod.Labels[confighash.LabelRestart] != "in-place" || pod.Annotations[confighash.AnnotationRestartToken] == "" || len(pod.Spec.InitContainers) == 0 ||
 		pod.Spec.InitContainers[0].Name != confighash.RestarterName {
 		t.Fatalf("the demo's pod was not made restartable in place: labels %v, annotations %v, init containers %d", pod.Labels, pod.Annotations, len(pod.Spec.InitContainers))
@@ -172,50 +173,17 @@ func demoRestartsInPlace(t *testing.T, env *Env) {
 	}
 	t.Logf("figures: ConfigMap edit to %q served in place %s", message, time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(5 * time.Second) // a second restart would show by now
-	after := demoPod(ctx, t, env)
+	after, err := env.DemoPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if after.UID != pod.UID || after.Status.PodIP != pod.Status.PodIP {
 		t.Errorf("pod %s (%s) became %s (%s): replaced, not restarted in place", pod.UID, pod.Status.PodIP, after.UID, after.Status.PodIP)
 	}
-	if n, want := appRestarts(after), appRestarts(pod)+1; n != want {
+	if n, want := AppRestarts(after), AppRestarts(pod)+1; n != want {
 		t.Errorf("the app restarted %d times, want %d", n, want)
 	}
 	if n, _ := env.ReplicaSets(ctx); n != before+1 {
 		t.Errorf("%d ReplicaSets, want %d: the change rolled the Deployment", n, before+1)
 	}
-}
-
-// demoPod returns the demo's one pod that is not being deleted.
-func demoPod(ctx context.Context, t *testing.T, env *Env) *corev1.Pod {
-	t.Helper()
-	var found *corev1.Pod
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		pods, err := env.Cluster.Client.CoreV1().Pods(DemoNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=demo"})
-		if err != nil {
-			return false, nil
-		}
-		found = nil
-		for i := range pods.Items {
-			if pods.Items[i].DeletionTimestamp == nil {
-				if found != nil {
-					return false, nil
-				}
-				found = &pods.Items[i]
-			}
-		}
-		return found != nil, nil
-	})
-	if err != nil {
-		t.Fatalf("no single demo pod: %v", err)
-	}
-	return found
-}
-
-// appRestarts is the restart count of the demo's app container.
-func appRestarts(pod *corev1.Pod) int32 {
-	for _, s := range pod.Status.ContainerStatuses {
-		if s.Name == "app" {
-			return s.RestartCount
-		}
-	}
-	return -1
 }

@@ -2,7 +2,8 @@
 // plane and a node (containerd, kubelet, kube-proxy in a network namespace of their
 // own), installs cert-manager and confighash from the project's image as
 // docs/install.md says, serves the demo app's page, edits its ConfigMap, and shows
-// the page change from v1 to v2 after one rollout. Ctrl-C stops everything and puts
+// the page change from v1 to v2 after one rollout, then, restarted in place, to v3 from
+// the same pod. Ctrl-C stops everything and puts
 // the host back as it was. It needs root on Linux.
 package main
 
@@ -93,10 +94,48 @@ func demo(ctx context.Context, env *node.Env) error {
 		return err
 	}
 	say("v2 served %s after the edit; the demo has %d ReplicaSets: one rollout", time.Since(changed).Round(100*time.Millisecond), n)
+	if err := restartInPlace(ctx, env, page); err != nil {
+		return err
+	}
 	say("try it: KUBECONFIG=%s kubectl -n demo edit configmap demo-settings; the page is %s", env.Cluster.Kubeconfig, page)
 	say("Ctrl-C stops everything")
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// restartInPlace switches the demo to restart in place (one rollout, for the
+// restarter), then changes its message: the same pod serves it, its app restarted once.
+func restartInPlace(ctx context.Context, env *node.Env, page string) error {
+	say("kubectl -n demo patch deployment demo: confighash.dev/restart: in-place on its pod template (one rollout: its pods get the restarter)")
+	if err := env.SwitchDemoToInPlace(ctx); err != nil {
+		return err
+	}
+	if err := env.Cluster.WaitRolledOut(ctx, node.DemoNamespace, "demo"); err != nil {
+		return err
+	}
+	before, err := env.DemoPod(ctx)
+	if err != nil {
+		return err
+	}
+	say("kubectl -n demo patch configmap demo-settings: message v2 -> v3")
+	changed := time.Now()
+	if err := env.SetDemoMessage(ctx, "v3"); err != nil {
+		return err
+	}
+	if err := showUntil(ctx, page, "v3"); err != nil {
+		return err
+	}
+	after, err := env.DemoPod(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := env.ReplicaSets(ctx)
+	if err != nil {
+		return err
+	}
+	say("v3 served %s after the edit, restarted in place: pod %s (UID %s, then %s), app restarts %d, then %d; %d ReplicaSets",
+		time.Since(changed).Round(100*time.Millisecond), after.Name, before.UID, after.UID, node.AppRestarts(before), node.AppRestarts(after), n)
+	return nil
 }
 
 // waitMutated waits until the webhook mutates a dry-run create through its Service.
