@@ -33,10 +33,8 @@ type restarts struct {
 	client kubernetes.Interface
 	pods   *sourcecache.Informers
 	queue  workqueue.TypedRateLimitingInterface[podGroup]
-	// restartOf is what a pod is to carry now; covered, whether its namespace's
-	// sources are all known; disruptions, what its PodDisruptionBudgets allow.
-	restartOf   func(*podView) (confighash.Restart, error)
-	covered     func(namespace string) bool
+	podRules
+	// disruptions is what the pods' PodDisruptionBudgets allow.
 	disruptions *disruptions
 	// quiet is how long after a change its pods wait, so that changes made together
 	// restart them once; timeout, how long a restarted pod may take to be Ready.
@@ -45,8 +43,8 @@ type restarts struct {
 	log            zerolog.Logger
 
 	mu sync.Mutex
-	// halted holds the token each halted group was told it halted at.
-	halted map[podGroup]string
+	// told holds the token each group was last told an Event of a reason for.
+	told map[told]string
 	// reloads are the pods told to reload, until their restarter was seen not Ready
 	// and then Ready again; sync alone reads and writes it.
 	reloads map[types.UID]*reloadWait
@@ -93,6 +91,15 @@ type podGroup struct {
 	UID       types.UID
 }
 
+// podRules are what the watcher says of each pod restarted in place: what it is to
+// carry now; whether its namespace's sources are all known; how many pods of its
+// controller its rollout lets be unavailable at once.
+type podRules struct {
+	restartOf      func(*podView) (confighash.Restart, error)
+	covered        func(namespace string) bool
+	maxUnavailable func(*podView) int
+}
+
 // restartPoll is how often a group whose restarts are under way is looked at again,
 // beyond the changes of its pods, which wake it at once.
 const restartPoll = 5 * time.Second
@@ -105,14 +112,15 @@ func newRestartsOf(w *Watcher) (*restarts, error) {
 		return confighash.RestartOf(confighash.Input{Key: w.cfg.Key, Namespace: p.Namespace, State: p.State, Mode: w.gate.Mode(p.Namespace),
 			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
 	}
-	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, restartOf, w.sources.Covers, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.Events, w.cfg.Log)
+	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, maxUnavailable: w.maxUnavailableFor}
+	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.Events, w.cfg.Log)
 }
 
 // newRestarts watches the pods labelled for restart in place in the namespaces.
-func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, restartOf func(*podView) (confighash.Restart, error),
-	covered func(string) bool, quiet, timeout time.Duration, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
-	r := &restarts{client: client, restartOf: restartOf, covered: covered, quiet: quiet, timeout: timeout, events: events, log: log,
-		halted: map[podGroup]string{}, reloads: map[types.UID]*reloadWait{},
+func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, rules podRules,
+	quiet, timeout time.Duration, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
+	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, log: log,
+		told: map[told]string{}, reloads: map[types.UID]*reloadWait{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
 	labelled := func(o *metav1.ListOptions) {
 		o.LabelSelector = confighash.LabelRestart + " in (" + confighash.RestartInPlace.String() + "," + confighash.RestartReload.String() + ")"
@@ -249,16 +257,29 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 		return 0, nil
 	}
 	// The highest ordinal first, as a StatefulSet rolls: by length, then by name.
-	s := slices.MaxFunc(stale, func(a, b restart) int {
-		return cmp.Or(cmp.Compare(len(a.pod.Name), len(b.pod.Name)), cmp.Compare(a.pod.Name, b.pod.Name))
+	slices.SortFunc(stale, func(a, b restart) int {
+		return cmp.Or(cmp.Compare(len(b.pod.Name), len(a.pod.Name)), cmp.Compare(b.pod.Name, a.pod.Name))
 	})
-	if wait := held(s, pods, lastWritten, now); wait > 0 {
+	if wait := held(stale[0], pods, lastWritten, now); wait > 0 {
 		return wait, nil
 	}
-	if unavailable >= maxRestarting || !r.disruptions.allowed(s.pod) {
+	budget := r.maxUnavailable(stale[0].pod)
+	if budget == 0 {
+		r.tell(g, stale[0].pod, stale[0].want.Token, corev1.EventTypeWarning, "RestartHeld",
+			"its controller's rollout lets no pod be unavailable (maxUnavailable 0, and no surge in place): no pod of it is restarted in place; let one be (maxUnavailable: 1), or have it roll (confighash.dev/restart: rollout)")
 		return restartPoll, nil
 	}
-	return restartPoll, r.restart(ctx, s.pod, s.want.Token)
+	// One pod after another up to the budget; a pod whose restart the cache does not
+	// show yet comes first again, and its same token restarts nothing twice.
+	for _, s := range stale[:min(len(stale), max(0, budget-unavailable))] {
+		if !r.disruptions.allowed(s.pod) {
+			break
+		}
+		if err := r.restart(ctx, s.pod, s.want.Token); err != nil {
+			return 0, err
+		}
+	}
+	return restartPoll, nil
 }
 
 // held returns how long a stale pod waits for its rollout window to open, or for the
@@ -274,9 +295,6 @@ func held(s restart, group []*podView, lastWritten, now time.Time) time.Duration
 	}
 	return 0
 }
-
-// maxRestarting is how many pods of a group may be unavailable while it restarts.
-const maxRestarting = 1
 
 // restart is a stale pod and what it is to carry.
 type restart struct {
@@ -315,16 +333,27 @@ func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) {
 	if why == "" || p.TokenWritten.IsZero() {
 		return
 	}
-	r.mu.Lock()
-	told := r.halted[g] == token
-	r.halted[g] = token
-	r.mu.Unlock()
-	if told {
-		return
-	}
 	owner := "its group"
 	if p.Owner != "" {
 		owner = p.Owner
 	}
-	r.events.Eventf(p.ref(), corev1.EventTypeWarning, "RestartHalted", "restarted in place for new data, it does not come back (%s): the other pods of %s keep running on their data until it does", why, owner)
+	r.tell(g, p, token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf("restarted in place for new data, it does not come back (%s): the other pods of %s keep running on their data until it does", why, owner))
+}
+
+// tell sends an Event on the pod once per group, token and reason.
+func (r *restarts) tell(g podGroup, p *podView, token, eventType, reason, message string) {
+	r.mu.Lock()
+	key := told{g, reason}
+	seen := r.told[key] == token
+	r.told[key] = token
+	r.mu.Unlock()
+	if !seen {
+		r.events.Event(p.ref(), eventType, reason, message)
+	}
+}
+
+// told is what an Event was told for: a group, and its reason.
+type told struct {
+	podGroup
+	reason string
 }

@@ -36,7 +36,10 @@ type view struct {
 	// Status is where its controller stands with its latest pod template.
 	Status confighash.RolloutStatus
 	// Selector selects its pods; "" for a kind whose pods a wave does not wait for.
-	Selector string
+	// MaxUnavailable is how many of them its rollout takes down at once
+	// (maxUnavailableOf), the most a restart in place may.
+	Selector       string
+	MaxUnavailable int
 	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).
 	NotPinned string
 	// Said is the status the watcher last wrote on it (AnnotationStatus), "" when
@@ -98,6 +101,7 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			State:            vocabulary.Read(w),
 			Status:           rolloutOf(o),
 			Selector:         selectorOf(o),
+			MaxUnavailable:   maxUnavailableOf(o),
 			NotPinned:        meta.GetAnnotations()[confighash.AnnotationNotPinned],
 			Said:             upTo(meta.GetAnnotations()[confighash.AnnotationStatus], confighash.MaxStatusBytes),
 			Owned:            metav1.GetControllerOfNoCopy(meta) != nil,

@@ -1,0 +1,93 @@
+package watcher
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// unknownUnavailable is the MaxUnavailable of a workload whose rollout does not say:
+// its pods restarted in place go one at a time.
+const unknownUnavailable = -1
+
+// maxUnavailableOf is how many of a workload's pods its own rollout takes down at
+// once, as its controller resolves it: the most of its pods a restart in place may
+// take down together. A maxUnavailable set to what resolves to 0 holds them all; the
+// default's, on a few pods, lets one at a time.
+func maxUnavailableOf(o runtime.Object) int {
+	switch o := o.(type) {
+	case *appsv1.Deployment:
+		replicas := int(ptr.Deref(o.Spec.Replicas, 1))
+		if o.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+			return replicas
+		}
+		ru := o.Spec.Strategy.RollingUpdate
+		if ru == nil {
+			ru = &appsv1.RollingUpdateDeployment{}
+		}
+		unavailable := scaled(ru.MaxUnavailable, intstr.FromString("25%"), replicas, false)
+		switch {
+		case unavailable == 0 && scaled(ru.MaxSurge, intstr.FromString("25%"), replicas, true) == 0:
+			return 1 // as the Deployment controller has it: both 0 would never progress
+		case unavailable == 0 && ru.MaxUnavailable == nil:
+			// The default's 25% of a few pods: no one asked that none be down, and a
+			// restart in place cannot surge.
+			return 1
+		}
+		return unavailable
+	case *appsv1.StatefulSet:
+		if ru := o.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+			return max(1, scaled(ru.MaxUnavailable, intstr.FromInt32(1), int(ptr.Deref(o.Spec.Replicas, 1)), true))
+		}
+		return 1
+	case *appsv1.DaemonSet:
+		ru := o.Spec.UpdateStrategy.RollingUpdate
+		if ru == nil {
+			return 1
+		}
+		return scaled(ru.MaxUnavailable, intstr.FromInt32(1), int(o.Status.DesiredNumberScheduled), true)
+	}
+	return unknownUnavailable
+}
+
+// scaled resolves a count or a percentage of total, or its default when unset.
+func scaled(v *intstr.IntOrString, def intstr.IntOrString, total int, roundUp bool) int {
+	if v == nil {
+		v = &def
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, total, roundUp)
+	if err != nil || n < 0 {
+		return 1
+	}
+	return n
+}
+
+// maxUnavailableFor returns how many pods of the pod's controller may be down at once
+// for restarts in place: what the rollout of the workload whose selector selects it
+// allows (the fewest, if several do), 1 when none says.
+func (w *Watcher) maxUnavailableFor(p *podView) int {
+	n := unknownUnavailable
+	for _, in := range w.workloads {
+		inf := in.For(p.Namespace)
+		if inf == nil {
+			continue
+		}
+		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, p.Namespace)
+		for _, obj := range objs {
+			v, ok := obj.(*view)
+			if !ok || v.Selector == "" || v.MaxUnavailable == unknownUnavailable {
+				continue
+			}
+			if sel, err := labels.Parse(v.Selector); err == nil && sel.Matches(labels.Set(p.Labels)) && (n == unknownUnavailable || v.MaxUnavailable < n) {
+				n = v.MaxUnavailable
+			}
+		}
+	}
+	if n == unknownUnavailable {
+		return 1
+	}
+	return n
+}
