@@ -79,7 +79,7 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 	if err != nil {
 		t.Fatalf("no RestartHalted Event after the bad change: %v\n%s", err, env.describe(ctx, ns))
 	}
-	time.Sleep(10 * time.Second) // the rest of the group would have been restarted by now
+	time.Sleep(6 * time.Second) // the rest of the group would have been restarted by now
 	pods := dbPods(ctx, t, env, ns)
 	for name, pod := range pods {
 		if name == halted {
@@ -125,7 +125,7 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 		t.Fatal(err)
 	}
 	waitDBServes(ctx, t, env, ns, "p4", nil)
-	time.Sleep(10 * time.Second) // a second restart of any would show by now
+	time.Sleep(6 * time.Second) // a second restart of any would show by now
 	for name, pod := range dbPods(ctx, t, env, ns) {
 		if n, want := AppRestarts(pod), AppRestarts(fixed[name])+1; n != want || pod.UID != fixed[name].UID {
 			t.Errorf("%s through the watcher's restart: app restarted %d times, want %d, UID %s, want %s", name, n, want, pod.UID, fixed[name].UID)
