@@ -15,8 +15,8 @@ const unknownUnavailable = -1
 
 // maxUnavailableOf is how many of a workload's pods its own rollout takes down at
 // once, as its controller resolves it: the most of its pods a restart in place may
-// take down together. A maxUnavailable set to what resolves to 0 holds them all; the
-// default's, on a few pods, lets one at a time.
+// take down together. A maxUnavailable of 0 holds them all; a share that comes to none
+// of a few pods, as the default 25% of 3, lets one at a time.
 func maxUnavailableOf(o runtime.Object) int {
 	switch o := o.(type) {
 	case *appsv1.Deployment:
@@ -32,9 +32,9 @@ func maxUnavailableOf(o runtime.Object) int {
 		switch {
 		case unavailable == 0 && scaled(ru.MaxSurge, intstr.FromString("25%"), replicas, true) == 0:
 			return 1 // as the Deployment controller has it: both 0 would never progress
-		case unavailable == 0 && ru.MaxUnavailable == nil:
-			// The default's 25% of a few pods: no one asked that none be down, and a
-			// restart in place cannot surge.
+		case unavailable == 0 && !zero(ru.MaxUnavailable):
+			// A share of a few pods, as the default 25% of 3 (which the API server
+			// writes in): no one asked that none be down, and in place cannot surge.
 			return 1
 		}
 		return unavailable
@@ -51,6 +51,11 @@ func maxUnavailableOf(o runtime.Object) int {
 		return scaled(ru.MaxUnavailable, intstr.FromInt32(1), int(o.Status.DesiredNumberScheduled), true)
 	}
 	return unknownUnavailable
+}
+
+// zero reports whether a maxUnavailable says none: 0, or 0%.
+func zero(v *intstr.IntOrString) bool {
+	return v != nil && (v.Type == intstr.Int && v.IntVal == 0 || v.Type == intstr.String && v.StrVal == "0%")
 }
 
 // scaled resolves a count or a percentage of total, or its default when unset.

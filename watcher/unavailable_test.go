@@ -27,7 +27,8 @@ func TestARestartInPlaceTakesDownNoMoreThanTheRolloutWould(t *testing.T) {
 	}{
 		{"a Deployment of 8 by default: 25% rounded down", deployment(8, nil, nil), 2},
 		{"a Deployment of 3 by default: 25% is 0, one at a time", deployment(3, nil, nil), 1},
-		{"a Deployment of 3 at 25%, said: none", deployment(3, pct("25%"), nil), 0},
+		{"a Deployment of 3 at 25%, as the API server writes the default: one at a time", deployment(3, pct("25%"), pct("25%")), 1},
+		{"a Deployment at 0%: none", deployment(3, pct("0%"), nil), 0},
 		{"a Deployment that surges only", deployment(4, n(0), n(1)), 0},
 		{"a Deployment of neither: 1, as its controller has it", deployment(4, n(0), n(0)), 1},
 		{"a Deployment of 10 at 50%", deployment(10, pct("50%"), nil), 5},
