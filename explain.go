@@ -165,7 +165,7 @@ func Explain(in ExplainInput) (e Explanation) {
 	e.Sources = explainSources(in.Workload, d, state, in.Hidden)
 	switch {
 	case d.InPlace:
-		e.Verdict, e.Why = VerdictInPlace, "its pod template asks for it ("+AnnotationRestart+"): each pod is restarted where it runs, one of its controller at a time, when the data of a source that counts for it changes; the workload itself rolls for nothing (kubectl get events --field-selector involvedObject.kind=Pod tells each restart)"
+		e.Verdict, e.Why = VerdictInPlace, "its pod template asks for it ("+AnnotationRestart+"): each pod is restarted where it runs (or its app told to reload), no more of them at once than its rollout's maxUnavailable, when the data of a source that counts for it changes; the workload itself rolls for nothing (kubectl get events --field-selector involvedObject.kind=Pod tells each restart)"
 		return e
 	case in.ModeUnseen && !state.met():
 		e.Verdict, e.Why = VerdictNoRollout, neverAdmitted(w.Namespace, e)
