@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -24,11 +23,11 @@ import (
 )
 
 // restarts restarts in place the pods whose data moved on from their restart token:
-// it writes each stale pod's new token, which its restarter sees, one pod of a group
-// (the pods of one controller) at a time, and the next once that one is back Ready.
-// A pod that does not come back holds the rest of its group where they are: the
-// change halts after one pod. What is restarted lives in the pods' tokens, so a
-// watcher that starts over restarts none twice.
+// it writes each stale pod's new token, which its restarter sees, no more pods of a
+// group (the pods of one controller) at once than its rollout takes down, and the
+// next once one is back Ready. A pod that does not come back holds the rest of its
+// group where they are: the change halts. What is restarted lives in the pods'
+// tokens, so a watcher that starts over restarts none twice.
 type restarts struct {
 	client kubernetes.Interface
 	pods   *sourcecache.Informers
@@ -42,47 +41,10 @@ type restarts struct {
 	events         record.EventRecorder
 	log            zerolog.Logger
 
-	mu sync.Mutex
-	// told holds the token each group was last told an Event of a reason for.
-	told map[told]string
-	// reloads are the pods told to reload, until their restarter was seen not Ready
-	// and then Ready again; sync alone reads and writes it.
-	reloads map[types.UID]*reloadWait
-}
-
-// reloadWait is a reload under way: for which token, since when, and whether the
-// restarter was seen not Ready for it.
-type reloadWait struct {
-	token      string
-	since      time.Time
-	sawUnready bool
-}
-
-// reloadSettle is how long a pod told to reload may stay Ready before the watcher
-// takes the reload as done without having seen it: its restarter is not Ready for at
-// least 2 s from the change, which a probe each second sees.
-const reloadSettle = 10 * time.Second
-
-// pending reports whether a restart or a reload the watcher asked of the pod has not
-// happened yet. A restart is told by the restarts of its containers; a reload, which
-// restarts none, by its restarter not Ready then Ready again, which only this watcher
-// saw: one that starts over takes a Ready pod as reloaded.
-func (r *restarts) pending(p *podView, now time.Time) bool {
-	if !p.Reloads {
-		return p.restarting()
-	}
-	w, ok := r.reloads[p.UID]
-	switch {
-	case !ok || w.token != p.Token:
-		return false
-	case !p.RestarterReady:
-		w.sawUnready = true
-		return true
-	case w.sawUnready || now.Sub(w.since) > reloadSettle:
-		delete(r.reloads, p.UID)
-		return false
-	}
-	return true
+	// told holds the token each group was last told an Event of a reason for, and
+	// reloads the reloads under way. Only sync, in lead's one goroutine, uses them.
+	told    map[told]string
+	reloads reloadWaits
 }
 
 // podGroup is a namespace and the UID its pods' restarts are paced within.
@@ -120,7 +82,7 @@ func newRestartsOf(w *Watcher) (*restarts, error) {
 func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, rules podRules,
 	quiet, timeout time.Duration, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
 	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, log: log,
-		told: map[told]string{}, reloads: map[types.UID]*reloadWait{},
+		told: map[told]string{}, reloads: reloadWaits{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
 	labelled := func(o *metav1.ListOptions) {
 		o.LabelSelector = confighash.LabelRestart + " in (" + confighash.RestartInPlace.String() + "," + confighash.RestartReload.String() + ")"
@@ -245,7 +207,7 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 			unavailable++
 		case p.Token != want.Token:
 			stale = append(stale, restart{p, want})
-		case r.pending(p, now) || !p.Ready:
+		case r.reloads.pending(p, now) || !p.Ready:
 			unavailable++
 			r.haltIfFailed(g, p, want.Token)
 		}
@@ -315,7 +277,7 @@ func (r *restarts) restart(ctx context.Context, p *podView, token string) error 
 		return fmt.Errorf("restart pod %s/%s in place: %w", p.Namespace, p.Name, err)
 	}
 	if p.Reloads {
-		r.reloads[p.UID] = &reloadWait{token: token, since: time.Now()}
+		r.reloads.asked(p, token, time.Now())
 		r.events.Eventf(p.ref(), corev1.EventTypeNormal, "Reloaded", "its app reloads its files, once the kubelet swapped them, for a change of the data they hold (restart token %s)", token)
 		return nil
 	}
@@ -326,11 +288,14 @@ func (r *restarts) restart(ctx context.Context, p *podView, token string) error 
 // haltIfFailed tells, once per token, that a pod restarted for it failed to come back:
 // its group's other pods keep running on their data until it does.
 func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) {
+	if p.TokenWritten.IsZero() {
+		return // not restarted by a watcher
+	}
 	why := p.Failing
-	if why == "" && !p.TokenWritten.IsZero() && time.Since(p.TokenWritten) > r.timeout {
+	if why == "" && time.Since(p.TokenWritten) > r.timeout {
 		why = fmt.Sprintf("not Ready %v after its restart", r.timeout)
 	}
-	if why == "" || p.TokenWritten.IsZero() {
+	if why == "" {
 		return
 	}
 	owner := "its group"
@@ -342,11 +307,9 @@ func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) {
 
 // tell sends an Event on the pod once per group, token and reason.
 func (r *restarts) tell(g podGroup, p *podView, token, eventType, reason, message string) {
-	r.mu.Lock()
 	key := told{g, reason}
 	seen := r.told[key] == token
 	r.told[key] = token
-	r.mu.Unlock()
 	if !seen {
 		r.events.Event(p.ref(), eventType, reason, message)
 	}

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/confighash/confighash"
 )
 
@@ -64,21 +62,21 @@ func TestARestartTokenTellsTheRestartsItWasWrittenAt(t *testing.T) {
 // not Ready is taken as done after reloadSettle; a pod no watcher here told is not.
 func TestAReloadIsDoneOnceItsRestarterWasSeenNotReadyThenReady(t *testing.T) {
 	now := time.Now()
-	r := &restarts{reloads: map[types.UID]*reloadWait{"a": {token: "v1:b", since: now}, "b": {token: "v1:b", since: now.Add(-time.Minute)}}}
+	r := &restarts{reloads: reloadWaits{"a": {token: "v1:b", since: now}, "b": {token: "v1:b", since: now.Add(-time.Minute)}}}
 	a := &podView{UID: "a", Token: "v1:b", Reloads: true, RestarterReady: true}
 	steps := []struct {
 		ready, want bool
 	}{{true, true}, {false, true}, {false, true}, {true, false}, {true, false}}
 	for i, s := range steps {
 		a.RestarterReady = s.ready
-		if got := r.pending(a, now); got != s.want {
+		if got := r.reloads.pending(a, now); got != s.want {
 			t.Fatalf("step %d (restarter Ready %v): pending %v, want %v", i, s.ready, got, s.want)
 		}
 	}
-	if r.pending(&podView{UID: "b", Token: "v1:b", Reloads: true, RestarterReady: true}, now) {
+	if r.reloads.pending(&podView{UID: "b", Token: "v1:b", Reloads: true, RestarterReady: true}, now) {
 		t.Error("a reload never seen after reloadSettle is still pending")
 	}
-	if r.pending(&podView{UID: "c", Token: "v1:b", Reloads: true, RestarterReady: true}, now) {
+	if r.reloads.pending(&podView{UID: "c", Token: "v1:b", Reloads: true, RestarterReady: true}, now) {
 		t.Error("a pod no watcher here told to reload is pending")
 	}
 }

@@ -1,0 +1,51 @@
+package watcher
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// reloadWaits are the pods told to reload, by UID, until their restarter was seen
+// not Ready for the reload and then Ready again: a reload restarts no container, so
+// no restart count tells it done. Only this watcher saw it: one that starts over
+// takes a Ready pod as reloaded.
+type reloadWaits map[types.UID]*reloadWait
+
+// reloadWait is a reload under way: for which token, since when, and whether the
+// restarter was seen not Ready for it.
+type reloadWait struct {
+	token      string
+	since      time.Time
+	sawUnready bool
+}
+
+// reloadSettle is how long a pod told to reload may stay Ready before the watcher
+// takes the reload as done without having seen it: its restarter is not Ready for at
+// least 2 s from the change, which a probe each second sees.
+const reloadSettle = 10 * time.Second
+
+// asked records that the pod was told, at now, to reload for the token.
+func (rw reloadWaits) asked(p *podView, token string, now time.Time) {
+	rw[p.UID] = &reloadWait{token: token, since: now}
+}
+
+// pending reports whether a restart or a reload the watcher asked of the pod has not
+// happened yet: a restart is told by the restarts of its containers.
+func (rw reloadWaits) pending(p *podView, now time.Time) bool {
+	if !p.Reloads {
+		return p.restarting()
+	}
+	w, ok := rw[p.UID]
+	switch {
+	case !ok || w.token != p.Token:
+		return false
+	case !p.RestarterReady:
+		w.sawUnready = true
+		return true
+	case w.sawUnready || now.Sub(w.since) > reloadSettle:
+		delete(rw, p.UID)
+		return false
+	}
+	return true
+}
