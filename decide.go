@@ -165,8 +165,10 @@ type Decision struct {
 	// only then.
 	Acts bool
 	// InPlace is set, and Acts not, for a workload whose pods are restarted in place
-	// (AnnotationRestart): its pod template is left as it is.
-	InPlace bool
+	// (AnnotationRestart): its pod template is left as it is. RollsInstead says why
+	// one that asks for it rolls instead.
+	InPlace      bool
+	RollsInstead string
 	// RecordErr is why the sources record the workload carries could not be read: a
 	// new one replaces it.
 	RecordErr error
@@ -245,10 +247,17 @@ func decide(in Input, sources Sources) (Decision, error) {
 	if d.Policy.over != "" {
 		return d, fmt.Errorf("%w: %s; it is left as it is", ErrTooManySources, d.Policy.over)
 	}
-	if d.Pacing = d.Policy.Pacing.Over(in.Pacing); in.InPlace && d.inPlace() {
-		// Its pods are restarted where they run: its pod template rolls for nothing.
-		d.Acts, d.InPlace = false, true
-		return d, nil
+	if d.Pacing = d.Policy.Pacing.Over(in.Pacing); d.Policy.Restart.PodByPod() {
+		switch {
+		case d.Pacing.Pinned():
+			d.RollsInstead = "a pinned workload's pods run the snapshots it names, which only a rollout changes: it rolls instead"
+		case !in.InPlace:
+			d.RollsInstead = "this install restarts no pod in place (below Kubernetes 1.36, or --restart-in-place=false): it rolls instead"
+		default:
+			// Its pods are restarted where they run: its pod template rolls for nothing.
+			d.Acts, d.InPlace = false, true
+			return d, nil
+		}
 	}
 	names, err := d.Policy.patternNames(s.Record, sources)
 	if err != nil {

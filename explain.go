@@ -110,6 +110,9 @@ type ExplainInput struct {
 	Flapping string
 	// Warnings are the watcher's latest Warning Events on the workload, in words.
 	Warnings []string
+	// InPlaceOff is set when the watcher said the install restarts no pod in place:
+	// a workload that asks for it rolls instead.
+	InPlaceOff bool
 	// What could not be read, for someone with a namespace's view rights alone:
 	// ModeUnseen, the namespace, whose mode is then taken from the workload; Hidden,
 	// the source kinds that could not be listed, whose sources are neither present nor
@@ -154,8 +157,11 @@ func Explain(in ExplainInput) (e Explanation) {
 		}
 	}
 	// As an install restarts in place by default (the watcher's --restart-in-place).
-	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing, InPlace: true}, listedSources(in.Sources))
+	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing, InPlace: !in.InPlaceOff}, listedSources(in.Sources))
 	e.Pacing = d.Pacing.String()
+	if d.RollsInstead != "" {
+		e.Problems = append(e.Problems, AnnotationRestart+": "+d.RollsInstead)
+	}
 	// Sources that could not be read would be taken as absent: no hash is recomputed.
 	keyless := !in.HaveKey || usesHidden(d, in.Hidden)
 	if keyless {

@@ -137,12 +137,6 @@ func (r *policyReader) restart() RestartMode {
 	return mode
 }
 
-// inPlace reports whether the decision's workload is restarted in place: it asks to be,
-// and is not pinned, since a pinned pod template names the data its pods run.
-func (d *Decision) inPlace() bool {
-	return d.Policy.Restart.PodByPod() && !d.Pacing.Pinned()
-}
-
 // PodWorkload reads a pod as the unit of restart in place: a workload of its own
 // whose pod template is the pod, so that its annotations, which its own template gave
 // it, are its policy. The volume the API server adds for the pod's ServiceAccount is
@@ -179,6 +173,9 @@ type Restart struct {
 	// restarts for a new change for this long after one (AnnotationPausePeriod).
 	Windows     Windows
 	PausePeriod time.Duration
+	// WaveSize, above zero, caps the pods' controllers of its namespace restarted at
+	// once: its pacing's, or the smallest of the sources that count for it.
+	WaveSize int
 	// Counted are the sources that count for it, sorted.
 	Counted []SourceRef
 }
@@ -199,10 +196,19 @@ func RestartOf(in Input, sources Sources) (Restart, error) {
 	if !d.Acts {
 		return Restart{}, ErrNotInPlace // it opts out
 	}
-	r := Restart{Token: d.Hash, Windows: d.Pacing.Windows, PausePeriod: d.Policy.PausePeriod}
+	r := Restart{Token: d.Hash, Windows: d.Pacing.Windows, PausePeriod: d.Policy.PausePeriod, WaveSize: d.Pacing.WaveSize}
 	for _, o := range d.Observations {
 		if o.Counts {
 			r.Counted = append(r.Counted, o.SourceRef)
+		}
+	}
+	counted, err := sources.Read(r.Counted)
+	if err != nil {
+		return Restart{}, fmt.Errorf("read the sources: %w", err)
+	}
+	for _, src := range counted {
+		if src.WaveSize > 0 && (r.WaveSize == 0 || src.WaveSize < r.WaveSize) {
+			r.WaveSize = src.WaveSize
 		}
 	}
 	return r, nil

@@ -91,13 +91,13 @@ func TestAnInPlaceWorkloadsTemplateRollsForNothing(t *testing.T) {
 	}
 
 	w.inPlace = false
-	if d := w.admit(Pods{Fresh: true}); !d.Acts || d.InPlace || d.Hash == "" {
-		t.Errorf("not in place here: acts %v, in place %v, hash %q; want it hashed", d.Acts, d.InPlace, d.Hash)
+	if d := w.admit(Pods{Fresh: true}); !d.Acts || d.InPlace || d.Hash == "" || !strings.Contains(d.RollsInstead, "restarts no pod in place") {
+		t.Errorf("not in place here: acts %v, in place %v, hash %q, rolls instead %q; want it hashed, and why", d.Acts, d.InPlace, d.Hash, d.RollsInstead)
 	}
 	w.inPlace = true
 	w.annotations[AnnotationPin] = "true"
-	if d := w.admit(Pods{Fresh: true}); !d.Acts || d.InPlace || d.Hash == "" {
-		t.Errorf("pinned: acts %v, in place %v, hash %q; want it hashed", d.Acts, d.InPlace, d.Hash)
+	if d := w.admit(Pods{Fresh: true}); !d.Acts || d.InPlace || d.Hash == "" || !strings.Contains(d.RollsInstead, "pinned") {
+		t.Errorf("pinned: acts %v, in place %v, hash %q, rolls instead %q; want it hashed, and why", d.Acts, d.InPlace, d.Hash, d.RollsInstead)
 	}
 }
 
@@ -145,6 +145,11 @@ func TestExplainSaysAWorkloadIsRestartedInPlace(t *testing.T) {
 	if e.Verdict != VerdictInPlace || !e.OptedIn || !strings.Contains(e.OptIn, AnnotationRestart+"=in-place (pod template)") || !strings.Contains(e.Why, "restarted where it runs") {
 		t.Errorf("explained: %s, opted in %v (%s): %s", e.Verdict, e.OptedIn, e.OptIn, e.Why)
 	}
+	// Where the watcher said the install restarts no pod in place, it rolls, and why.
+	e = Explain(ExplainInput{Workload: w, Mode: ModeOptedIn, Sources: sources, Key: testKey, HaveKey: true, InPlaceOff: true})
+	if e.Verdict == VerdictInPlace || !slices.ContainsFunc(e.Problems, func(p string) bool { return strings.Contains(p, "it rolls instead") }) {
+		t.Errorf("with in place off: %s (%s), problems %v", e.Verdict, e.Why, e.Problems)
+	}
 }
 
 // TestAReloadReachesOnlyWhatIsMountedWhole: a pod reloads when every source that
@@ -171,5 +176,20 @@ func TestAReloadReachesOnlyWhatIsMountedWhole(t *testing.T) {
 	sub.Containers[0].VolumeMounts[0].SubPath = "nginx.conf"
 	if _, why := ReloadVolumes(&sub, counts); !strings.Contains(why, "volume conf reaches container nginx through a subPath") {
 		t.Errorf("subPath: %q", why)
+	}
+}
+
+// TestARestartGoesInTheWavesOfTheSourcesThatCountForIt: the wave size of a pod
+// restarted in place is the smallest of its sources' that count.
+func TestARestartGoesInTheWavesOfTheSourcesThatCountForIt(t *testing.T) {
+	app, db := cmSource("app", "1"), cmSource("db", "1")
+	pod := inPlacePod(nil, "app", "db")
+	state := Vocabulary{}.Read(PodWorkload(pod))
+	for _, tt := range []struct{ app, db, want int }{{0, 0, 0}, {0, 3, 3}, {2, 3, 2}} {
+		app.WaveSize, db.WaveSize = tt.app, tt.db
+		r, err := RestartOf(Input{Key: testKey, Namespace: pod.Namespace, State: state, Mode: ModeOptedIn}, listedSources(map[SourceRef]Source{app.SourceRef: app, db.SourceRef: db}))
+		if err != nil || r.WaveSize != tt.want {
+			t.Errorf("sources in waves of %d and %d: %d, %v; want %d", tt.app, tt.db, r.WaveSize, err, tt.want)
+		}
 	}
 }

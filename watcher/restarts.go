@@ -1,10 +1,8 @@
 package watcher
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -41,10 +39,12 @@ type restarts struct {
 	events         record.EventRecorder
 	log            zerolog.Logger
 
-	// told holds the token each group was last told an Event of a reason for, and
-	// reloads the reloads under way. Only sync, in lead's one goroutine, uses them.
+	// told holds the token each group was last told an Event of a reason for, reloads
+	// the reloads under way, slots the groups under way. Only lead's one goroutine
+	// uses them.
 	told    map[told]string
 	reloads reloadWaits
+	slots   *restartSlots
 }
 
 // podGroup is a namespace and the UID its pods' restarts are paced within.
@@ -54,12 +54,12 @@ type podGroup struct {
 }
 
 // podRules are what the watcher says of each pod restarted in place: what it is to
-// carry now; whether its namespace's sources are all known; how many pods of its
-// controller its rollout lets be unavailable at once.
+// carry now; whether its namespace's sources are all known; what its workload's
+// rollout says of it.
 type podRules struct {
-	restartOf      func(*podView) (confighash.Restart, error)
-	covered        func(namespace string) bool
-	maxUnavailable func(*podView) int
+	restartOf func(*podView) (confighash.Restart, error)
+	covered   func(namespace string) bool
+	rollout   func(*podView) podRollout
 }
 
 // restartPoll is how often a group whose restarts are under way is looked at again,
@@ -74,15 +74,15 @@ func newRestartsOf(w *Watcher) (*restarts, error) {
 		return confighash.RestartOf(confighash.Input{Key: w.cfg.Key, Namespace: p.Namespace, State: p.State, Mode: w.gate.Mode(p.Namespace),
 			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
 	}
-	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, maxUnavailable: w.maxUnavailableFor}
-	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.Events, w.cfg.Log)
+	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, rollout: w.rolloutFor}
+	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.cfg.Events, w.cfg.Log)
 }
 
 // newRestarts watches the pods labelled for restart in place in the namespaces.
 func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, rules podRules,
-	quiet, timeout time.Duration, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
+	quiet, timeout time.Duration, maxRolling int, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
 	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, log: log,
-		told: map[told]string{}, reloads: reloadWaits{},
+		told: map[told]string{}, reloads: reloadWaits{}, slots: newRestartSlots(maxRolling),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
 	labelled := func(o *metav1.ListOptions) {
 		o.LabelSelector = confighash.LabelRestart + " in (" + confighash.RestartInPlace.String() + "," + confighash.RestartReload.String() + ")"
@@ -102,7 +102,7 @@ func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary co
 			r.queue.Add(podGroup{p.Namespace, p.Group})
 		}
 	}
-	return r, r.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }})
+	return r, r.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed})
 }
 
 // sourceChanged wakes, once the change is quiet, the groups of the namespace's pods
@@ -149,6 +149,8 @@ func (r *restarts) lead(ctx context.Context) {
 	if r == nil {
 		return
 	}
+	r.slots = newRestartSlots(r.slots.maxRolling) // what a leader before held is read again
+	r.holdUnderWay()
 	r.resync()
 	go func() { <-ctx.Done(); r.queue.ShutDown() }()
 	for {
@@ -169,93 +171,6 @@ func (r *restarts) lead(ctx context.Context) {
 		}
 		r.queue.Done(g)
 	}
-}
-
-// sync restarts the group's stale pods as far as it may now, and returns when to look
-// again: 0 when nothing is left to restart or to come back.
-func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) {
-	inf := r.pods.For(g.Namespace)
-	if inf == nil || !r.covered(g.Namespace) {
-		return 0, nil
-	}
-	objs, _ := inf.GetIndexer().ByIndex("group", string(g.UID))
-	now := time.Now()
-	var pods []*podView
-	var stale []restart
-	var lastWritten time.Time
-	unavailable := 0
-	for _, obj := range objs {
-		p, ok := obj.(*podView)
-		if !ok || p.Deleting || p.Namespace != g.Namespace {
-			continue
-		}
-		want, err := r.restartOf(p)
-		if err != nil {
-			r.log.Debug().Err(err).Str("pod", p.Namespace+"/"+p.Name).Msg("not restarted in place")
-			continue
-		}
-		pods = append(pods, p)
-		if p.TokenWritten.After(lastWritten) {
-			lastWritten = p.TokenWritten
-		}
-		switch {
-		case p.Token != want.Token && !p.Ready:
-			// Unavailable already: restarted at once, at no cost to the rest.
-			if err := r.restart(ctx, p, want.Token); err != nil {
-				return 0, err
-			}
-			unavailable++
-		case p.Token != want.Token:
-			stale = append(stale, restart{p, want})
-		case r.reloads.pending(p, now) || !p.Ready:
-			unavailable++
-			r.haltIfFailed(g, p, want.Token)
-		}
-	}
-	switch {
-	case len(stale) == 0 && unavailable > 0:
-		return restartPoll, nil // to see them come back
-	case len(stale) == 0:
-		return 0, nil
-	}
-	// The highest ordinal first, as a StatefulSet rolls: by length, then by name.
-	slices.SortFunc(stale, func(a, b restart) int {
-		return cmp.Or(cmp.Compare(len(b.pod.Name), len(a.pod.Name)), cmp.Compare(b.pod.Name, a.pod.Name))
-	})
-	if wait := held(stale[0], pods, lastWritten, now); wait > 0 {
-		return wait, nil
-	}
-	budget := r.maxUnavailable(stale[0].pod)
-	if budget == 0 {
-		r.tell(g, stale[0].pod, stale[0].want.Token, corev1.EventTypeWarning, "RestartHeld",
-			"its controller's rollout lets no pod be unavailable (maxUnavailable 0, and no surge in place): no pod of it is restarted in place; let one be (maxUnavailable: 1), or have it roll (confighash.dev/restart: rollout)")
-		return restartPoll, nil
-	}
-	// One pod after another up to the budget; a pod whose restart the cache does not
-	// show yet comes first again, and its same token restarts nothing twice.
-	for _, s := range stale[:min(len(stale), max(0, budget-unavailable))] {
-		if !r.disruptions.allowed(s.pod) {
-			break
-		}
-		if err := r.restart(ctx, s.pod, s.want.Token); err != nil {
-			return 0, err
-		}
-	}
-	return restartPoll, nil
-}
-
-// held returns how long a stale pod waits for its rollout window to open, or for the
-// pause period its group's last restart began, when that restart was for another
-// change; 0 when it may be restarted now.
-func held(s restart, group []*podView, lastWritten, now time.Time) time.Duration {
-	if ws := s.want.Windows; ws != nil && !ws.Open(now) {
-		return ws.NextOpen(now).Sub(now)
-	}
-	continuing := slices.ContainsFunc(group, func(p *podView) bool { return p.RestartsAt >= 0 && p.Token == s.want.Token })
-	if end := lastWritten.Add(s.want.PausePeriod); !continuing && now.Before(end) {
-		return end.Sub(now)
-	}
-	return 0
 }
 
 // restart is a stale pod and what it is to carry.

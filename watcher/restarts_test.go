@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +80,53 @@ func TestAReloadIsDoneOnceItsRestarterWasSeenNotReadyThenReady(t *testing.T) {
 	}
 	if r.reloads.pending(&podView{UID: "c", Token: "v1:b", Reloads: true, RestarterReady: true}, now) {
 		t.Error("a pod no watcher here told to reload is pending")
+	}
+}
+
+// TestRestartsInPlaceGoInWavesAndUnderMaxRolling: a namespace's wave size caps its
+// controllers restarted at once; --max-rolling caps them all, a namespace taking no
+// more than its share while another waits; a slot freed wakes those that wait, and a
+// group found under way keeps its slot whatever the caps.
+func TestRestartsInPlaceGoInWavesAndUnderMaxRolling(t *testing.T) {
+	a1, a2, a3 := podGroup{"a", "1"}, podGroup{"a", "2"}, podGroup{"a", "3"}
+	b1, b2 := podGroup{"b", "1"}, podGroup{"b", "2"}
+
+	waves := newRestartSlots(0)
+	if why := waves.take(a1, 2); why != "" {
+		t.Fatalf("the first of a wave of 2 waits: %s", why)
+	}
+	if why := waves.take(a2, 2); why != "" {
+		t.Fatalf("the second of a wave of 2 waits: %s", why)
+	}
+	if why := waves.take(a3, 2); !strings.Contains(why, "wave size 2") {
+		t.Fatalf("the third of a wave of 2 does not wait for its wave: %q", why)
+	}
+	if why := waves.take(b1, 2); why != "" {
+		t.Fatalf("another namespace's wave waits for this one's: %s", why)
+	}
+	if woken := waves.release(a1); !slices.Contains(woken, a3) {
+		t.Fatalf("a freed slot wakes %v, not the group that waits", woken)
+	}
+	if why := waves.take(a3, 2); why != "" {
+		t.Fatalf("the third does not take the freed slot: %s", why)
+	}
+
+	capped := newRestartSlots(2)
+	if capped.take(a1, 0) != "" || capped.take(a2, 0) != "" {
+		t.Fatal("the first two of --max-rolling 2 wait")
+	}
+	if why := capped.take(b1, 0); !strings.Contains(why, "--max-rolling") {
+		t.Fatalf("a third beyond --max-rolling 2 does not wait: %q", why)
+	}
+	capped.release(a1)
+	if why := capped.take(a3, 0); !strings.Contains(why, "--max-rolling") {
+		t.Fatalf("a namespace holding its share takes the slot another namespace waits for: %q", why)
+	}
+	if why := capped.take(b1, 0); why != "" {
+		t.Fatalf("the namespace that waited does not get the slot: %s", why)
+	}
+	capped.hold(b2)
+	if len(capped.under) != 3 {
+		t.Fatalf("a group found under way is not held beyond the cap: %d under way", len(capped.under))
 	}
 }

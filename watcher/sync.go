@@ -98,12 +98,12 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		if v != nil && !v.Deleting && w.gate.Mode(v.Namespace) != confighash.ModeOff {
 			// A typo may be what keeps it from opting in: told once per version, all
 			// that is kept of it.
-			w.warnAboutAnnotations(key, v, nil)
+			w.warnAboutAnnotations(key, v, nil, "")
 		}
 		return nil
 	}
 	d, err := w.decide(v, confighash.Pods{})
-	w.warnAboutAnnotations(key, v, err)
+	w.warnAboutAnnotations(key, v, err, d.RollsInstead)
 	w.tellSources(v.Namespace, d.Observations)
 	switch {
 	case overBound(err):
@@ -240,18 +240,26 @@ func (w *Watcher) notDecided(key workloadKey, v *view, err error) error {
 	if !overBound(err) {
 		return err
 	}
-	w.warnAboutAnnotations(key, v, err)
+	w.warnAboutAnnotations(key, v, err, "")
 	w.tracking.unreached(key)
 	return nil
 }
 
+// ReasonRollsInstead is the reason of the Event on a workload that asks to be
+// restarted in place and rolls instead, which explain reads.
+const ReasonRollsInstead = "RollsInstead"
+
 // warnAboutAnnotations sends, once per version of the workload, an Event for its bad
-// annotations and for a bound it is over, and one for a pinned workload the webhook
-// admitted unpinned (it writes no Event inside admission).
-func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error) {
+// annotations and for a bound it is over, one for a pinned workload the webhook
+// admitted unpinned (it writes no Event inside admission), and one for a workload
+// that asks to be restarted in place and rolls instead.
+func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error, rollsInstead string) {
 	tooMany := overBound(err)
-	if len(v.Problems) == 0 && !tooMany && v.NotPinned == "" || !w.tracking.warnOnce(key, v.ResourceVersion) {
+	if len(v.Problems) == 0 && !tooMany && v.NotPinned == "" && rollsInstead == "" || !w.tracking.warnOnce(key, v.ResourceVersion) {
 		return
+	}
+	if rollsInstead != "" {
+		w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, ReasonRollsInstead, confighash.AnnotationRestart+": "+rollsInstead)
 	}
 	if v.NotPinned != "" {
 		w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "NotPinned", "admitted unpinned: "+v.NotPinned)

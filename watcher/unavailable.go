@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
 )
 
 // unknownUnavailable is the MaxUnavailable of a workload whose rollout does not say:
@@ -70,11 +72,42 @@ func scaled(v *intstr.IntOrString, def intstr.IntOrString, total int, roundUp bo
 	return n
 }
 
-// maxUnavailableFor returns how many pods of the pod's controller may be down at once
-// for restarts in place: what the rollout of the workload whose selector selects it
-// allows (the fewest, if several do), 1 when none says.
-func (w *Watcher) maxUnavailableFor(p *podView) int {
-	n := unknownUnavailable
+// replacingPods reports whether the workload's rollout replaces pods of an earlier
+// pod template: they get the new data from it, and are not restarted in place too.
+// A paused or failed rollout replaces none.
+func replacingPods(o runtime.Object) bool {
+	switch o := o.(type) {
+	case *appsv1.Deployment:
+		return !o.Spec.Paused && deploymentRollout(o) != confighash.RolloutFailed &&
+			(o.Status.ObservedGeneration < o.Generation || o.Status.Replicas > o.Status.UpdatedReplicas)
+	case *appsv1.StatefulSet:
+		if o.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+			return false
+		}
+		want := ptr.Deref(o.Spec.Replicas, 1)
+		if ru := o.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+			want -= *ru.Partition
+		}
+		return o.Status.ObservedGeneration < o.Generation || o.Status.UpdatedReplicas < want
+	case *appsv1.DaemonSet:
+		return o.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType &&
+			(o.Status.ObservedGeneration < o.Generation || o.Status.UpdatedNumberScheduled < o.Status.CurrentNumberScheduled)
+	}
+	return false
+}
+
+// podRollout is what the rollout of the workload that selects a pod says of its
+// restarts in place: how many of its controller's pods may be down at once, and
+// whether the rollout replaces them anyway.
+type podRollout struct {
+	maxUnavailable int
+	replacing      bool
+}
+
+// rolloutFor reads the rollouts of the workloads whose selectors select the pod: the
+// fewest pods down that any allows (1 when none says), and whether any replaces pods.
+func (w *Watcher) rolloutFor(p *podView) podRollout {
+	r := podRollout{maxUnavailable: unknownUnavailable}
 	for _, in := range w.workloads {
 		inf := in.For(p.Namespace)
 		if inf == nil {
@@ -83,16 +116,20 @@ func (w *Watcher) maxUnavailableFor(p *podView) int {
 		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, p.Namespace)
 		for _, obj := range objs {
 			v, ok := obj.(*view)
-			if !ok || v.Selector == "" || v.MaxUnavailable == unknownUnavailable {
+			if !ok || v.Selector == "" {
 				continue
 			}
-			if sel, err := labels.Parse(v.Selector); err == nil && sel.Matches(labels.Set(p.Labels)) && (n == unknownUnavailable || v.MaxUnavailable < n) {
-				n = v.MaxUnavailable
+			if sel, err := labels.Parse(v.Selector); err != nil || !sel.Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			r.replacing = r.replacing || v.Replacing
+			if v.MaxUnavailable != unknownUnavailable && (r.maxUnavailable == unknownUnavailable || v.MaxUnavailable < r.maxUnavailable) {
+				r.maxUnavailable = v.MaxUnavailable
 			}
 		}
 	}
-	if n == unknownUnavailable {
-		return 1
+	if r.maxUnavailable == unknownUnavailable {
+		r.maxUnavailable = 1
 	}
-	return n
+	return r
 }

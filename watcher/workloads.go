@@ -38,8 +38,10 @@ type view struct {
 	// Selector selects its pods; "" for a kind whose pods a wave does not wait for.
 	// MaxUnavailable is how many of them its rollout takes down at once
 	// (maxUnavailableOf), the most a restart in place may.
+	// Replacing is set while its rollout replaces pods of an earlier template.
 	Selector       string
 	MaxUnavailable int
+	Replacing      bool
 	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).
 	NotPinned string
 	// Said is the status the watcher last wrote on it (AnnotationStatus), "" when
@@ -102,6 +104,7 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			Status:           rolloutOf(o),
 			Selector:         selectorOf(o),
 			MaxUnavailable:   maxUnavailableOf(o),
+			Replacing:        replacingPods(o),
 			NotPinned:        meta.GetAnnotations()[confighash.AnnotationNotPinned],
 			Said:             upTo(meta.GetAnnotations()[confighash.AnnotationStatus], confighash.MaxStatusBytes),
 			Owned:            metav1.GetControllerOfNoCopy(meta) != nil,

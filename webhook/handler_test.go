@@ -424,3 +424,18 @@ func TestEachFailOpenIsLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerSaysAWorkloadThatAsksForRestartInPlaceRollsInstead: where the install
+// restarts no pod in place, a workload whose pod template asks for it is hashed, to
+// roll, and the user is told why at the write.
+func TestHandlerSaysAWorkloadThatAsksForRestartInPlaceRollsInstead(t *testing.T) {
+	h, _ := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{{Kind: confighash.ConfigMap, Name: "cfg"}: {SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, Present: true}}})
+	obj := strings.Replace(deploymentJSON, `"template":{"metadata":{"labels":{"app":"web"}}`, `"template":{"metadata":{"labels":{"app":"web"},"annotations":{"`+confighash.AnnotationRestart+`":"in-place"}}`, 1)
+	resp := decodeResponse(t, post(h, "application/json", review(strings.Replace(obj, "%s", "", 1))))
+	if !strings.Contains(strings.Join(resp.Warnings, "\n"), warningPrefix+confighash.AnnotationRestart+": this install restarts no pod in place") {
+		t.Fatalf("warnings = %q, want why it rolls instead", resp.Warnings)
+	}
+	if len(jsonPatch(t, resp)) == 0 {
+		t.Fatal("no patch: it must be hashed, to roll")
+	}
+}

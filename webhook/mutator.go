@@ -254,6 +254,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		in.Pacing = ns.Over(m.cfg.Pacing)
 	}
 	d, err := confighash.Decide(in, sources)
+	if d.RollsInstead != "" {
+		warnings = append(warnings, warningPrefix+confighash.AnnotationRestart+": "+d.RollsInstead)
+	}
 	if d.RecordErr != nil && d.Record != nil {
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, d.RecordErr))
 	}

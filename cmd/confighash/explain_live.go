@@ -127,6 +127,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		}
 		in.Workload, in.Flapping, in.Admitted = w, held[u.GetUID()], lastWritten(u)
 		in.Warnings = warningWords(events[u.GetUID()])
+		in.InPlaceOff = slices.ContainsFunc(events[u.GetUID()], func(e corev1.Event) bool { return e.Reason == watcher.ReasonRollsInstead })
 		e := confighash.Explain(in)
 		if pacingErr != nil {
 			e.Problems = append(e.Problems, fmt.Sprintf("namespace %s: its pacing annotations are ignored: %v", ns, pacingErr))

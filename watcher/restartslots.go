@@ -1,0 +1,99 @@
+package watcher
+
+import "fmt"
+
+// restartSlots are the groups whose pods are being restarted in place, as waves and
+// --max-rolling count them: a namespace's wave size caps its groups under way at
+// once, MaxRolling all of them across namespaces, shared fairly while others wait for
+// room. A group under way keeps its slot until none of its pods is stale or back
+// from its restart not yet: one that does not come back holds its slot, so a bad
+// change halts after the first wave. Only restarts' sync uses them.
+type restartSlots struct {
+	maxRolling int
+	under      map[podGroup]bool
+	// inNamespace counts the groups under way of each namespace; waiting are the
+	// groups held for room, by namespace, woken when a slot frees.
+	inNamespace map[string]int
+	waiting     map[string]map[podGroup]bool
+}
+
+func newRestartSlots(maxRolling int) *restartSlots {
+	return &restartSlots{maxRolling: maxRolling, under: map[podGroup]bool{}, inNamespace: map[string]int{}, waiting: map[string]map[podGroup]bool{}}
+}
+
+// take gives the group a slot, keeps the one it has, or says why it waits: its
+// namespace's waveSize groups (0: no waves) are under way, or MaxRolling leaves it
+// no room.
+func (s *restartSlots) take(g podGroup, waveSize int) (why string) {
+	if s.under[g] {
+		return ""
+	}
+	mine := s.inNamespace[g.Namespace]
+	if waveSize > 0 && mine >= waveSize {
+		s.wait(g)
+		return fmt.Sprintf("its namespace restarts in place the pods of %d controllers at once (wave size %d): it waits for its wave; a pod that does not come back from its restart holds its wave (RestartHalted)", waveSize, waveSize)
+	}
+	if s.maxRolling > 0 {
+		free := s.maxRolling - len(s.under)
+		others := len(s.waiting)
+		if _, waits := s.waiting[g.Namespace]; waits {
+			others--
+		}
+		if others > 0 {
+			free = min(free, max(1, s.maxRolling/(others+1))-mine)
+		}
+		if free <= 0 {
+			s.wait(g)
+			return fmt.Sprintf("at most %d controllers restart pods in place at once, across namespaces (--max-rolling): it waits for room", s.maxRolling)
+		}
+	}
+	s.hold(g)
+	return ""
+}
+
+// hold gives the group a slot whatever the caps: it is under way already, as a
+// watcher that starts over finds it.
+func (s *restartSlots) hold(g podGroup) {
+	if s.under[g] {
+		return
+	}
+	s.under[g] = true
+	s.inNamespace[g.Namespace]++
+	s.stopWaiting(g)
+}
+
+func (s *restartSlots) stopWaiting(g podGroup) {
+	if ws := s.waiting[g.Namespace]; ws != nil {
+		delete(ws, g)
+		if len(ws) == 0 {
+			delete(s.waiting, g.Namespace)
+		}
+	}
+}
+
+func (s *restartSlots) wait(g podGroup) {
+	if s.waiting[g.Namespace] == nil {
+		s.waiting[g.Namespace] = map[podGroup]bool{}
+	}
+	s.waiting[g.Namespace][g] = true
+}
+
+// release frees the group's slot, or its place among those waiting, and returns the
+// groups waiting for room, to look at again, when a slot freed.
+func (s *restartSlots) release(g podGroup) []podGroup {
+	s.stopWaiting(g)
+	if !s.under[g] {
+		return nil
+	}
+	delete(s.under, g)
+	if s.inNamespace[g.Namespace]--; s.inNamespace[g.Namespace] == 0 {
+		delete(s.inNamespace, g.Namespace)
+	}
+	var wake []podGroup
+	for _, ws := range s.waiting {
+		for w := range ws {
+			wake = append(wake, w)
+		}
+	}
+	return wake
+}
