@@ -36,6 +36,14 @@ type Recorder interface {
 	SnapshotSwept()
 	// SweepCalls records the API calls one sweep of snapshots made.
 	SweepCalls(n int)
+	// RestartedInPlace records a pod told to restart in place, or to reload: how.
+	RestartedInPlace(how confighash.RestartMode)
+	// RestartHalted records a pod restarted in place that did not come back, which
+	// halts the rest of its controller's pods and holds its wave.
+	RestartHalted()
+	// RestartingControllers records the controllers whose pods are being restarted in
+	// place, and those waiting for their wave or for room under --max-rolling.
+	RestartingControllers(underWay, waiting int)
 }
 
 // TouchResult is the outcome of one write to a workload.
@@ -58,33 +66,39 @@ type NoopRecorder struct{}
 
 var _ Recorder = NoopRecorder{}
 
-func (NoopRecorder) SourceChanged(confighash.SourceKind) {}
-func (NoopRecorder) Touch(TouchResult)                   {}
-func (NoopRecorder) Converged(time.Duration)             {}
-func (NoopRecorder) Resynced(int)                        {}
-func (NoopRecorder) QueueDepth(int)                      {}
-func (NoopRecorder) Held(map[string]int)                 {}
-func (NoopRecorder) Flapping()                           {}
-func (NoopRecorder) Halted()                             {}
-func (NoopRecorder) PendingTooLong()                     {}
-func (NoopRecorder) Relisted()                           {}
-func (NoopRecorder) SnapshotSwept()                      {}
-func (NoopRecorder) SweepCalls(int)                      {}
+func (NoopRecorder) SourceChanged(confighash.SourceKind)     {}
+func (NoopRecorder) Touch(TouchResult)                       {}
+func (NoopRecorder) Converged(time.Duration)                 {}
+func (NoopRecorder) Resynced(int)                            {}
+func (NoopRecorder) QueueDepth(int)                          {}
+func (NoopRecorder) Held(map[string]int)                     {}
+func (NoopRecorder) Flapping()                               {}
+func (NoopRecorder) Halted()                                 {}
+func (NoopRecorder) PendingTooLong()                         {}
+func (NoopRecorder) Relisted()                               {}
+func (NoopRecorder) SnapshotSwept()                          {}
+func (NoopRecorder) SweepCalls(int)                          {}
+func (NoopRecorder) RestartedInPlace(confighash.RestartMode) {}
+func (NoopRecorder) RestartHalted()                          {}
+func (NoopRecorder) RestartingControllers(int, int)          {}
 
 // PrometheusRecorder records to Prometheus.
 type PrometheusRecorder struct {
-	changes     *prometheus.CounterVec
-	touches     *prometheus.CounterVec
-	convergence prometheus.Histogram
-	drifted     prometheus.Gauge
-	depth       prometheus.Gauge
-	held        *prometheus.GaugeVec
-	flapping    prometheus.Counter
-	halts       prometheus.Counter
-	pending     prometheus.Counter
-	relists     prometheus.Counter
-	swept       prometheus.Counter
-	sweepCalls  prometheus.Counter
+	changes      *prometheus.CounterVec
+	touches      *prometheus.CounterVec
+	convergence  prometheus.Histogram
+	drifted      prometheus.Gauge
+	depth        prometheus.Gauge
+	held         *prometheus.GaugeVec
+	flapping     prometheus.Counter
+	halts        prometheus.Counter
+	pending      prometheus.Counter
+	relists      prometheus.Counter
+	swept        prometheus.Counter
+	sweepCalls   prometheus.Counter
+	restarted    *prometheus.CounterVec
+	restartHalts prometheus.Counter
+	restarting   *prometheus.GaugeVec
 }
 
 var _ Recorder = (*PrometheusRecorder)(nil)
@@ -141,8 +155,21 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 			Namespace: "confighash", Subsystem: "watcher", Name: "snapshots_swept_total",
 			Help: "Snapshots of pinned workloads deleted because nothing owned or named them: a create refused after the webhook made them, or pins that moved on before the watcher saw them.",
 		}),
+		restarted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "pods_restarted_in_place_total",
+			Help: "Pods told to restart their containers in place (how=in-place), or their app to reload its files (how=reload), for new data.",
+		}, []string{"how"}),
+		restartHalts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "restart_halts_total",
+			Help: "Pods restarted in place that did not come back: the rest of their controller's pods, and its wave, are held.",
+		}),
+		restarting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "confighash", Subsystem: "watcher", Name: "controllers_restarting_in_place",
+			Help: "Controllers whose pods are being restarted in place (state=under_way), and those waiting for their wave or for room under --max-rolling (state=waiting).",
+		}, []string{"state"}),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.flapping, r.halts, r.pending, r.relists, r.swept, r.sweepCalls} {
+	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.flapping, r.halts, r.pending, r.relists, r.swept, r.sweepCalls,
+		r.restarted, r.restartHalts, r.restarting} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -158,6 +185,10 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, reason := range heldReasons {
 		r.held.WithLabelValues(string(reason))
 	}
+	for _, how := range []confighash.RestartMode{confighash.RestartInPlace, confighash.RestartReload} {
+		r.restarted.WithLabelValues(how.String())
+	}
+	r.RestartingControllers(0, 0)
 	return r, nil
 }
 
@@ -176,6 +207,14 @@ func (r *PrometheusRecorder) PendingTooLong()           { r.pending.Inc() }
 func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }
 func (r *PrometheusRecorder) SnapshotSwept()            { r.swept.Inc() }
 func (r *PrometheusRecorder) SweepCalls(n int)          { r.sweepCalls.Add(float64(n)) }
+func (r *PrometheusRecorder) RestartHalted()            { r.restartHalts.Inc() }
+func (r *PrometheusRecorder) RestartedInPlace(how confighash.RestartMode) {
+	r.restarted.WithLabelValues(how.String()).Inc()
+}
+func (r *PrometheusRecorder) RestartingControllers(underWay, waiting int) {
+	r.restarting.WithLabelValues("under_way").Set(float64(underWay))
+	r.restarting.WithLabelValues("waiting").Set(float64(waiting))
+}
 
 func (r *PrometheusRecorder) Held(counts map[string]int) {
 	for _, reason := range heldReasons {

@@ -37,6 +37,7 @@ type restarts struct {
 	// restart them once; timeout, how long a restarted pod may take to be Ready.
 	quiet, timeout time.Duration
 	events         record.EventRecorder
+	metrics        Recorder
 	log            zerolog.Logger
 
 	// told holds the token each group was last told an Event of a reason for, reloads
@@ -75,13 +76,13 @@ func newRestartsOf(w *Watcher) (*restarts, error) {
 			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
 	}
 	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, rollout: w.rolloutFor}
-	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.cfg.Events, w.cfg.Log)
+	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.cfg.Events, w.cfg.Metrics, w.cfg.Log)
 }
 
 // newRestarts watches the pods labelled for restart in place in the namespaces.
 func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, rules podRules,
-	quiet, timeout time.Duration, maxRolling int, events record.EventRecorder, log zerolog.Logger) (*restarts, error) {
-	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, log: log,
+	quiet, timeout time.Duration, maxRolling int, events record.EventRecorder, metrics Recorder, log zerolog.Logger) (*restarts, error) {
+	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, metrics: metrics, log: log,
 		told: map[told]string{}, reloads: reloadWaits{}, slots: newRestartSlots(maxRolling),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
 	labelled := func(o *metav1.ListOptions) {
@@ -192,42 +193,50 @@ func (r *restarts) restart(ctx context.Context, p *podView, token string) error 
 		return fmt.Errorf("restart pod %s/%s in place: %w", p.Namespace, p.Name, err)
 	}
 	if p.Reloads {
+		r.metrics.RestartedInPlace(confighash.RestartReload)
 		r.reloads.asked(p, token, time.Now())
 		r.events.Eventf(p.ref(), corev1.EventTypeNormal, "Reloaded", "its app reloads its files, once the kubelet swapped them, for a change of the data they hold (restart token %s)", token)
 		return nil
 	}
+	r.metrics.RestartedInPlace(confighash.RestartInPlace)
 	r.events.Eventf(p.ref(), corev1.EventTypeNormal, "RestartedInPlace", "its containers restart in place for a change of the data they use (restart token %s)", token)
 	return nil
 }
 
-// haltIfFailed tells, once per token, that a pod restarted for it failed to come back:
-// its group's other pods keep running on their data until it does.
-func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) {
+// haltIfFailed tells, once per token, that a pod restarted for it failed to come back,
+// and reports whether it did: its group's other pods keep running on their data
+// until it does.
+func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) bool {
 	if p.TokenWritten.IsZero() {
-		return // not restarted by a watcher
+		return false // not restarted by a watcher
 	}
 	why := p.Failing
 	if why == "" && time.Since(p.TokenWritten) > r.timeout {
 		why = fmt.Sprintf("not Ready %v after its restart", r.timeout)
 	}
 	if why == "" {
-		return
+		return false
 	}
 	owner := "its group"
 	if p.Owner != "" {
 		owner = p.Owner
 	}
-	r.tell(g, p, token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf("restarted in place for new data, it does not come back (%s): the other pods of %s keep running on their data until it does", why, owner))
+	if r.tell(g, p, token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf("restarted in place for new data, it does not come back (%s): the other pods of %s keep running on their data until it does", why, owner)) {
+		r.metrics.RestartHalted()
+	}
+	return true
 }
 
-// tell sends an Event on the pod once per group, token and reason.
-func (r *restarts) tell(g podGroup, p *podView, token, eventType, reason, message string) {
+// tell sends an Event on the pod once per group, token and reason, and reports
+// whether it did.
+func (r *restarts) tell(g podGroup, p *podView, token, eventType, reason, message string) bool {
 	key := told{g, reason}
 	seen := r.told[key] == token
 	r.told[key] = token
 	if !seen {
 		r.events.Event(p.ref(), eventType, reason, message)
 	}
+	return !seen
 }
 
 // told is what an Event was told for: a group, and its reason.

@@ -130,3 +130,28 @@ func TestRestartsInPlaceGoInWavesAndUnderMaxRolling(t *testing.T) {
 		t.Fatalf("a group found under way is not held beyond the cap: %d under way", len(capped.under))
 	}
 }
+
+// TestAHaltedRestartGivesItsMaxRollingSlotUp: a controller whose pod did not come back
+// keeps its namespace's wave held, but no other namespace's restarts wait for it
+// under --max-rolling; once not halted, it counts again.
+func TestAHaltedRestartGivesItsMaxRollingSlotUp(t *testing.T) {
+	a1, a2, b1 := podGroup{"a", "1"}, podGroup{"a", "2"}, podGroup{"b", "1"}
+	s := newRestartSlots(1)
+	if why := s.take(a1, 1); why != "" {
+		t.Fatal(why)
+	}
+	if why := s.take(b1, 1); why == "" {
+		t.Fatal("a second controller takes the one slot of --max-rolling 1")
+	}
+	s.setHalted(a1, true)
+	if why := s.take(a2, 1); !strings.Contains(why, "wave size 1") {
+		t.Fatalf("the halted controller's namespace goes on with its next wave: %q", why)
+	}
+	if why := s.take(b1, 1); why != "" {
+		t.Fatalf("another namespace waits for a halted controller's slot: %s", why)
+	}
+	s.setHalted(a1, false)
+	if under, _ := s.counts(); under != 2 || s.rolling != 2 {
+		t.Fatalf("once fixed: %d under way, %d counted; want 2 and 2", under, s.rolling)
+	}
+}

@@ -7,10 +7,15 @@ import "fmt"
 // once, MaxRolling all of them across namespaces, shared fairly while others wait for
 // room. A group under way keeps its slot until none of its pods is stale or back
 // from its restart not yet: one that does not come back holds its slot, so a bad
-// change halts after the first wave. Only restarts' sync uses them.
+// change halts after the first wave. It gives its --max-rolling slot up, though: a
+// tenant's halted changes hold no other namespace's restarts. Only restarts' sync
+// uses them.
 type restartSlots struct {
 	maxRolling int
-	under      map[podGroup]bool
+	// under holds the groups under way, and whether each counts against MaxRolling
+	// (not once halted); rolling, how many do.
+	under   map[podGroup]bool
+	rolling int
 	// inNamespace counts the groups under way of each namespace; waiting are the
 	// groups held for room, by namespace, woken when a slot frees.
 	inNamespace map[string]int
@@ -25,7 +30,7 @@ func newRestartSlots(maxRolling int) *restartSlots {
 // namespace's waveSize groups (0: no waves) are under way, or MaxRolling leaves it
 // no room.
 func (s *restartSlots) take(g podGroup, waveSize int) (why string) {
-	if s.under[g] {
+	if _, ok := s.under[g]; ok {
 		return ""
 	}
 	mine := s.inNamespace[g.Namespace]
@@ -34,7 +39,7 @@ func (s *restartSlots) take(g podGroup, waveSize int) (why string) {
 		return fmt.Sprintf("its namespace restarts in place the pods of %d controllers at once (wave size %d): it waits for its wave; a pod that does not come back from its restart holds its wave (RestartHalted)", waveSize, waveSize)
 	}
 	if s.maxRolling > 0 {
-		free := s.maxRolling - len(s.under)
+		free := s.maxRolling - s.rolling
 		others := len(s.waiting)
 		if _, waits := s.waiting[g.Namespace]; waits {
 			others--
@@ -54,10 +59,11 @@ func (s *restartSlots) take(g podGroup, waveSize int) (why string) {
 // hold gives the group a slot whatever the caps: it is under way already, as a
 // watcher that starts over finds it.
 func (s *restartSlots) hold(g podGroup) {
-	if s.under[g] {
+	if _, ok := s.under[g]; ok {
 		return
 	}
 	s.under[g] = true
+	s.rolling++
 	s.inNamespace[g.Namespace]++
 	s.stopWaiting(g)
 }
@@ -82,8 +88,12 @@ func (s *restartSlots) wait(g podGroup) {
 // groups waiting for room, to look at again, when a slot freed.
 func (s *restartSlots) release(g podGroup) []podGroup {
 	s.stopWaiting(g)
-	if !s.under[g] {
+	rolling, ok := s.under[g]
+	if !ok {
 		return nil
+	}
+	if rolling {
+		s.rolling--
 	}
 	delete(s.under, g)
 	if s.inNamespace[g.Namespace]--; s.inNamespace[g.Namespace] == 0 {
@@ -96,4 +106,30 @@ func (s *restartSlots) release(g podGroup) []podGroup {
 		}
 	}
 	return wake
+}
+
+// setHalted notes whether the group is halted: one that is keeps its place in its
+// namespace's wave and gives its --max-rolling slot up, which it takes back once it
+// is not (a fix may take it past the cap for a while).
+func (s *restartSlots) setHalted(g podGroup, halted bool) {
+	if halted {
+		s.hold(g)
+	}
+	rolling, ok := s.under[g]
+	switch {
+	case ok && halted && rolling:
+		s.under[g] = false
+		s.rolling--
+	case ok && !halted && !rolling:
+		s.under[g] = true
+		s.rolling++
+	}
+}
+
+// counts returns how many groups are under way, and how many wait.
+func (s *restartSlots) counts() (underWay, waiting int) {
+	for _, ws := range s.waiting {
+		waiting += len(ws)
+	}
+	return len(s.under), waiting
 }

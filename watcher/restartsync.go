@@ -102,9 +102,12 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 	}
 	now := time.Now()
 	l := r.look(g, now)
+	defer func() { r.metrics.RestartingControllers(r.slots.counts()) }()
+	halted := false
 	for _, b := range l.notBack {
-		r.haltIfFailed(g, b.pod, b.want.Token)
+		halted = r.haltIfFailed(g, b.pod, b.want.Token) || halted
 	}
+	r.slots.setHalted(g, halted)
 	switch {
 	case len(l.todo) == 0 && len(l.notBack) == 0:
 		r.release(g)

@@ -1,20 +1,33 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/rs/zerolog"
-	"k8s.io/client-go/discovery"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
-// inPlaceServed reports whether the API server can restart pods in place: Kubernetes
-// 1.36 turned container restart rules and their RestartAllContainers action on. On an
-// older one, or one whose version cannot be read, restart in place is off, said once,
-// and the workloads that ask for it roll; both components read the same version.
-func inPlaceServed(d discovery.ServerVersionInterface, log zerolog.Logger) bool {
-	v, err := d.ServerVersion()
+// restartAllContainers is the feature a node declares (status.declaredFeatures) when
+// its kubelet restarts every container of a pod on a RestartAllContainers rule; the
+// scheduler places a pod carrying such a rule only on a node that declares it.
+const restartAllContainers = "RestartAllContainersOnContainerExits"
+
+// nodesPage bounds each page of the one list of nodes made at start.
+const nodesPage = 100
+
+// inPlaceServed reports whether pods can be restarted in place: Kubernetes 1.36 turned
+// container restart rules and their RestartAllContainers action on, and every node
+// that takes pods declares it (a pod made restartable could not be placed on one that
+// does not: a control plane upgraded before its nodes would leave such pods Pending).
+// Otherwise, or when either cannot be read, restart in place is off, said once, and
+// the workloads that ask for it roll. Both components read the same facts at start.
+func inPlaceServed(ctx context.Context, client kubernetes.Interface, log zerolog.Logger) bool {
+	v, err := client.Discovery().ServerVersion()
 	if err != nil {
 		log.Warn().Err(err).Msg("restart in place is off: the API server's version could not be read; the workloads that ask for it roll")
 		return false
@@ -23,7 +36,24 @@ func inPlaceServed(d discovery.ServerVersionInterface, log zerolog.Logger) bool 
 		log.Warn().Str("version", v.GitVersion).Msg(fmt.Sprintf("restart in place is off: Kubernetes %s.%s has no RestartAllContainers action (1.36 and later); the workloads that ask for it roll", v.Major, v.Minor))
 		return false
 	}
-	return true
+	opts := metav1.ListOptions{Limit: nodesPage}
+	for {
+		nodes, err := client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			log.Warn().Err(err).Msg("restart in place is off: the nodes could not be listed, to see that each declares " + restartAllContainers + "; the workloads that ask for it roll")
+			return false
+		}
+		for _, n := range nodes.Items {
+			if !n.Spec.Unschedulable && !slices.Contains(n.Status.DeclaredFeatures, restartAllContainers) {
+				log.Warn().Str("node", n.Name).Str("kubelet", n.Status.NodeInfo.KubeletVersion).Msg("restart in place is off: node " + n.Name +
+					" does not declare " + restartAllContainers + " (a kubelet older than 1.36, or the feature turned off), so pods restartable in place could not run there; the workloads that ask for it roll. Restart both components once every node declares it")
+				return false
+			}
+		}
+		if opts.Continue = nodes.Continue; opts.Continue == "" {
+			return true
+		}
+	}
 }
 
 // atLeast compares a server's major and minor version, as discovery spells them

@@ -189,7 +189,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
-		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, InPlace: cfg.restartInPlace && inPlaceServed(client.Discovery(), log),
+		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, InPlace: cfg.restartInPlace && inPlaceServed(ctx, client, log),
 		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
 		Events: events, Metrics: recorder, Log: log,
 	}

@@ -255,7 +255,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // (then no pod is made restartable in place), else the one given, else the webhook's own.
 func (c *webhookConfig) restarter(ctx context.Context, client kubernetes.Interface, log zerolog.Logger) string {
 	switch {
-	case !c.restartInPlace || !inPlaceServed(client.Discovery(), log):
+	case !c.restartInPlace || !inPlaceServed(ctx, client, log):
 		return ""
 	case c.restarterImage != "":
 		return c.restarterImage

@@ -66,15 +66,15 @@ func TestRestarterImageIsTheOneGivenOrNoneWhenRestartInPlaceIsOff(t *testing.T) 
 	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "confighash", Name: "confighash-webhook-a"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "webhook", Image: "registry.example.com/confighash:1"}}}})
 	client.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &k8sversion.Info{Major: "1", Minor: "36"}
-	// Reads: the server's version, then the webhook's own pod.
+	// Reads: the server's version, the nodes (none), then the webhook's own pod.
 	for _, tt := range []struct {
 		name  string
 		cfg   webhookConfig
 		want  string
 		reads int
 	}{
-		{"the image given", webhookConfig{restartInPlace: true, restarterImage: "mirror.example.com/confighash:1"}, "mirror.example.com/confighash:1", 1},
-		{"none given: the webhook's own", webhookConfig{restartInPlace: true}, "registry.example.com/confighash:1", 2},
+		{"the image given", webhookConfig{restartInPlace: true, restarterImage: "mirror.example.com/confighash:1"}, "mirror.example.com/confighash:1", 2},
+		{"none given: the webhook's own", webhookConfig{restartInPlace: true}, "registry.example.com/confighash:1", 3},
 		{"restart in place off, an image given", webhookConfig{restarterImage: "mirror.example.com/confighash:1"}, "", 0},
 		{"restart in place off, none given", webhookConfig{}, "", 0},
 	} {

@@ -438,6 +438,8 @@ func (c *Cluster) addNode(ctx context.Context) error {
 		Status: corev1.NodeStatus{
 			Allocatable: nodeResources,
 			Capacity:    nodeResources,
+			// As a 1.36 kubelet declares it: pods restartable in place may run here.
+			DeclaredFeatures: []string{"RestartAllContainersOnContainerExits"},
 		},
 	}
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

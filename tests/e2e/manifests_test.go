@@ -439,8 +439,23 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 		w.Stop()
 	}
 
+	// Whether pods can be restarted in place: both list the nodes, once at start.
+	for who, client := range map[string]kubernetes.Interface{"watcher": watcherClient, "webhook": webhookClient} {
+		if _, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			t.Errorf("the %s lists the nodes: %v", who, err)
+		}
+	}
+
 	// And no more than that.
 	outside := map[string]error{
+		"the watcher gets a node": func() error {
+			_, err := watcherClient.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+			return err
+		}(),
+		"the watcher patches a node": func() error {
+			_, err := watcherClient.CoreV1().Nodes().Patch(ctx, cluster.NodeName, types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
+			return err
+		}(),
 		"the watcher deletes a Deployment": watcherClient.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{}),
 		"the watcher updates a Secret": func() error {
 			_, err := watcherClient.CoreV1().Secrets(ns).Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}}, metav1.UpdateOptions{})

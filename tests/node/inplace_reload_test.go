@@ -88,11 +88,21 @@ func reloadingDeployment(mode string) *appsv1.Deployment {
 // waitAppServes waits until the namespace's app pods are 2, Ready, and serve want.
 func waitAppServes(ctx context.Context, t *testing.T, env *Env, ns, want string) map[string]*corev1.Pod {
 	t.Helper()
+	return waitAppServesWatching(ctx, t, env, ns, want, nil)
+}
+
+// waitAppServesWatching is waitAppServes, calling watch, when given, with each poll's
+// pods.
+func waitAppServesWatching(ctx context.Context, t *testing.T, env *Env, ns, want string, watch func([]corev1.Pod)) map[string]*corev1.Pod {
+	t.Helper()
 	var pods map[string]*corev1.Pod
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		list, err := env.Cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
 			return false, nil
+		}
+		if watch != nil {
+			watch(list.Items)
 		}
 		pods = map[string]*corev1.Pod{}
 		for i := range list.Items {

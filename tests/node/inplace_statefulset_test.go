@@ -67,18 +67,7 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 	if _, err := secrets.Patch(ctx, "db", types.JSONPatchType, []byte(`[{"op":"remove","path":"/data/password"}]`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var halted string
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=RestartHalted"})
-		if err != nil || len(events.Items) == 0 {
-			return false, nil
-		}
-		halted = events.Items[0].InvolvedObject.Name
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("no RestartHalted Event after the bad change: %v\n%s", err, env.describe(ctx, ns))
-	}
+	halted := waitHalted(ctx, t, env, ns)
 	time.Sleep(6 * time.Second) // the rest of the group would have been restarted by now
 	pods := dbPods(ctx, t, env, ns)
 	for name, pod := range pods {
@@ -131,6 +120,25 @@ func statefulSetRestartsInPlace(t *testing.T, env *Env) {
 			t.Errorf("%s through the watcher's restart: app restarted %d times, want %d, UID %s, want %s", name, n, want, pod.UID, fixed[name].UID)
 		}
 	}
+}
+
+// waitHalted waits for the RestartHalted Event of the namespace and returns the pod
+// it is on.
+func waitHalted(ctx context.Context, t testing.TB, env *Env, ns string) string {
+	t.Helper()
+	var halted string
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		events, err := env.Cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=RestartHalted"})
+		if err != nil || len(events.Items) == 0 {
+			return false, nil
+		}
+		halted = events.Items[0].InvolvedObject.Name
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no RestartHalted Event after the bad change: %v\n%s", err, env.describe(ctx, ns))
+	}
+	return halted
 }
 
 // newDB makes a namespace with the Secret db (password p1), a volume for each of the

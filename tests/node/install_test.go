@@ -31,6 +31,8 @@ func TestInstalledAsTheDocsSay(t *testing.T) {
 		{"a StatefulSet of 3 with volumes restarts in place one pod at a time, and halts on a bad change", statefulSetRestartsInPlace},
 		{"pods an operator made, and a bare pod, restart in place", operatorPodsRestartInPlace},
 		{"apps that reload their files on a signal or a POST serve a change with no restart", appsReloadWithoutARestart},
+		{"restarts in place go in waves across controllers, and a bad change halts after the first", restartsInPlaceGoInWaves},
+		{"a template change with the data rolls once: no pod is restarted in place too", aTemplateChangeWithTheDataRollsOnce},
 		{"kubectl delete -k, then helm install: Ready, caBundle injected, admission through the Service", reinstallWithHelm},
 	}
 	for _, s := range steps {
