@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
 )
@@ -34,7 +35,7 @@ func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warn
 		return nil, warnings, nil
 	}
 	if m.cfg.RestarterImage == "" {
-		return nil, append(warnings, warningPrefix+"not restartable in place: this install has no restarter image (--restarter-image); its workload rolls instead"), nil
+		return nil, append(warnings, warningPrefix+"not restartable in place: restart in place is off in this install (the components say why at start); "+rollsInstead(pod)), nil
 	}
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: pod.Namespace}
 	restart, err := confighash.RestartOf(confighash.Input{Key: m.cfg.Key, Namespace: pod.Namespace, State: state, Mode: m.mode}, sources)
@@ -70,6 +71,26 @@ func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warn
 	}
 	return ops, warnings, nil
 }
+
+// rollsInstead says what a change of the data of a pod not restartable in place does:
+// the pods of the built-in kinds' controllers roll with their workload's pod
+// template; those of another owner, or of none, are left as they are. They are not
+// evicted: an eviction's admission shows the Eviction, not the pod, so no policy could
+// hold the watcher's evictions to the pods labelled for it (DESIGN rule 11).
+func rollsInstead(pod *corev1.Pod) string {
+	owner := metav1.GetControllerOf(pod)
+	switch {
+	case owner == nil:
+		return "a bare pod, nothing restarts it for a change of its data"
+	case templated[owner.Kind]:
+		return "its workload rolls instead"
+	}
+	return fmt.Sprintf("its owner %s/%s has no pod template confighash rolls, so nothing restarts it for a change of its data", owner.Kind, owner.Name)
+}
+
+// templated are the kinds of the controllers whose pods a workload's pod template
+// rolls: a ReplicaSet's Deployment or Rollout, a StatefulSet, a DaemonSet, a Job.
+var templated = map[string]bool{"ReplicaSet": true, "StatefulSet": true, "DaemonSet": true, "Job": true}
 
 // mapEntryOps sets key to value in the map of strings at path, adding the map whole
 // when it is absent: a JSON patch cannot add a member to a map that is not there.

@@ -107,11 +107,14 @@ func TestAPodThatAsksIsMadeRestartableInPlace(t *testing.T) {
 		admit   func(string) *httptest.ResponseRecorder
 		warning string
 	}{
-		"does not ask":       {fmt.Sprintf(podJSON, "", ""), admit, ""},
-		"asks for a rollout": {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"rollout"}`, ""), admit, ""},
-		"opts out":           {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"in-place","confighash.dev/inject":"false"}`, ""), admit, ""},
-		"no restarter image": {fmt.Sprintf(podJSON, asks, ""), noImage, "no restarter image"},
-		"a typo":             {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"inplace"}`, ""), admit, "want in-place, rollout, signal:SIGHUP or http:8080/-/reload"},
+		"does not ask":        {fmt.Sprintf(podJSON, "", ""), admit, ""},
+		"asks for a rollout":  {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"rollout"}`, ""), admit, ""},
+		"opts out":            {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"in-place","confighash.dev/inject":"false"}`, ""), admit, ""},
+		"off, a bare pod":     {fmt.Sprintf(podJSON, asks, ""), noImage, "restart in place is off in this install (the components say why at start); a bare pod, nothing restarts it"},
+		"off, a ReplicaSet's": {fmt.Sprintf(podJSON, asks+`,"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","uid":"1","controller":true}]`, ""), noImage, "its workload rolls instead"},
+		"off, an operator's": {fmt.Sprintf(podJSON, asks+`,"ownerReferences":[{"apiVersion":"kafka.strimzi.io/v1","kind":"Kafka","name":"events","uid":"2","controller":true}]`, ""), noImage,
+			"its owner Kafka/events has no pod template confighash rolls, so nothing restarts it"},
+		"a typo": {fmt.Sprintf(podJSON, `,"annotations":{"confighash.dev/restart":"inplace"}`, ""), admit, "want in-place, rollout, signal:SIGHUP or http:8080/-/reload"},
 	} {
 		resp := decodeResponse(t, tt.admit(tt.pod))
 		if len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
