@@ -119,7 +119,8 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 		return restartPoll, nil
 	}
 	first := l.todo[0]
-	if rollout := r.rollout(first.pod); rollout.replacing {
+	rollout := r.rollout(first.pod) // one controller's: the same for each of its pods
+	if rollout.replacing {
 		r.release(g)
 		r.tell(g, first.pod, first.want.Token, corev1.EventTypeNormal, "RestartRollsInstead",
 			"its workload rolls out a new pod template, whose pods start on the new data: the pods it replaces are not restarted in place too")
@@ -144,7 +145,7 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 	if wait := held(stale[0], l.pods, l.lastWritten, now); wait > 0 {
 		return wait, nil
 	}
-	budget := r.rollout(stale[0].pod).maxUnavailable
+	budget := rollout.maxUnavailable
 	if budget == 0 {
 		r.tell(g, stale[0].pod, stale[0].want.Token, corev1.EventTypeWarning, "RestartHeld",
 			"its controller's rollout lets no pod be unavailable (maxUnavailable 0, and no surge in place): no pod of it is restarted in place; let one be (maxUnavailable: 1), or have it roll (confighash.dev/restart: rollout)")
