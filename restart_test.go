@@ -193,3 +193,17 @@ func TestARestartGoesInTheWavesOfTheSourcesThatCountForIt(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRestartOf: the token of one pod restarted in place, which the watcher
+// decides for each pod of a group at each look at it.
+func BenchmarkRestartOf(b *testing.B) {
+	app, db := cmSource("app", "1"), cmSource("db", "1")
+	pod := inPlacePod(nil, "app", "db")
+	state := Vocabulary{}.Read(PodWorkload(pod))
+	sources := listedSources(map[SourceRef]Source{app.SourceRef: app, db.SourceRef: db})
+	for b.Loop() {
+		if _, err := RestartOf(Input{Key: testKey, Namespace: pod.Namespace, State: state, Mode: ModeOptedIn}, sources); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
