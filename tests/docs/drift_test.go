@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"fmt"
 	"maps"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/watcher"
@@ -268,6 +270,7 @@ func TestMetricsAreDocumented(t *testing.T) {
 	}
 
 	doc := readDoc(t, "docs/metrics.md")
+	labelValuesAreDocumented(t, families, doc)
 	documented := map[string]bool{}
 	for _, span := range code(doc.text) {
 		if m := metricName.FindString(span); m != "" && strings.HasPrefix(span, m) {
@@ -292,6 +295,35 @@ func TestMetricsAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// labelValuesAreDocumented checks that the row of docs/metrics.md of each metric names,
+// as a code span, each value of its labels that the recorders create at start (each
+// series exists from the start, at zero); a kind label's values are Kubernetes kinds.
+func labelValuesAreDocumented(t *testing.T, families []*dto.MetricFamily, doc document) {
+	t.Helper()
+	rows := map[string]string{}
+	for _, line := range strings.Split(doc.text, "\n") {
+		if m := metricRow.FindStringSubmatch(line); m != nil {
+			rows[m[1]] = line
+		}
+	}
+	missing := map[string]bool{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if row, ok := rows[f.GetName()]; ok && l.GetName() != "kind" && !strings.Contains(row, "`"+l.GetValue()+"`") {
+					missing[fmt.Sprintf("docs/metrics.md's row of %s does not name the value `%s` of its label %s", f.GetName(), l.GetValue(), l.GetName())] = true
+				}
+			}
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(missing)) {
+		t.Error(m)
+	}
+}
+
+// metricRow is a row of a metrics table, by the metric it starts with.
+var metricRow = regexp.MustCompile("^\\| `(confighash_[a-z_]+)`")
 
 // eventMentions are the ways the docs name an Event: "a `Healed` Event", "a Warning
 // `Held` Event", "Warning Event `Held`", "`Healed` (Warning)".

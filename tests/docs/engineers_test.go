@@ -107,7 +107,7 @@ func repoFiles(t *testing.T) repoPaths {
 }
 
 // declaredNames are the names of the module's Go declarations, tests included: funcs,
-// methods, types, constants and variables.
+// methods, types and their fields, constants and variables.
 func declaredNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
@@ -129,6 +129,13 @@ func declaredNames(t *testing.T) map[string]bool {
 					switch spec := spec.(type) {
 					case *ast.TypeSpec:
 						names[spec.Name.Name] = true
+						if st, ok := spec.Type.(*ast.StructType); ok {
+							for _, f := range st.Fields.List {
+								for _, n := range f.Names {
+									names[n.Name] = true
+								}
+							}
+						}
 					case *ast.ValueSpec:
 						for _, n := range spec.Names {
 							names[n.Name] = true
