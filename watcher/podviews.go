@@ -41,11 +41,12 @@ type podView struct {
 	// Reloads is set for a pod whose app reloads its files (labelled reload), which
 	// its restarter's readiness tells done: RestarterReady.
 	Reloads, RestarterReady bool
-	// Ready is its Ready condition; Failing, why a container of it cannot start or
-	// run, "" when none.
-	Ready    bool
-	Failing  string
-	Deleting bool
+	// Ready is its Ready condition, and ReadyChanged when it last changed (the node's
+	// clock); Failing, why a container of it cannot start or run, "" when none.
+	Ready        bool
+	ReadyChanged time.Time
+	Failing      string
+	Deleting     bool
 }
 
 var (
@@ -130,7 +131,7 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 		}
 		for _, c := range pod.Status.Conditions {
 			if c.Type == corev1.PodReady {
-				p.Ready = c.Status == corev1.ConditionTrue
+				p.Ready, p.ReadyChanged = c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
 			}
 		}
 		for _, s := range pod.Status.ContainerStatuses {

@@ -132,8 +132,9 @@ func TestRestartsInPlaceGoInWavesAndUnderMaxRolling(t *testing.T) {
 }
 
 // TestAHaltedRestartGivesItsMaxRollingSlotUp: a controller whose pod did not come back
-// keeps its namespace's wave held, but no other namespace's restarts wait for it
-// under --max-rolling; once not halted, it counts again.
+// keeps its namespace's wave held, but gives its --max-rolling slot up and wakes those
+// waiting for one; once no longer halted, it gives its wave up too, waking those of
+// its namespace, and takes a slot again within the caps.
 func TestAHaltedRestartGivesItsMaxRollingSlotUp(t *testing.T) {
 	a1, a2, b1 := podGroup{"a", "1"}, podGroup{"a", "2"}, podGroup{"b", "1"}
 	s := newRestartSlots(1)
@@ -143,15 +144,22 @@ func TestAHaltedRestartGivesItsMaxRollingSlotUp(t *testing.T) {
 	if why := s.take(b1, 1); why == "" {
 		t.Fatal("a second controller takes the one slot of --max-rolling 1")
 	}
-	s.setHalted(a1, true)
+	if woken := s.setHalted(a1, true); !slices.Contains(woken, b1) {
+		t.Fatalf("the halt freed a --max-rolling slot and woke %v, not the controller waiting for it", woken)
+	}
 	if why := s.take(a2, 1); !strings.Contains(why, "wave size 1") {
 		t.Fatalf("the halted controller's namespace goes on with its next wave: %q", why)
 	}
 	if why := s.take(b1, 1); why != "" {
 		t.Fatalf("another namespace waits for a halted controller's slot: %s", why)
 	}
-	s.setHalted(a1, false)
-	if under, _ := s.counts(); under != 2 || s.rolling != 2 {
-		t.Fatalf("once fixed: %d under way, %d counted; want 2 and 2", under, s.rolling)
+	if woken := s.setHalted(a1, false); !slices.Contains(woken, a2) {
+		t.Fatalf("once fixed, the controller's wave freed and woke %v, not the next of its namespace", woken)
+	}
+	if under, _ := s.counts(); under != 1 || s.rolling != 1 {
+		t.Fatalf("once fixed: %d under way, %d counted; want 1 and 1", under, s.rolling)
+	}
+	if why := s.take(a1, 1); !strings.Contains(why, "--max-rolling") {
+		t.Fatalf("the fixed controller takes a slot past --max-rolling 1: %q", why)
 	}
 }

@@ -85,11 +85,16 @@ func (s *restartSlots) wait(g podGroup) {
 }
 
 // release frees the group's slot, or its place among those waiting, and returns the
-// groups waiting for room, to look at again, when a slot freed.
+// groups waiting, to look at again, when that may let one go: a slot freed, or a
+// namespace no longer waiting, which widens the others' shares.
 func (s *restartSlots) release(g podGroup) []podGroup {
+	waited := s.waiting[g.Namespace][g]
 	s.stopWaiting(g)
 	rolling, ok := s.under[g]
 	if !ok {
+		if _, still := s.waiting[g.Namespace]; waited && !still {
+			return s.waiters()
+		}
 		return nil
 	}
 	if rolling {
@@ -99,6 +104,10 @@ func (s *restartSlots) release(g podGroup) []podGroup {
 	if s.inNamespace[g.Namespace]--; s.inNamespace[g.Namespace] == 0 {
 		delete(s.inNamespace, g.Namespace)
 	}
+	return s.waiters()
+}
+
+func (s *restartSlots) waiters() []podGroup {
 	var wake []podGroup
 	for _, ws := range s.waiting {
 		for w := range ws {
@@ -108,22 +117,25 @@ func (s *restartSlots) release(g podGroup) []podGroup {
 	return wake
 }
 
-// setHalted notes whether the group is halted: one that is keeps its place in its
-// namespace's wave and gives its --max-rolling slot up, which it takes back once it
-// is not (a fix may take it past the cap for a while).
-func (s *restartSlots) setHalted(g podGroup, halted bool) {
-	if halted {
-		s.hold(g)
-	}
+// setHalted notes whether the group is halted, and returns the groups waiting, to
+// look at again, when its --max-rolling slot freed. One halted keeps its place in its
+// namespace's wave and gives its --max-rolling slot up; once no longer halted (a fix
+// made its pods stale again), it gives its place up too, and takes one again as any
+// other, within the caps.
+func (s *restartSlots) setHalted(g podGroup, halted bool) []podGroup {
 	rolling, ok := s.under[g]
 	switch {
-	case ok && halted && rolling:
+	case halted && !ok:
+		s.hold(g)
+		fallthrough
+	case halted && rolling:
 		s.under[g] = false
 		s.rolling--
-	case ok && !halted && !rolling:
-		s.under[g] = true
-		s.rolling++
+		return s.waiters()
+	case !halted && ok && !rolling:
+		return s.release(g)
 	}
+	return nil
 }
 
 // counts returns how many groups are under way, and how many wait.

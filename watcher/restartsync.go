@@ -62,7 +62,7 @@ func (r *restarts) look(g podGroup, now time.Time) groupLook {
 			stale = append(stale, restart{p, want})
 		case r.reloads.pending(p, now) || !p.Ready:
 			l.unavailable++
-			if p.RestartsAt >= 0 {
+			if r.notBack(p, now) {
 				l.notBack = append(l.notBack, restart{p, want})
 			}
 		}
@@ -73,6 +73,21 @@ func (r *restarts) look(g podGroup, now time.Time) groupLook {
 	l.notReady = len(l.todo)
 	l.todo = append(l.todo, stale...)
 	return l
+}
+
+// notBack reports whether a pod down is one the watcher restarted that has not come
+// back: its restart or reload is pending, or it has not been Ready since, as far as
+// its Ready condition, which last changed within the restart timeout of the token's
+// write, tells. A pod that came back and went down later, as on a dead node, is down
+// for another cause, and holds no wave.
+func (r *restarts) notBack(p *podView, now time.Time) bool {
+	switch {
+	case p.RestartsAt < 0:
+		return false
+	case r.reloads.pending(p, now):
+		return true
+	}
+	return !p.Ready && (p.TokenWritten.IsZero() || p.ReadyChanged.Before(p.TokenWritten.Add(r.timeout)))
 }
 
 // holdUnderWay gives a slot to each group whose restarts are under way, as a watcher
@@ -95,7 +110,9 @@ func (r *restarts) holdUnderWay() {
 
 // sync restarts the group's stale pods as far as it may now, and returns when to look
 // again: 0 when nothing is left to restart or to come back, or it waits for a slot,
-// whose release wakes it.
+// whose release wakes it. A group takes a slot only to restart a pod now, and gives it
+// up while held with none of its pods restarting: a window, a pause, its rollout's or
+// its budgets' leave hold no other controller's wave.
 func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) {
 	if r.pods.For(g.Namespace) == nil || !r.covered(g.Namespace) {
 		return 0, nil
@@ -107,56 +124,40 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 	for _, b := range l.notBack {
 		halted = r.haltIfFailed(g, b.pod, b.want.Token) || halted
 	}
-	r.slots.setHalted(g, halted)
-	switch {
-	case len(l.todo) == 0 && len(l.notBack) == 0:
-		r.release(g)
+	r.wake(r.slots.setHalted(g, halted))
+	if len(l.todo) == 0 {
+		if len(l.notBack) == 0 {
+			r.wake(r.slots.release(g))
+		}
 		if l.unavailable > 0 {
 			return restartPoll, nil // to see them come back
 		}
 		return 0, nil
-	case len(l.todo) == 0:
-		return restartPoll, nil
 	}
 	first := l.todo[0]
 	rollout := r.rollout(first.pod) // one controller's: the same for each of its pods
 	if rollout.replacing {
-		r.release(g)
+		r.wake(r.slots.release(g))
 		r.tell(g, first.pod, first.want.Token, corev1.EventTypeNormal, "RestartRollsInstead",
 			"its workload rolls out a new pod template, whose pods start on the new data: the pods it replaces are not restarted in place too")
 		return restartPoll, nil
 	}
-	if l.underWay() {
+	writes, after := r.writable(g, l, rollout, now)
+	switch {
+	case len(writes) == 0 && !l.underWay():
+		r.wake(r.slots.release(g))
+		return after, nil
+	case len(writes) == 0:
+		return after, nil
+	case l.underWay():
 		r.slots.hold(g)
-	} else if why := r.slots.take(g, first.want.WaveSize); why != "" {
-		r.tell(g, first.pod, first.want.Token, corev1.EventTypeNormal, "RestartWaits", why)
-		return 0, nil
-	}
-	// Down already: restarted at once, at no cost to the rest.
-	for _, s := range l.todo[:l.notReady] {
-		if err := r.restart(ctx, s.pod, s.want.Token); err != nil {
-			return 0, err
+	default:
+		if why := r.slots.take(g, first.want.WaveSize); why != "" {
+			r.tell(g, first.pod, first.want.Token, corev1.EventTypeNormal, "RestartWaits", why)
+			return 0, nil
 		}
 	}
-	stale := l.todo[l.notReady:]
-	if len(stale) == 0 {
-		return restartPoll, nil
-	}
-	if wait := held(stale[0], l.pods, l.lastWritten, now); wait > 0 {
-		return wait, nil
-	}
-	budget := rollout.maxUnavailable
-	if budget == 0 {
-		r.tell(g, stale[0].pod, stale[0].want.Token, corev1.EventTypeWarning, "RestartHeld",
-			"its controller's rollout lets no pod be unavailable (maxUnavailable 0, and no surge in place): no pod of it is restarted in place; let one be (maxUnavailable: 1), or have it roll (confighash.dev/restart: rollout)")
-		return restartPoll, nil
-	}
-	// One pod after another up to the budget; a pod whose restart the cache does not
-	// show yet comes first again, and its same token restarts nothing twice.
-	for _, s := range stale[:min(len(stale), max(0, budget-l.unavailable-l.notReady))] {
-		if !r.disruptions.allowed(s.pod) {
-			break
-		}
+	for _, s := range writes {
 		if err := r.restart(ctx, s.pod, s.want.Token); err != nil {
 			return 0, err
 		}
@@ -164,9 +165,37 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 	return restartPoll, nil
 }
 
-// release frees the group's slot, and wakes the groups waiting for one.
-func (r *restarts) release(g podGroup) {
-	for _, w := range r.slots.release(g) {
+// writable returns the group's pods to restart now, and when to look again: those not
+// Ready at once, at no cost to the rest; the stale, one after another up to the
+// budget, within their window and pause, while their budgets allow. A pod whose restart
+// the cache does not show yet comes first again, and its same token restarts nothing
+// twice.
+func (r *restarts) writable(g podGroup, l groupLook, rollout podRollout, now time.Time) ([]restart, time.Duration) {
+	writes := l.todo[:l.notReady]
+	stale := l.todo[l.notReady:]
+	if len(stale) == 0 {
+		return writes, restartPoll
+	}
+	if wait := held(stale[0], l.pods, l.lastWritten, now); wait > 0 {
+		return writes, wait
+	}
+	if rollout.maxUnavailable == 0 {
+		r.tell(g, stale[0].pod, stale[0].want.Token, corev1.EventTypeWarning, "RestartHeld",
+			"its controller's rollout lets no pod be unavailable (maxUnavailable 0, and no surge in place): no pod of it is restarted in place; let one be (maxUnavailable: 1), or have it roll (confighash.dev/restart: rollout)")
+		return writes, restartPoll
+	}
+	for _, s := range stale[:min(len(stale), max(0, rollout.maxUnavailable-l.unavailable-l.notReady))] {
+		if !r.disruptions.allowed(s.pod) {
+			break
+		}
+		writes = append(writes, s)
+	}
+	return writes, restartPoll
+}
+
+// wake looks again at the groups a change of the slots may let go.
+func (r *restarts) wake(groups []podGroup) {
+	for _, w := range groups {
 		r.queue.Add(w)
 	}
 }

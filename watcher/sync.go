@@ -103,7 +103,11 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return nil
 	}
 	d, err := w.decide(v, confighash.Pods{})
-	w.warnAboutAnnotations(key, v, err, d.RollsInstead)
+	rollsInstead := d.RollsInstead
+	if d.Pacing.Pinned() {
+		rollsInstead = "" // its own pinning says why: explain reads its Event as the install's
+	}
+	w.warnAboutAnnotations(key, v, err, rollsInstead)
 	w.tellSources(v.Namespace, d.Observations)
 	switch {
 	case overBound(err):

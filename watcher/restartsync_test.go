@@ -1,0 +1,117 @@
+package watcher
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	"github.com/confighash/confighash"
+)
+
+// restartablePod is a Ready pod of the controller, labelled for restart in place and
+// carrying the token.
+func restartablePod(name string, controller types.UID, token string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(name),
+			Labels:          map[string]string{confighash.LabelRestart: confighash.RestartInPlace.String()},
+			Annotations:     map[string]string{confighash.AnnotationRestartToken: token},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "StatefulSet", Name: string(controller), UID: controller, Controller: ptr.To(true)}}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// TestAControllerHeldTakesNoPlaceInItsWave: in a namespace restarted in waves of one
+// controller, one whose restart its rollout window holds, or its rollout lets no pod
+// down, takes no place in the wave: the next controller is restarted. The first, once
+// its window opens, waits for the wave the second holds.
+func TestAControllerHeldTakesNoPlaceInItsWave(t *testing.T) {
+	closed, err := confighash.ParseWindows("daily 00:00-00:01 UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(restartablePod("db-0", "db", "v1:old"), restartablePod("cache-0", "cache", "v1:old"), restartablePod("web-0", "web", "v1:old"))
+	windowOpen := false
+	rules := podRules{
+		restartOf: func(p *podView) (confighash.Restart, error) {
+			want := confighash.Restart{Token: "v1:new", WaveSize: 1}
+			if p.Group == "db" && !windowOpen {
+				want.Windows = closed
+			}
+			return want, nil
+		},
+		covered: func(string) bool { return true },
+		rollout: func(p *podView) podRollout {
+			if p.Group == "cache" {
+				return podRollout{maxUnavailable: 0} // maxUnavailable: 0
+			}
+			return podRollout{maxUnavailable: 1}
+		},
+	}
+	r, err := newRestarts(client, []string{"shop"}, confighash.Vocabulary{}, rules, 0, time.Minute, 0, record.NewFakeRecorder(100), NoopRecorder{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.run(t.Context())
+	for !r.synced() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	restarted := func() []string {
+		var names []string
+		for _, a := range client.Actions() {
+			if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), "v1:new") {
+				names = append(names, p.GetName())
+			}
+		}
+		return names
+	}
+	for _, g := range []podGroup{{"shop", "db"}, {"shop", "cache"}, {"shop", "web"}} {
+		if _, err := r.sync(t.Context(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := restarted(); !slices.Equal(got, []string{"web-0"}) {
+		t.Fatalf("restarted %v, want web-0 alone: db's window is closed, cache's rollout lets none down, and neither holds the wave", got)
+	}
+	windowOpen = true
+	if _, err := r.sync(t.Context(), podGroup{"shop", "db"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := restarted(); !slices.Equal(got, []string{"web-0"}) {
+		t.Fatalf("restarted %v once db's window opened, want db-0 to wait for the wave web holds", got)
+	}
+	if under, waiting := r.slots.counts(); under != 1 || waiting != 1 {
+		t.Fatalf("%d controllers under way and %d waiting, want 1 and 1", under, waiting)
+	}
+}
+
+// TestAPodDownLongAfterItsRestartHoldsNoWave: a pod the watcher restarted is not back
+// while its restart is pending, or while it has not been Ready since; one that came
+// back and went down later, as on a dead node, is down for another cause.
+func TestAPodDownLongAfterItsRestartHoldsNoWave(t *testing.T) {
+	written := time.Now().Add(-time.Hour)
+	r := &restarts{timeout: 5 * time.Minute, reloads: reloadWaits{}}
+	for _, tt := range []struct {
+		name string
+		pod  podView
+		want bool
+	}{
+		{"its restart pending", podView{RestartsAt: 2, Restarts: 2, TokenWritten: written, ReadyChanged: written.Add(-time.Hour)}, true},
+		{"restarted, never Ready since", podView{RestartsAt: 2, Restarts: 3, TokenWritten: written, ReadyChanged: written.Add(time.Second)}, true},
+		{"restarted, Ready, down a day later", podView{RestartsAt: 2, Restarts: 3, TokenWritten: written, ReadyChanged: written.Add(24 * time.Hour)}, false},
+		{"never restarted by a watcher", podView{RestartsAt: -1, ReadyChanged: written}, false},
+	} {
+		if got := r.notBack(&tt.pod, time.Now()); got != tt.want {
+			t.Errorf("%s: not back %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
