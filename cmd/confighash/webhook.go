@@ -184,7 +184,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		callers = webhook.NewCallers(client, extra, log)
 	}
-	restarterImage := cfg.restarter(ctx, client, log)
+	restarterImage := cfg.restarter(ctx, client, cfg.restartInPlace && inPlaceServed(ctx, client, log), log)
 	lease := webhook.NewWatcherLease(client, cfg.namespace, cfg.watcherLease)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
@@ -251,11 +251,12 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return g.Wait()
 }
 
-// restarter returns the image of the restarter: none when restart in place is off
-// (then no pod is made restartable in place), else the one given, else the webhook's own.
-func (c *webhookConfig) restarter(ctx context.Context, client kubernetes.Interface, log zerolog.Logger) string {
+// restarter returns the image of the restarter: none when restart in place is off,
+// by hand or not served here (then no pod is made restartable in place), else the one
+// given, else the webhook's own.
+func (c *webhookConfig) restarter(ctx context.Context, client kubernetes.Interface, on bool, log zerolog.Logger) string {
 	switch {
-	case !c.restartInPlace || !inPlaceServed(ctx, client, log):
+	case !on:
 		return ""
 	case c.restarterImage != "":
 		return c.restarterImage

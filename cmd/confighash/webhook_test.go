@@ -8,8 +8,6 @@ import (
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sversion "k8s.io/apimachinery/pkg/version"
-	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -65,22 +63,23 @@ func TestRestarterImageIsTheOneGivenOrNoneWhenRestartInPlaceIsOff(t *testing.T) 
 	t.Setenv("POD_NAMESPACE", "confighash")
 	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "confighash", Name: "confighash-webhook-a"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "webhook", Image: "registry.example.com/confighash:1"}}}})
-	client.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &k8sversion.Info{Major: "1", Minor: "36"}
-	// Reads: the server's version, the nodes (none), then the webhook's own pod.
+	// Reads: the webhook's own pod, when no image is given (whether restart in place is
+	// served here is TestRestartInPlaceNeedsEveryNodeToDeclareIt's).
 	for _, tt := range []struct {
 		name  string
 		cfg   webhookConfig
+		on    bool
 		want  string
 		reads int
 	}{
-		{"the image given", webhookConfig{restartInPlace: true, restarterImage: "mirror.example.com/confighash:1"}, "mirror.example.com/confighash:1", 2},
-		{"none given: the webhook's own", webhookConfig{restartInPlace: true}, "registry.example.com/confighash:1", 3},
-		{"restart in place off, an image given", webhookConfig{restarterImage: "mirror.example.com/confighash:1"}, "", 0},
-		{"restart in place off, none given", webhookConfig{}, "", 0},
+		{"the image given", webhookConfig{restarterImage: "mirror.example.com/confighash:1"}, true, "mirror.example.com/confighash:1", 0},
+		{"none given: the webhook's own", webhookConfig{}, true, "registry.example.com/confighash:1", 1},
+		{"restart in place off, an image given", webhookConfig{restarterImage: "mirror.example.com/confighash:1"}, false, "", 0},
+		{"restart in place off, none given", webhookConfig{}, false, "", 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			client.ClearActions()
-			if got := tt.cfg.restarter(t.Context(), client, zerolog.Nop()); got != tt.want {
+			if got := tt.cfg.restarter(t.Context(), client, tt.on, zerolog.Nop()); got != tt.want {
 				t.Errorf("image %q, want %q", got, tt.want)
 			}
 			if got := len(client.Actions()); got != tt.reads {
