@@ -126,8 +126,9 @@ func (s *restartSlots) setHalted(g podGroup, halted bool) []podGroup {
 	rolling, ok := s.under[g]
 	switch {
 	case halted && !ok:
-		s.hold(g)
-		fallthrough
+		s.under[g] = false // its wave's place alone, as a watcher that starts over finds it
+		s.inNamespace[g.Namespace]++
+		s.stopWaiting(g)
 	case halted && rolling:
 		s.under[g] = false
 		s.rolling--

@@ -60,9 +60,13 @@ func (r *restarts) look(g podGroup, now time.Time) groupLook {
 			l.todo = append(l.todo, restart{p, want})
 		case p.Token != want.Token:
 			stale = append(stale, restart{p, want})
-		case r.reloads.pending(p, now) || !p.Ready:
+		default:
+			pending := r.reloads.pending(p, now) // once: it notes what it sees of a reload
+			if !pending && p.Ready {
+				continue
+			}
 			l.unavailable++
-			if r.notBack(p, now) {
+			if r.notBack(p, pending) {
 				l.notBack = append(l.notBack, restart{p, want})
 			}
 		}
@@ -80,11 +84,11 @@ func (r *restarts) look(g podGroup, now time.Time) groupLook {
 // its Ready condition, which last changed within the restart timeout of the token's
 // write, tells. A pod that came back and went down later, as on a dead node, is down
 // for another cause, and holds no wave.
-func (r *restarts) notBack(p *podView, now time.Time) bool {
+func (r *restarts) notBack(p *podView, pending bool) bool {
 	switch {
 	case p.RestartsAt < 0:
 		return false
-	case r.reloads.pending(p, now):
+	case pending:
 		return true
 	}
 	return !p.Ready && (p.TokenWritten.IsZero() || p.ReadyChanged.Before(p.TokenWritten.Add(r.timeout)))
@@ -97,10 +101,13 @@ func (r *restarts) holdUnderWay() {
 	seen := map[podGroup]bool{}
 	for _, obj := range r.pods.List() {
 		p, ok := obj.(*podView)
-		if !ok || seen[podGroup{p.Namespace, p.Group}] {
+		if !ok {
 			continue
 		}
 		g := podGroup{p.Namespace, p.Group}
+		if seen[g] {
+			continue
+		}
 		seen[g] = true
 		if r.look(g, now).underWay() {
 			r.slots.hold(g)
@@ -143,13 +150,14 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 		return restartPoll, nil
 	}
 	writes, after := r.writable(g, l, rollout, now)
+	underWay := l.underWay()
 	switch {
-	case len(writes) == 0 && !l.underWay():
+	case len(writes) == 0 && !underWay:
 		r.wake(r.slots.release(g))
 		return after, nil
 	case len(writes) == 0:
 		return after, nil
-	case l.underWay():
+	case underWay:
 		r.slots.hold(g)
 	default:
 		if why := r.slots.take(g, first.want.WaveSize); why != "" {

@@ -110,7 +110,7 @@ func TestAPodDownLongAfterItsRestartHoldsNoWave(t *testing.T) {
 		{"restarted, Ready, down a day later", podView{RestartsAt: 2, Restarts: 3, TokenWritten: written, ReadyChanged: written.Add(24 * time.Hour)}, false},
 		{"never restarted by a watcher", podView{RestartsAt: -1, ReadyChanged: written}, false},
 	} {
-		if got := r.notBack(&tt.pod, time.Now()); got != tt.want {
+		if got := r.notBack(&tt.pod, r.reloads.pending(&tt.pod, time.Now())); got != tt.want {
 			t.Errorf("%s: not back %v, want %v", tt.name, got, tt.want)
 		}
 	}
