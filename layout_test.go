@@ -1,7 +1,12 @@
 package confighash_test
 
 import (
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -34,15 +39,16 @@ func TestDomainDoesNoIO(t *testing.T) {
 }
 
 // TestAdaptersNeverImportEachOther: the webhook and the watcher share the domain, the
-// source cache and the namespace gate, and each may use leaf packages of its own
-// (alert, bounded), but never the other; the shared and leaf packages import only the
-// domain.
+// source cache, the namespace gate and the door their watches go through, and each may
+// use leaf packages of its own (alert, bounded), but never the other; the shared and
+// leaf packages import only the domain, and the door.
 func TestAdaptersNeverImportEachOther(t *testing.T) {
 	rules := map[string][]string{
-		"webhook":     {module, module + "/sourcecache", module + "/namespaces"},
-		"watcher":     {module, module + "/sourcecache", module + "/namespaces", module + "/alert", module + "/bounded"},
-		"sourcecache": {module},
-		"namespaces":  {module},
+		"webhook":     {module, module + "/sourcecache", module + "/namespaces", module + "/watches"},
+		"watcher":     {module, module + "/sourcecache", module + "/namespaces", module + "/watches", module + "/alert", module + "/bounded"},
+		"sourcecache": {module, module + "/watches"},
+		"namespaces":  {module, module + "/watches"},
+		"watches":     {module},
 		"alert":       {},
 		"bounded":     {},
 		"restarter":   {module},
@@ -54,4 +60,64 @@ func TestAdaptersNeverImportEachOther(t *testing.T) {
 			}
 		}
 	}
+}
+
+// informerMakers are the calls that make an informer, or the list and watch under one.
+var informerMakers = regexp.MustCompile(`^(New\w*Informer|NewSharedInformerFactory\w*|NewDynamicSharedInformerFactory|NewFilteredDynamicSharedInformerFactory|New\w*ListWatch\w*|NewReflector\w*)$`)
+
+// TestEveryInformerIsOpenedThroughTheDoor (rule 13): an informer is made only in a
+// function that hands it to the door (watches.Door.Open, watches.Informer), which
+// registers its kind for the flood test, keeps a tenant's objects only where
+// confighash acts, and bounds each in bytes. A watch made anywhere else is refused
+// here, before any review has to find it.
+func TestEveryInformerIsOpenedThroughTheDoor(t *testing.T) {
+	for _, dir := range []string{".", "webhook", "watcher", "sourcecache", "namespaces", "certs", "alert", "bounded", "restarter", "cmd/confighash"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, decl := range f.Decls {
+				fn, ok := decl.(*ast.FuncDecl)
+				if !ok || fn.Body == nil {
+					continue
+				}
+				var makes []string
+				door := false
+				ast.Inspect(fn.Body, func(n ast.Node) bool {
+					switch n := n.(type) {
+					case *ast.CallExpr:
+						if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
+							switch {
+							case informerMakers.MatchString(sel.Sel.Name):
+								makes = append(makes, sel.Sel.Name)
+							case sel.Sel.Name == "Open" || sel.Sel.Name == "Informer" && isIdent(sel.X, "watches"):
+								door = true
+							}
+						}
+					case *ast.CompositeLit:
+						if sel, ok := n.Type.(*ast.SelectorExpr); ok && isIdent(sel.X, "cache") && sel.Sel.Name == "ListWatch" {
+							makes = append(makes, "cache.ListWatch")
+						}
+					}
+					return true
+				})
+				if len(makes) > 0 && !door {
+					t.Errorf("%s: %s makes %v without the door: open it through watches.Door.Open or watches.Informer, from a kind registered in watches.Kinds", path, fn.Name.Name, makes)
+				}
+			}
+		}
+	}
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/watches"
 )
 
 // Selectors select the namespaces confighash acts in.
@@ -105,8 +106,12 @@ type Cluster struct {
 // set, for a namespace that starts being acted in, or in another mode, or with another
 // pacing.
 func NewCluster(client kubernetes.Interface, selectors Selectors, onEnabled func(namespace string)) (*Cluster, error) {
-	c := &Cluster{coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{}), selectors}
-	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	inf, err := watches.Informer(watches.Namespaces, coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{}), nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{inf, selectors}
+	_, err = c.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			if n, ok := obj.(*corev1.Namespace); ok && !initial && selectors.ModeOf(n) != confighash.ModeOff && onEnabled != nil {
 				onEnabled(n.Name)

@@ -6,7 +6,6 @@ package sourcecache
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/watches"
 )
 
 // secretFieldSelector selects the Secrets that may count: all but those Helm keeps
@@ -176,7 +176,7 @@ var sourceIndexers = cache.Indexers{cache.NamespaceIndex: byNamespace}
 func byNamespace(obj any) ([]string, error) {
 	d, ok := obj.(*Digested)
 	if !ok {
-		return nil, fmt.Errorf("not a ConfigMap or Secret digested: %T", obj)
+		return nil, nil // kept as its key alone: nothing looks it up by namespace
 	}
 	return []string{d.Namespace()}, nil
 }
@@ -194,7 +194,7 @@ func lastWritten(meta metav1.Object) time.Time {
 
 // Cache keeps every ConfigMap and Secret of the watched namespaces as a Digested.
 type Cache struct {
-	informers map[confighash.SourceKind]*Informers
+	informers map[confighash.SourceKind]*watches.Informers
 	// generation counts the objects the informers took in, counted before they are
 	// stored: what was read while it did not move is still what the cache holds.
 	generation atomic.Uint64
@@ -205,42 +205,58 @@ type Cache struct {
 	stored chan struct{}
 }
 
-// New returns a cache fed by informers on client, for the given namespaces, or for the
-// whole cluster when there are none, of the sources filter admits; Run starts them.
-// With csi, it also keeps the SecretProviderClasses that pods mount, from the Secrets
-// Store CSI driver's pod statuses.
-func New(client kubernetes.Interface, namespaces []string, filter Filter, csi dynamic.Interface) *Cache {
+// New returns a cache fed by informers on client, opened through the door for the
+// namespaces it watches, of the sources filter admits; Run starts them. With csi, it
+// also keeps the SecretProviderClasses that pods mount, from the Secrets Store CSI
+// driver's pod statuses.
+func New(client kubernetes.Interface, door watches.Door, filter Filter, csi dynamic.Interface) (*Cache, error) {
 	options := func(kind confighash.SourceKind) func(*metav1.ListOptions) {
 		want := filter.ListOptions(kind)
 		return func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = want.LabelSelector, want.FieldSelector }
 	}
-	newInformers := map[confighash.SourceKind]func(ns string) cache.SharedIndexInformer{
-		confighash.ConfigMap: func(ns string) cache.SharedIndexInformer {
+	type source struct {
+		kind        watches.Kind
+		newInformer func(ns string) cache.SharedIndexInformer
+	}
+	sources := map[confighash.SourceKind]source{
+		confighash.ConfigMap: {watches.ConfigMaps, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, sourceIndexers, options(confighash.ConfigMap))
-		},
-		confighash.Secret: func(ns string) cache.SharedIndexInformer {
+		}},
+		confighash.Secret: {watches.Secrets, func(ns string) cache.SharedIndexInformer {
 			return coreinformers.NewFilteredSecretInformer(client, ns, 0, sourceIndexers, options(confighash.Secret))
-		},
+		}},
 	}
 	if csi != nil {
 		byClass := cache.Indexers{cache.NamespaceIndex: byNamespace, providerClassIndex: indexByProviderClass}
-		newInformers[confighash.SecretProviderClass] = func(ns string) cache.SharedIndexInformer {
+		sources[confighash.SecretProviderClass] = source{watches.ProviderClassPodStatuses, func(ns string) cache.SharedIndexInformer {
 			return dynamicinformer.NewFilteredDynamicInformer(csi, PodStatuses, ns, 0, byClass, nil).Informer()
-		}
+		}}
 	}
 	for _, kind := range filter.Ignored.All() {
-		delete(newInformers, kind)
+		delete(sources, kind)
 	}
-	c := &Cache{informers: map[confighash.SourceKind]*Informers{}}
+	c := &Cache{informers: map[confighash.SourceKind]*watches.Informers{}}
 	counted := func(obj any) (any, error) {
 		c.generation.Add(1)
 		return toDigested(obj)
 	}
-	for kind, newInformer := range newInformers {
-		// Cannot fail before the informers run.
-		c.informers[kind], _ = NewInformers(namespaces, newInformer, counted)
+	for kind, s := range sources {
+		in, err := door.Open(s.kind, s.newInformer, counted)
+		if err != nil {
+			return nil, err
+		}
+		c.informers[kind] = in
 	}
-	return c
+	return c, nil
+}
+
+// Informers are the cache's informers by kind, for Relists.
+func (c *Cache) Informers() map[string]*watches.Informers {
+	out := map[string]*watches.Informers{}
+	for kind, in := range c.informers {
+		out[string(kind)] = in
+	}
+	return out
 }
 
 // NotifyStores has the cache close Stored each time it stores an object; call it

@@ -8,18 +8,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // disruptions tells whether the PodDisruptionBudgets that select a pod allow it to be
 // taken down now: a restart in place bypasses the eviction API, which would ask them.
 type disruptions struct {
-	budgets *sourcecache.Informers
+	budgets *watches.Informers
 }
 
-func newDisruptions(client kubernetes.Interface, namespaces []string) (*disruptions, error) {
-	budgets, err := sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-		return policyinformers.NewPodDisruptionBudgetInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+func newDisruptions(client kubernetes.Interface, door watches.Door) (*disruptions, error) {
+	budgets, err := door.Open(watches.Budgets, func(ns string) cache.SharedIndexInformer {
+		return policyinformers.NewPodDisruptionBudgetInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: watches.NamespaceIndex})
 	}, keepBudget)
 	return &disruptions{budgets}, err
 }
@@ -47,6 +47,9 @@ func (d *disruptions) allowed(p *podView) bool {
 	}
 	objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, p.Namespace)
 	for _, obj := range objs {
+		if k, ok := obj.(*watches.Key); ok && k.Over {
+			return false // a budget too large to read may select it
+		}
 		b, ok := obj.(*policyv1.PodDisruptionBudget)
 		if !ok || b.Spec.Selector == nil {
 			continue
@@ -55,7 +58,8 @@ func (d *disruptions) allowed(p *podView) bool {
 			return false
 		}
 		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+		// An empty selector selects every pod of the namespace (policy/v1): a freeze.
+		if err != nil || !sel.Matches(labels.Set(p.Labels)) {
 			continue
 		}
 		if b.Status.DisruptionsAllowed < 1 {

@@ -2,10 +2,12 @@ package watcher
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
+	"k8s.io/client-go/kubernetes"
 )
 
 // modes is a gate with fixed modes; a namespace it does not list is not known.
@@ -28,7 +30,6 @@ func TestAWorkloadNotActedOnIsKeptAsItsKeyAlone(t *testing.T) {
 		annotations map[string]string
 		full        bool
 	}{
-		{"off", optedIn, false},
 		{"opted", nil, false},
 		{"opted", optedIn, true},
 		{"all", nil, true},
@@ -46,9 +47,9 @@ func TestAWorkloadNotActedOnIsKeptAsItsKeyAlone(t *testing.T) {
 			if !tc.full {
 				t.Errorf("%s, annotations %v: a whole view, want the key alone", tc.namespace, tc.annotations)
 			}
-		case *keyOnly:
-			if tc.full || o.key != tc.namespace+"/web" || o.GetObjectMeta().GetName() != o.key || o.GetObjectMeta().GetNamespace() != "" {
-				t.Errorf("%s, annotations %v: key %q (%s), want a whole view: %v", tc.namespace, tc.annotations, o.key, o.GetObjectMeta().GetName(), tc.full)
+		case *watches.Key:
+			if tc.full || o.String() != tc.namespace+"/web" || o.GetObjectMeta().GetName() != o.String() || o.GetObjectMeta().GetNamespace() != "" {
+				t.Errorf("%s, annotations %v: key %q (%s), want a whole view: %v", tc.namespace, tc.annotations, o, o.GetObjectMeta().GetName(), tc.full)
 			}
 			if index, _ := byNamespace(o); index != nil {
 				t.Errorf("a key alone is indexed under %v", index)
@@ -67,38 +68,17 @@ func TestAWorkloadNotActedOnIsKeptAsItsKeyAlone(t *testing.T) {
 	if kept.rose("all") {
 		t.Error("all, unchanged: a relist")
 	}
-	gate["off"] = confighash.ModeOptedIn
-	if !kept.rose("off") {
-		t.Error("off, labelled: no relist")
-	}
 	if kept.rose("not-read-yet") {
 		t.Error("a namespace whose workloads were all kept whole: a relist")
 	}
 }
 
-// TestAWorkloadOfANamespaceNotActedInIsNotRead: in a namespace confighash does not act
-// in, a workload's annotations are not parsed at all, whatever they hold; only its key
-// is kept (issue 32: one annotation there once took the watcher down).
-func TestAWorkloadOfANamespaceNotActedInIsNotRead(t *testing.T) {
-	gate := modes{"off": confighash.ModeOff, "opted": confighash.ModeOptedIn}
-	var read []string
-	transform := newKeptKeys(gate).transform(func(obj any) (any, error) {
-		v, err := toView(obj)
-		read = append(read, v.(*view).Namespace)
-		return v, err
-	})
-	for _, ns := range []string{"off", "opted", "not-read-yet"} {
-		d := deploymentUsing(map[string]string{confighash.ReloaderConfigMapReload: "(?:[a-z]?){1000}x"}, "cfg")
-		d.Namespace = ns
-		obj, err := transform(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if k, ok := obj.(*keyOnly); ns == "off" && (!ok || k.key != "off/web") {
-			t.Errorf("off: transform() = %#v, want the key alone", obj)
-		}
+// mustSources is a cache of every namespace's sources on client.
+func mustSources(tb testing.TB, client kubernetes.Interface) *sourcecache.Cache {
+	tb.Helper()
+	c, err := sourcecache.New(client, watches.Door{Gate: modes{}}, sourcecache.Filter{}, nil)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	if !slices.Equal(read, []string{"opted", "not-read-yet"}) {
-		t.Errorf("read the workloads of %v, want those of opted and not-read-yet only", read)
-	}
+	return c
 }

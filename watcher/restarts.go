@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // restarts restarts in place the pods whose data moved on from their restart token:
@@ -28,7 +28,7 @@ import (
 // tokens, so a watcher that starts over restarts none twice.
 type restarts struct {
 	client kubernetes.Interface
-	pods   *sourcecache.Informers
+	pods   *watches.Informers
 	queue  workqueue.TypedRateLimitingInterface[podGroup]
 	podRules
 	// disruptions is what the pods' PodDisruptionBudgets allow.
@@ -76,24 +76,21 @@ func newRestartsOf(w *Watcher) (*restarts, error) {
 			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
 	}
 	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, rollout: w.rolloutFor}
-	return newRestarts(w.cfg.Client, w.cfg.Watched, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.cfg.Events, w.cfg.Metrics, w.cfg.Log)
+	return newRestarts(w.cfg.Client, w.door, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.cfg.Events, w.cfg.Metrics, w.cfg.Log)
 }
 
 // newRestarts watches the pods labelled for restart in place in the namespaces.
-func newRestarts(client kubernetes.Interface, namespaces []string, vocabulary confighash.Vocabulary, rules podRules,
+func newRestarts(client kubernetes.Interface, door watches.Door, vocabulary confighash.Vocabulary, rules podRules,
 	quiet, timeout time.Duration, maxRolling int, events record.EventRecorder, metrics Recorder, log zerolog.Logger) (*restarts, error) {
 	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, metrics: metrics, log: log,
 		told: map[told]string{}, reloads: reloadWaits{}, slots: newRestartSlots(maxRolling),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
-	labelled := func(o *metav1.ListOptions) {
-		o.LabelSelector = confighash.LabelRestart + " in (" + confighash.RestartInPlace.String() + "," + confighash.RestartReload.String() + ")"
-	}
 	var err error
-	if r.disruptions, err = newDisruptions(client, namespaces); err != nil {
+	if r.disruptions, err = newDisruptions(client, door); err != nil {
 		return nil, err
 	}
-	r.pods, err = sourcecache.NewInformers(namespaces, func(ns string) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, "group": byGroup}, labelled)
+	r.pods, err = door.Open(watches.RestartedPods, func(ns string) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: byPodNamespace, "group": byGroup}, watches.RestartedPods.WithSelector)
 	}, podViewTransform(vocabulary))
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/watches"
 )
 
 // restartablePod is a Ready pod of the controller, labelled for restart in place and
@@ -57,7 +58,7 @@ func TestAControllerHeldTakesNoPlaceInItsWave(t *testing.T) {
 			return podRollout{maxUnavailable: 1}
 		},
 	}
-	r, err := newRestarts(client, []string{"shop"}, confighash.Vocabulary{}, rules, 0, time.Minute, 0, record.NewFakeRecorder(100), NoopRecorder{}, zerolog.Nop())
+	r, err := newRestarts(client, watches.Door{Namespaces: []string{"shop"}, Gate: modes{}}, confighash.Vocabulary{}, rules, 0, time.Minute, 0, record.NewFakeRecorder(100), NoopRecorder{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/confighash/confighash/bounded"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // FieldManager owns the watcher's writes.
@@ -96,6 +97,9 @@ type Config struct {
 	// changed for FlapQuiet, then roll once. 0: no limit.
 	FlapLimit             int
 	FlapWindow, FlapQuiet time.Duration
+	// Over is told of each object of a tenant read over its kind's bound
+	// (watches.Overs); nil: no one.
+	Over func(kind watches.Kind, namespace, name string, bytes int)
 	// Alerts hears of what the watcher rolled, healed, or failed to; nil: no one.
 	Alerts  Alerter
 	Events  record.EventRecorder
@@ -154,9 +158,11 @@ type Watcher struct {
 	cfg       Config
 	toView    cache.TransformFunc
 	sources   *sourcecache.Cache
-	workloads map[string]*sourcecache.Informers
+	workloads map[string]*watches.Informers
 	gate      namespaces.Gate
-	queue     workqueue.TypedRateLimitingInterface[workloadKey]
+	// door opens every informer of a tenant's objects.
+	door  watches.Door
+	queue workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
 	// tracking is what the watcher remembers of each workload, waves what it keeps of
@@ -171,10 +177,10 @@ type Watcher struct {
 	flapping *flapBreaker
 	later    *laterRecords
 	settings *badSettings
-	// kept and relists read the workloads of a namespace again when its mode rises
-	// above one some were kept as their key alone under.
+	// kept and relists read a namespace again when its mode rises above one some of
+	// its objects were kept as their key alone under.
 	kept    *keptKeys
-	relists *relists
+	relists *watches.Relists
 	// sweepCandidates are the snapshots a sweep found owned and named by nothing, and
 	// sweepFrom, per kind and namespace, where the next sweep goes on from when the
 	// last one spent its calls, and sweepAt in which; only the sweep reads and writes
@@ -208,10 +214,9 @@ func New(cfg Config) (*Watcher, error) {
 		}
 	}
 	w := &Watcher{
-		cfg:     cfg,
-		toView:  viewTransform(cfg.Vocabulary, cfg.Kinds),
-		sources: sourcecache.New(cfg.Client, cfg.Watched, cfg.Sources, csi),
-		csi:     csi != nil,
+		cfg:    cfg,
+		toView: viewTransform(cfg.Vocabulary, cfg.Kinds),
+		csi:    csi != nil,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[workloadKey]{
@@ -222,18 +227,17 @@ func New(cfg Config) (*Watcher, error) {
 		waves:         newWaves(),
 		settings:      newBadSettings(cfg.Events),
 		written:       newDataWrites(),
-		relists:       newRelists(),
 		recreations:   newRecreations(),
 		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 		later:         newLaterRecords(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
-	// have no hash yet, or one that may be out of date. Those kept as their key alone
-	// are read again first.
+	// have no hash yet, or one that may be out of date. What was kept as keys alone
+	// there is read again first.
 	checkNamespace := func(ns string) {
 		w.namespacesGeneration.Add(1)
-		if w.kept.rose(ns) {
-			w.relists.add(ns)
+		if rose := w.kept.rose(ns); rose || w.relists.Needed(ns) {
+			w.relists.Add(ns, rose)
 			return
 		}
 		w.enqueueSpread(w.inNamespace(ns, nil))
@@ -242,13 +246,17 @@ func New(cfg Config) (*Watcher, error) {
 	if w.gate, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log); err != nil {
 		return nil, err
 	}
+	w.door = watches.Door{Namespaces: cfg.Watched, Gate: w.gate, Over: cfg.Over}
+	if w.sources, err = sourcecache.New(cfg.Client, w.door, cfg.Sources, csi); err != nil {
+		return nil, err
+	}
 	w.kept = newKeptKeys(w.gate)
 	kept := w.kept.transform(w.toView)
 	counted := func(obj any) (any, error) {
 		w.workloadsGeneration.Add(1)
 		return kept(obj)
 	}
-	if w.workloads, err = newWorkloadInformers(cfg.Client, cfg.Dynamic, cfg.Watched, cfg.Kinds, counted, cfg.Log); err != nil {
+	if w.workloads, err = newWorkloadInformers(cfg.Client, cfg.Dynamic, w.door, cfg.Kinds, counted, cfg.Log); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -258,19 +266,23 @@ func New(cfg Config) (*Watcher, error) {
 	}); err != nil {
 		return nil, err
 	}
+	sets := w.sources.Informers()
 	if cfg.InPlace {
 		if w.restarts, err = newRestartsOf(w); err != nil {
 			return nil, err
 		}
+		sets["restarted pods"], sets["budgets"] = w.restarts.pods, w.restarts.disruptions.budgets
 	}
-	for _, in := range w.workloads {
+	for kind, in := range w.workloads {
 		if err := in.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
 			UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
 		}); err != nil {
 			return nil, err
 		}
+		sets[kind] = in
 	}
+	w.relists = watches.NewRelists(sets, cfg.Log)
 	return w, nil
 }
 
@@ -279,15 +291,16 @@ func New(cfg Config) (*Watcher, error) {
 func (w *Watcher) Run(ctx context.Context) error {
 	w.gate.Run(ctx)
 	go func() { _ = w.sources.Run(ctx) }()
-	// The workloads are read once the namespaces' modes are known: a workload
+	// The door starts each informer once the namespaces' modes are known: what
 	// confighash does not act on is kept as its key alone.
-	if cache.WaitForCacheSync(ctx.Done(), w.gate.HasSynced) {
-		for _, in := range w.workloads {
-			in.Run(ctx)
-		}
-		w.restarts.run(ctx)
-		go w.relist(ctx)
+	for _, in := range w.workloads {
+		in.Run(ctx)
 	}
+	w.restarts.run(ctx)
+	go w.relists.Run(ctx, w.relisted, func(ns string) {
+		w.cfg.Log.Info().Str("namespace", ns).Msg("namespace read again: confighash now acts on more of it")
+		w.enqueueSpread(w.inNamespace(ns, nil))
+	})
 	<-ctx.Done()
 	w.queue.ShutDown()
 	return nil

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // BenchmarkWaveWake times one wake of a wave while the 10 users it released roll
@@ -36,10 +36,10 @@ func BenchmarkWaveWake(b *testing.B) {
 			w := &Watcher{
 				cfg:     Config{Key: key, Pacing: confighash.Pacing{WaveSize: 10}, WaveTimeout: time.Minute},
 				gate:    modes{"ns": confighash.ModeOptedIn},
-				sources: sourcecache.New(client, nil, sourcecache.Filter{}, nil),
+				sources: mustSources(b, client),
 				waves:   newWaves(),
 			}
-			if w.workloads, err = newWorkloadInformers(client, nil, nil, confighash.Kinds{confighash.Deployment}, toView, w.cfg.Log); err != nil {
+			if w.workloads, err = newWorkloadInformers(client, nil, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, toView, w.cfg.Log); err != nil {
 				b.Fatal(err)
 			}
 			go func() { _ = w.sources.Run(b.Context()) }()

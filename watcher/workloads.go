@@ -20,6 +20,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // view is what the watcher keeps of a workload: enough to find it from a source and to
@@ -130,15 +131,14 @@ func (v *view) mayHold(ref confighash.SourceRef) bool {
 	return v.MayUse(ref) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == ref })
 }
 
-// newWorkloadInformers returns the informers of each kind, for the given namespaces or
-// the whole cluster: the built-in kinds with their types, the others as unstructured
+// newWorkloadInformers returns the informers of each kind, opened through the door: the built-in kinds with their types, the others as unstructured
 // objects, each only if the API server serves it.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, kinds confighash.Kinds, transform cache.TransformFunc, log zerolog.Logger) (map[string]*sourcecache.Informers, error) {
+func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, door watches.Door, kinds confighash.Kinds, transform cache.TransformFunc, log zerolog.Logger) (map[string]*watches.Informers, error) {
 	// Indexed by namespace alone: a change of a source scans its namespace's workloads
 	// (State.MayUse). An index by source would keep a map per source used, several times what
 	// a view of a workload costs.
 	indexers := cache.Indexers{cache.NamespaceIndex: byNamespace}
-	informers := map[string]*sourcecache.Informers{}
+	informers := map[string]*watches.Informers{}
 	for _, k := range kinds {
 		var newInformer func(ns string) cache.SharedIndexInformer
 		switch k.Kind {
@@ -175,7 +175,7 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, na
 				return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, ns, 0, indexers, nil).Informer()
 			}
 		}
-		in, err := sourcecache.NewInformers(namespaces, newInformer, transform)
+		in, err := door.Open(watches.Workloads(k), newInformer, transform)
 		if err != nil {
 			return nil, err
 		}

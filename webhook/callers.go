@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/confighash/confighash/watches"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -85,7 +86,7 @@ func ParseCallers(s string) ([]netip.Prefix, error) {
 func NewCallers(client kubernetes.Interface, extra []netip.Prefix, log zerolog.Logger) *Callers {
 	c := &Callers{extra: extra, log: log, refused: map[netip.Addr]bool{}, stops: map[string]context.CancelFunc{}}
 	endpoints := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
-	c.required = c.informer(&discoveryv1.EndpointSlice{}, "the API server's endpoints", discoveryv1.LabelServiceName+"=kubernetes", lister{
+	c.required = c.informer(&discoveryv1.EndpointSlice{}, watches.APIServerEndpoints, watches.APIServerEndpoints.Selector, lister{
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return endpoints.List(ctx, o) }, endpoints.Watch}, nil)
 	// Only what names an address is kept of a pod or a node: not its spec, images or
 	// conditions.
@@ -107,9 +108,9 @@ func NewCallers(client kubernetes.Interface, extra []netip.Prefix, log zerolog.L
 	podLister := lister{func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch}
 	nodeLister := lister{func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) }, nodes.Watch}
 	for _, selector := range []string{"k8s-app=konnectivity-agent", "app=konnectivity-agent"} {
-		c.informer(&corev1.Pod{}, "kube-system's konnectivity agents ("+selector+")", selector, podLister, konnectivity)
+		c.informer(&corev1.Pod{}, watches.KonnectivityAgents, selector, podLister, konnectivity)
 	}
-	c.informer(&corev1.Node{}, "the nodes", "", nodeLister, node)
+	c.informer(&corev1.Node{}, watches.Nodes, "", nodeLister, node)
 	c.addrs.Store(&map[netip.Addr]bool{})
 	return c
 }
@@ -130,7 +131,7 @@ type lister struct {
 // informer watches what l lists, and makes the set again at each change. One that is
 // not required stops at a refusal to list: a namespaced install may read the API
 // server's endpoints and the konnectivity agents, not the nodes.
-func (c *Callers) informer(obj runtime.Object, what, selector string, l lister, transform cache.TransformFunc) cache.SharedIndexInformer {
+func (c *Callers) informer(obj runtime.Object, kind watches.Kind, selector string, l lister, transform cache.TransformFunc) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
@@ -141,10 +142,8 @@ func (c *Callers) informer(obj runtime.Object, what, selector string, l lister, 
 			return l.watch(ctx, opts)
 		},
 	}
-	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
-	if transform != nil {
-		_ = inf.SetTransform(transform)
-	}
+	// Cannot fail: a registered kind no tenant writes, on an informer not started.
+	inf, _ := watches.Informer(kind, cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{}), transform)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { c.rebuild() },
 		// A node's status is written every few minutes, its addresses seldom changed:
@@ -156,6 +155,10 @@ func (c *Callers) informer(obj runtime.Object, what, selector string, l lister, 
 		},
 		DeleteFunc: func(any) { c.rebuild() },
 	})
+	what := kind.Name
+	if selector != "" {
+		what += " (" + selector + ")"
+	}
 	w := watched{SharedIndexInformer: inf, what: what, optional: len(c.informers) > 0} // the first, the API server's endpoints, is required
 	if w.optional {
 		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/watches"
 )
 
 // WatcherLease follows the watcher's leader Lease, which says what record forms the
@@ -34,10 +35,9 @@ func NewWatcherLease(client kubernetes.Interface, namespace, name string) *Watch
 	one := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 	}
-	return &WatcherLease{
-		informer: coordinationinformers.NewFilteredLeaseInformer(client, namespace, 0, cache.Indexers{}, one),
-		key:      namespace + "/" + name,
-	}
+	// Cannot fail: a registered kind no tenant writes, on an informer not started.
+	inf, _ := watches.Informer(watches.WatcherLease, coordinationinformers.NewFilteredLeaseInformer(client, namespace, 0, cache.Indexers{}, one), nil)
+	return &WatcherLease{informer: inf, key: namespace + "/" + name}
 }
 
 // Run follows the Lease until ctx is done.

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 func TestAtLeast(t *testing.T) {
@@ -41,7 +43,7 @@ func TestAtLeast(t *testing.T) {
 
 func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
 	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "cfg", ResourceVersion: "3"}, Data: map[string]string{"k": "v"}})
-	sources := sourcecache.New(client, []string{"watched"}, sourcecache.Filter{}, nil)
+	sources := newSources(t, client, "watched")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, nil, nil), nil, nil)
@@ -144,7 +146,7 @@ func cachedReaderWithMeta(t *testing.T, client *fake.Clientset, listed ...runtim
 		t.Fatal(err)
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme, listed...)
-	sources := sourcecache.New(client, nil, sourcecache.Filter{}, nil)
+	sources := newSources(t, client)
 	rec, err := NewPrometheusRecorder(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -202,4 +204,21 @@ func TestNamePatternsAreMatchedAgainstTheCacheWithoutAList(t *testing.T) {
 	if n := testutil.ToFloat64(rec.versions.WithLabelValues("Secret")); n != 2 {
 		t.Errorf("version GETs of Secrets = %v, want 2: s-1 and s-2, proven current", n)
 	}
+}
+
+// everywhere is a gate that knows no namespace: the door reads every one whole.
+type everywhere struct{}
+
+func (everywhere) Known(string) bool           { return false }
+func (everywhere) Mode(string) confighash.Mode { return confighash.ModeOff }
+func (everywhere) HasSynced() bool             { return true }
+
+// newSources is a cache of the sources of the namespaces, or of every one.
+func newSources(tb testing.TB, client kubernetes.Interface, namespaces ...string) *sourcecache.Cache {
+	tb.Helper()
+	c, err := sourcecache.New(client, watches.Door{Namespaces: namespaces, Gate: everywhere{}}, sourcecache.Filter{}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }

@@ -14,21 +14,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // SnapshotCap bounds each namespace's snapshots, in number and in bytes, so that what
 // one namespace's users write (or forged reviews make) costs that namespace alone and
 // never fills etcd. It knows each namespace's totals from informers of the labelled
-// ConfigMaps and Secrets that keep a name and a size per snapshot, never the data.
+// ConfigMaps and Secrets that keep a name and a size per snapshot, never the data,
+// summed when asked: a relist that reads a namespace again counts nothing twice.
 type SnapshotCap struct {
 	maxCount  int
 	maxBytes  int64
-	informers []*sourcecache.Informers
+	informers []*watches.Informers
 
-	mu   sync.Mutex
-	used map[string]snapshotUsage // by namespace
+	mu sync.Mutex
 	// reserved are the snapshots admitted and not seen by the informers yet, by
 	// namespace and name, so that admissions at the same moment cannot pass the cap
 	// together; each is dropped once seen, or after reservedFor.
@@ -50,52 +49,61 @@ type snapshotUsage struct {
 }
 
 // NewSnapshotCap returns the cap of maxCount snapshots and maxBytes bytes of data per
-// namespace, counted in the given namespaces or the whole cluster; 0 is no cap.
-func NewSnapshotCap(client kubernetes.Interface, namespaces []string, maxCount int, maxBytes int64) *SnapshotCap {
-	c := &SnapshotCap{maxCount: maxCount, maxBytes: maxBytes, used: map[string]snapshotUsage{}, reserved: map[string]map[string]reservation{}}
-	labelled := func(o *metav1.ListOptions) { o.LabelSelector = confighash.LabelSnapshotOf }
-	for _, newInformer := range []func(ns string) cache.SharedIndexInformer{
-		func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, cache.Indexers{}, labelled)
-		},
-		func(ns string) cache.SharedIndexInformer {
-			return coreinformers.NewFilteredSecretInformer(client, ns, 0, cache.Indexers{}, labelled)
-		},
+// namespace, counted in the namespaces the door opens; 0 is no cap.
+func NewSnapshotCap(client kubernetes.Interface, door watches.Door, maxCount int, maxBytes int64) (*SnapshotCap, error) {
+	c := &SnapshotCap{maxCount: maxCount, maxBytes: maxBytes, reserved: map[string]map[string]reservation{}}
+	byNamespace := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	for _, kind := range []struct {
+		watches.Kind
+		newInformer func(ns string) cache.SharedIndexInformer
+	}{
+		{watches.SnapshotConfigMaps, func(ns string) cache.SharedIndexInformer {
+			return coreinformers.NewFilteredConfigMapInformer(client, ns, 0, byNamespace, watches.SnapshotConfigMaps.WithSelector)
+		}},
+		{watches.SnapshotSecrets, func(ns string) cache.SharedIndexInformer {
+			return coreinformers.NewFilteredSecretInformer(client, ns, 0, byNamespace, watches.SnapshotSecrets.WithSelector)
+		}},
 	} {
-		// Cannot fail before the informers run.
-		in, _ := sourcecache.NewInformers(namespaces, newInformer, toSnapshotSize)
-		_ = in.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.add(obj, 1) },
-			UpdateFunc: func(old, obj any) { c.add(old, -1); c.add(obj, 1) },
-			DeleteFunc: func(obj any) {
-				if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = gone.Obj
-				}
-				c.add(obj, -1)
-			},
-		})
+		in, err := door.Open(kind.Kind, kind.newInformer, toSnapshotSize)
+		if err != nil {
+			return nil, err
+		}
+		seen := func(obj any) {
+			if s, ok := obj.(*snapshotSize); ok {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.release(s.namespace, s.name)
+			}
+		}
+		if err := in.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) }}); err != nil {
+			return nil, err
+		}
 		c.informers = append(c.informers, in)
 	}
-	return c
+	return c, nil
 }
 
-// add adds a snapshot to its namespace's totals, or with sign -1 takes it away.
-func (c *SnapshotCap) add(obj any, sign int) {
-	s, ok := obj.(*snapshotSize)
-	if !ok {
-		return
+// Informers are the cap's informers, for Relists.
+func (c *SnapshotCap) Informers() map[string]*watches.Informers {
+	return map[string]*watches.Informers{"snapshot ConfigMaps": c.informers[0], "snapshot Secrets": c.informers[1]}
+}
+
+// used is the count and bytes of the namespace's snapshots the informers hold.
+func (c *SnapshotCap) used(namespace string) snapshotUsage {
+	var u snapshotUsage
+	for _, in := range c.informers {
+		inf := in.For(namespace)
+		if inf == nil {
+			continue // not read yet: a namespace confighash just started acting in
+		}
+		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		for _, obj := range objs {
+			if s, ok := obj.(*snapshotSize); ok {
+				u.count, u.bytes = u.count+1, u.bytes+s.bytes
+			}
+		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.release(s.namespace, s.name)
-	u := c.used[s.namespace]
-	u.count += sign
-	u.bytes += int64(sign) * s.bytes
-	if u.count <= 0 {
-		delete(c.used, s.namespace)
-		return
-	}
-	c.used[s.namespace] = u
+	return u
 }
 
 // release drops the reservation of a snapshot; c.mu is held.
@@ -140,7 +148,7 @@ func (e *SnapshotCapError) Error() string { return e.msg }
 func (c *SnapshotCap) reserve(namespace string, snapshots map[string]int64, dryRun bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	u := c.used[namespace]
+	u := c.used(namespace)
 	for name, r := range c.reserved[namespace] {
 		if time.Since(r.at) > reservedFor {
 			c.release(namespace, name)

@@ -1,27 +1,42 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/bench"
+	"github.com/confighash/confighash/watches"
 )
 
 func TestTheSnapshotCapCountsEachNamespaceApart(t *testing.T) {
-	c := &SnapshotCap{maxCount: 2, maxBytes: 100, used: map[string]snapshotUsage{}, reserved: map[string]map[string]reservation{}}
-	snapshot := func(ns, name, value string) any {
-		s, _ := toSnapshotSize(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"k": value}})
-		return s
+	snapshot := func(ns, name, value string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{confighash.LabelSnapshotOf: "cfg"}},
+			Data: map[string]string{"k": value}}
 	}
-	c.add(snapshot("a", "one", strings.Repeat("x", 39)), 1) // 40 bytes
-	c.add(snapshot("b", "one", strings.Repeat("x", 99)), 1) // 100 bytes, another namespace
+	client := fake.NewClientset(
+		snapshot("a", "one", strings.Repeat("x", 39)), // 40 bytes
+		snapshot("b", "one", strings.Repeat("x", 99)), // 100 bytes, another namespace
+	)
+	c, err := NewSnapshotCap(client, watches.Door{Gate: everywhere{}}, 2, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Run(t.Context()) }()
+	if !cache.WaitForCacheSync(t.Context().Done(), c.Synced) {
+		t.Fatal("the cap's informers did not sync")
+	}
 	var capped *SnapshotCapError
 	for _, tc := range []struct {
 		name      string
@@ -46,23 +61,43 @@ func TestTheSnapshotCapCountsEachNamespaceApart(t *testing.T) {
 			}
 		})
 	}
-	// A snapshot deleted (as the informers' tombstone carries it) frees its room.
-	c.add(snapshot("b", "one", strings.Repeat("x", 99)), -1)
-	if err := c.reserve("b", sizes(2, 100), true); err != nil {
-		t.Errorf("after its one snapshot went, namespace b: %v", err)
+	// A snapshot deleted frees its room.
+	if err := client.CoreV1().ConfigMaps("b").Delete(t.Context(), "one", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	waitFor(t, "the deleted snapshot to free its room", func() bool { return c.reserve("b", sizes(2, 100), true) == nil })
 	// Admissions at the same moment: the first reserves the room, the second finds none
-	// until the informers see the first's snapshot, which then counts once.
+	// until the informers see the first's snapshots, which then count once.
 	if err := c.reserve("c", sizes(2, 10), false); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.reserve("c", map[string]int64{"other": 1}, false); !errors.As(err, &capped) {
 		t.Errorf("a second admission beyond the room the first reserved: %v", err)
 	}
-	c.add(snapshot("c", "s0", "x"), 1)
-	c.add(snapshot("c", "s1", "x"), 1)
-	if u, held := c.used["c"], len(c.reserved["c"]); u.count != 2 || u.bytes != 4 || held != 0 {
-		t.Errorf("once seen, the snapshots count %d, %d bytes, with %d reservations left; want 2, 4 bytes and none", u.count, u.bytes, held)
+	for _, name := range []string{"s0", "s1"} {
+		if _, err := client.CoreV1().ConfigMaps("c").Create(t.Context(), snapshot("c", name, "x"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.reserved["c"]) == 0 }
+	waitFor(t, "the informers to see the reserved snapshots", seen)
+	if u := c.used("c"); u.count != 2 || u.bytes != 4 {
+		t.Errorf("once seen, the snapshots count %d, %d bytes; want 2, 4 bytes", u.count, u.bytes)
+	}
+	// A relist (a namespace confighash starts acting in) counts nothing twice.
+	if swapped, err := c.informers[0].Relist(t.Context(), "c"); !swapped || err != nil {
+		t.Fatalf("Relist(c) = %v, %v", swapped, err)
+	}
+	if u := c.used("c"); u.count != 2 || u.bytes != 4 {
+		t.Errorf("after a relist, the snapshots count %d, %d bytes; want 2, 4 bytes", u.count, u.bytes)
+	}
+}
+
+// waitFor waits up to 10 s for cond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/watcher"
+	"github.com/confighash/confighash/watches"
 )
 
 const watcherSummary = "confighash watcher: touches the workloads whose ConfigMaps and Secrets changed."
@@ -157,6 +158,10 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	overs, err := watches.NewOvers(reg, "watcher", log)
+	if err != nil {
+		return err
+	}
 	recorder, err := watcher.NewPrometheusRecorder(reg)
 	if err != nil {
 		return err
@@ -191,7 +196,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, InPlace: cfg.restartInPlace && inPlaceServed(ctx, client, log),
 		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
-		Events: events, Metrics: recorder, Log: log,
+		Events: events, Metrics: recorder, Over: overs.Over, Log: log,
 	}
 	if notifier != nil {
 		wcfg.Alerts = notifier

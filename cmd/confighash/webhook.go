@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -27,6 +28,7 @@ import (
 	"github.com/confighash/confighash/certs"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -160,20 +162,41 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	gate, err := namespaces.NewGate(client, selectors, cfg.watched, nil, log)
+	// A namespace confighash starts acting in is read again where it was kept as keys
+	// alone; until then, reviews there read live.
+	var relists *watches.Relists
+	gate, err := namespaces.NewGate(client, selectors, cfg.watched, func(ns string) {
+		if relists != nil && relists.Needed(ns) {
+			relists.Add(ns, false)
+		}
+	}, log)
 	if err != nil {
 		return err
 	}
+	overs, err := watches.NewOvers(reg, "webhook", log)
+	if err != nil {
+		return err
+	}
+	door := watches.Door{Namespaces: cfg.watched, Gate: gate, Over: overs.Over}
 	csi, cached, err := cfg.csi(e)
 	if err != nil {
 		return err
 	}
-	sources := sourcecache.New(client, cfg.watched, filter, cached)
+	sources, err := sourcecache.New(client, door, filter, cached)
+	if err != nil {
+		return err
+	}
 	meta, err := metadata.NewForConfig(e.rest)
 	if err != nil {
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
-	snapshotCap := webhook.NewSnapshotCap(client, cfg.watched, cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
+	snapshotCap, err := webhook.NewSnapshotCap(client, door, cfg.snapshotMaxCount, cfg.snapshotMaxBytes)
+	if err != nil {
+		return err
+	}
+	sets := sources.Informers()
+	maps.Copy(sets, snapshotCap.Informers())
+	relists = watches.NewRelists(sets, log)
 	// With a client certificate the API server proves who it is; otherwise its address
 	// is what tells it from a pod posting forged reviews.
 	var callers *webhook.Callers
@@ -241,6 +264,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	g.Go(func() error { return serving.Run(ctx) })
 	g.Go(func() error { return sources.Run(ctx) })
 	g.Go(func() error { return snapshotCap.Run(ctx) })
+	go relists.Run(ctx, func(string) {}, func(ns string) {
+		log.Info().Str("namespace", ns).Msg("namespace read again: confighash now acts in it")
+	})
 	gate.Run(ctx)
 	lease.Run(ctx)
 	if callers != nil {

@@ -92,7 +92,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-	sources := sourcecache.New(c.Client, nil, sourcecache.Filter{}, nil)
+	sources := newSources(b, c)
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {

@@ -24,6 +24,7 @@ import (
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
+	"github.com/confighash/confighash/watches"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -299,7 +300,7 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 
 	// A cache that stops watching once synced: it keeps what it saw, and never sees
 	// what follows, as an informer that lags would not for a while.
-	sources := sourcecache.New(c.Client, []string{ns}, sourcecache.Filter{}, nil)
+	sources := newSources(t, c, ns)
 	rec := &readCounter{}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, rec, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, rec), rec)
 	watching, stopWatching := context.WithCancel(t.Context())
@@ -665,4 +666,21 @@ func TestFaultCertificateRotationUnderAStreamOfAdmissionsFailsNoCall(t *testing.
 		t.Fatalf("%d of %d admissions during five certificate rotations were not hashed", failed, calls)
 	}
 	t.Logf("%d admissions during five rotations, none failed; %v certificates loaded", calls, w.metric(t, "confighash_certificate_loads_total"))
+}
+
+// everywhere is a gate that knows no namespace: the door reads every one whole.
+type everywhere struct{}
+
+func (everywhere) Known(string) bool           { return false }
+func (everywhere) Mode(string) confighash.Mode { return confighash.ModeOff }
+func (everywhere) HasSynced() bool             { return true }
+
+// newSources is a cache of the sources of the namespaces, or of every one.
+func newSources(tb testing.TB, c *cluster.Cluster, namespaces ...string) *sourcecache.Cache {
+	tb.Helper()
+	s, err := sourcecache.New(c.Client, watches.Door{Namespaces: namespaces, Gate: everywhere{}}, sourcecache.Filter{}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

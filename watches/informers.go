@@ -1,4 +1,4 @@
-package sourcecache
+package watches
 
 import (
 	"context"
@@ -18,8 +18,12 @@ import (
 // alone: a list across namespaces needs a cluster-wide grant.
 type Informers struct {
 	newInformer func(namespace string) cache.SharedIndexInformer
-	transform   cache.TransformFunc
-	handlers    []cache.ResourceEventHandler
+	// transform makes the transform of each informer, which marks what it keeps as
+	// keys alone on it.
+	transform func(*informer) cache.TransformFunc
+	// ready tells when the informers may start: once the gate knows the namespaces.
+	ready    func() bool
+	handlers []cache.ResourceEventHandler
 	// runCtx is Run's, which informers started later run under too.
 	runCtx context.Context
 
@@ -35,12 +39,30 @@ type informer struct {
 	// not served, so that one of them does not keep the others from being served.
 	refused *atomic.Bool
 	stop    context.CancelFunc
+
+	mu sync.Mutex
+	// keyed are the namespaces it keeps objects of as their key alone, since
+	// confighash did not act in them when it read those.
+	keyed map[string]bool
 }
 
-// NewInformers calls newInformer for each namespace, or once with "" (all namespaces)
-// when there are none; the informers store what transform makes of each object.
-func NewInformers(namespaces []string, newInformer func(namespace string) cache.SharedIndexInformer, transform cache.TransformFunc) (*Informers, error) {
-	in := &Informers{newInformer: newInformer, transform: transform, byNamespace: map[string]*informer{}}
+func (inf *informer) keep(namespace string) {
+	inf.mu.Lock()
+	defer inf.mu.Unlock()
+	inf.keyed[namespace] = true
+}
+
+func (inf *informer) keeps(namespace string) bool {
+	inf.mu.Lock()
+	defer inf.mu.Unlock()
+	return inf.keyed[namespace]
+}
+
+// newInformers calls newInformer for each namespace, or once with "" (all namespaces)
+// when there are none; each informer stores what the transform made for it makes of
+// each object, once ready.
+func newInformers(namespaces []string, newInformer func(namespace string) cache.SharedIndexInformer, transform func(*informer) cache.TransformFunc, ready func() bool) (*Informers, error) {
+	in := &Informers{newInformer: newInformer, transform: transform, ready: ready, byNamespace: map[string]*informer{}}
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
@@ -56,8 +78,8 @@ func NewInformers(namespaces []string, newInformer func(namespace string) cache.
 
 // build returns a new informer of the namespace, with the transform and the handlers.
 func (in *Informers) build(namespace string) (*informer, error) {
-	inf := &informer{SharedIndexInformer: in.newInformer(namespace), refused: &atomic.Bool{}}
-	if err := inf.SetTransform(in.transform); err != nil {
+	inf := &informer{SharedIndexInformer: in.newInformer(namespace), refused: &atomic.Bool{}, keyed: map[string]bool{}}
+	if err := inf.SetTransform(in.transform(inf)); err != nil {
 		return nil, err
 	}
 	if namespace != metav1.NamespaceAll {
@@ -79,18 +101,31 @@ func (in *Informers) build(namespace string) (*informer, error) {
 }
 
 // For returns the informer that holds the namespace's objects; nil when none watches
-// it or its list was refused.
+// it, its list was refused, or it keeps them as their keys alone: what it does not
+// hold, it cannot say is absent.
 func (in *Informers) For(namespace string) cache.SharedIndexInformer {
+	inf := in.serving(namespace)
+	if inf == nil || inf.refused.Load() && !inf.HasSynced() || inf.keeps(namespace) {
+		return nil
+	}
+	return inf
+}
+
+// serving is the informer that watches the namespace, nil if none.
+func (in *Informers) serving(namespace string) *informer {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
 	if all, ok := in.byNamespace[metav1.NamespaceAll]; ok {
 		return all
 	}
-	inf, ok := in.byNamespace[namespace]
-	if !ok || (inf.refused.Load() && !inf.HasSynced()) {
-		return nil
-	}
-	return inf
+	return in.byNamespace[namespace]
+}
+
+// Keyed reports whether the namespace's objects were kept as their keys alone, when
+// confighash did not act in it: once it does, Relist reads them whole.
+func (in *Informers) Keyed(namespace string) bool {
+	inf := in.serving(namespace)
+	return inf != nil && inf.keeps(namespace)
 }
 
 // List returns the objects of every namespace watched.
@@ -116,16 +151,21 @@ func (in *Informers) AddEventHandler(h cache.ResourceEventHandler) error {
 	return nil
 }
 
-// Run starts every informer; they stop when ctx is done.
+// Run starts every informer once they are ready; they stop when ctx is done.
 func (in *Informers) Run(ctx context.Context) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.runCtx = ctx
-	for _, inf := range in.byNamespace {
-		var runCtx context.Context
-		runCtx, inf.stop = context.WithCancel(ctx)
-		go inf.RunWithContext(runCtx)
-	}
+	go func() {
+		if wait.PollUntilContextCancel(ctx, relistPoll, true, func(context.Context) (bool, error) { return in.ready(), nil }) != nil {
+			return
+		}
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		in.runCtx = ctx
+		for _, inf := range in.byNamespace {
+			var runCtx context.Context
+			runCtx, inf.stop = context.WithCancel(ctx)
+			go inf.RunWithContext(runCtx)
+		}
+	}()
 }
 
 // HasSynced reports whether every informer has listed once, or had its list refused.
