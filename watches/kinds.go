@@ -34,9 +34,10 @@ const (
 // request limit); a tenant's pods and workloads of 1.2 MB, their references parsed,
 // took the watcher past its memory limit.
 const (
-	// MaxWorkloadBytes bounds a workload or a pod restarted in place: a pod template
-	// ten times the size of a large one.
-	MaxWorkloadBytes = 256 << 10
+	// MaxWorkloadBytes bounds a workload or a pod restarted in place: room for
+	// annotations at the API server's cap (256 KiB, which confighash tells of rather
+	// than ignores) and as much again for the rest, ten times a large pod template.
+	MaxWorkloadBytes = 512 << 10
 	// MaxBudgetBytes bounds a PodDisruptionBudget, whose selector is kept.
 	MaxBudgetBytes = 64 << 10
 )
