@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -380,5 +381,63 @@ func TestOneNamespacesFloodDropsItsOwnAlertsNotAnothers(t *testing.T) {
 	waitFor(t, "the queue to empty", func() bool { return int(c.sent.Load()+c.dropped.Load()) == 101 })
 	if got := namespaces(); got["flood"]+int(c.dropped.Load()) != 100 {
 		t.Fatalf("received %v, %d dropped: want the flood's 100 received or dropped, and the quiet one received", got, c.dropped.Load())
+	}
+}
+
+// TestAWritersNameNeitherPingsNorLinks (issue 52): a field manager's name is the
+// tenant's to choose; `kubectl apply --field-manager='<!channel> <https://evil|argocd>'`
+// on a flapping Secret put it, as it was, into the chat sinks' markup, which pinged the
+// channel and showed a link named argocd. Each sink gets it escaped as its markup
+// reads it; the plain webhook gets it as data.
+func TestAWritersNameNeitherPingsNorLinks(t *testing.T) {
+	const hostile = `<!channel> <https://evil.example|argocd> <users/all> [argocd](https://evil.example) & more`
+	for _, tc := range []struct {
+		sink      Sink
+		forbidden []string
+		shows     string
+	}{
+		{Slack, []string{"<!channel>", "<https://", "<users/all>"}, "&lt;!channel&gt; &lt;https://evil.example|argocd&gt;"},
+		{GChat, []string{"<users/all>", "<https://", "<!channel>"}, "\u2039users/all\u203a"},
+		{Teams, []string{"[argocd](https://", "<users/all>"}, `\[argocd\]\(https://evil.example\)`},
+		{Webhook, nil, hostile},
+	} {
+		t.Run(string(tc.sink), func(t *testing.T) {
+			s := newSink(t, nil)
+			n, c := start(t, Config{Sink: tc.sink, URL: s.URL})
+			n.Notify(Event{What: Held, Namespace: "shop", Workload: Object{Kind: "Deployment", Name: "web"},
+				Reason: "secret/tls changed 12 times within 5m0s, written by " + strconv.Quote(hostile)})
+			waitFor(t, "an alert", func() bool { return c.sent.Load() == 1 })
+			var body any
+			if err := json.Unmarshal(s.received()[0], &body); err != nil {
+				t.Fatal(err)
+			}
+			// What the sink reads, its JSON strings decoded.
+			var texts []string
+			var walk func(any)
+			walk = func(v any) {
+				switch v := v.(type) {
+				case string:
+					texts = append(texts, v)
+				case map[string]any:
+					for _, e := range v {
+						walk(e)
+					}
+				case []any:
+					for _, e := range v {
+						walk(e)
+					}
+				}
+			}
+			walk(body)
+			all := strings.Join(texts, "\n")
+			for _, f := range tc.forbidden {
+				if strings.Contains(all, f) {
+					t.Errorf("the %s body holds %q as markup:\n%s", tc.sink, f, all)
+				}
+			}
+			if !strings.Contains(all, tc.shows) {
+				t.Errorf("the %s body does not show the name as %q:\n%s", tc.sink, tc.shows, all)
+			}
+		})
 	}
 }

@@ -6,17 +6,32 @@ import (
 	"strings"
 )
 
-// body renders the alert as the sink expects it.
+// body renders the alert as the sink expects it. What a tenant chooses (a field
+// manager's name in a reason, say) is escaped as the sink reads markup: it may neither
+// ping a channel nor show a link as a name of its own choosing.
 func (n *Notifier) body(a Alert) ([]byte, error) {
 	switch n.cfg.Sink {
 	case Slack, GChat:
 		// Both render *bold* and `code` in a plain text message.
+		a.Reason = escapers[n.cfg.Sink].Replace(a.Reason)
 		return json.Marshal(map[string]string{"text": text(a)})
 	case Teams:
+		a.Reason = escapers[Teams].Replace(a.Reason)
 		return json.Marshal(adaptiveCard(a))
 	default:
-		return json.Marshal(a)
+		return json.Marshal(a) // data, not markup
 	}
+}
+
+// escapers make text inert in each chat sink's markup. Slack reads <!channel>,
+// <@user> and <url|text> and asks for &, < and > as entities; Google Chat reads
+// <users/all> and <url|text> and has no entities, so its angle brackets become
+// look-alikes; Teams' Adaptive Cards read Markdown links, [text](url), and take
+// backslash escapes.
+var escapers = map[Sink]*strings.Replacer{
+	Slack: strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;"),
+	GChat: strings.NewReplacer("<", "\u2039", ">", "\u203a"),
+	Teams: strings.NewReplacer("\\", "\\\\", "[", "\\[", "]", "\\]", "(", "\\(", ")", "\\)", "*", "\\*", "_", "\\_", "<", "\\<", ">", "\\>"),
 }
 
 // title says what happened, in one line.

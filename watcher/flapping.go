@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -148,15 +149,21 @@ func (h hold) object(src sourceIn) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: string(src.ref.Kind), APIVersion: "v1", Namespace: src.namespace, Name: src.ref.Name, UID: h.uid}
 }
 
-// String says who writes the source, for Events: "a and b", or "an unknown writer".
+// String says who writes the source, for Events and alerts: `"a" and "b"`, or "an
+// unknown writer". Each name is quoted: anyone who may write the source chooses it,
+// and one that reads as two names, or as a sentence, is seen for what it is.
 func (h hold) String() string {
-	switch len(h.writers) {
+	quoted := make([]string, len(h.writers))
+	for i, w := range h.writers {
+		quoted[i] = strconv.Quote(w)
+	}
+	switch len(quoted) {
 	case 0:
 		return "an unknown writer"
 	case 1:
-		return h.writers[0]
+		return quoted[0]
 	}
-	return strings.Join(h.writers[:len(h.writers)-1], ", ") + " and " + h.writers[len(h.writers)-1]
+	return strings.Join(quoted[:len(quoted)-1], ", ") + " and " + quoted[len(quoted)-1]
 }
 
 // state returns what is known of the source's hold, and whether it is held.

@@ -35,7 +35,7 @@ func TestASourceThatKeepsChangingHoldsItsUsersUntilItIsQuiet(t *testing.T) {
 	b.wrote(src, "cert-manager", "")
 	b.wrote(src, "external-secrets", "")
 	b.wrote(src, "cert-manager", "")
-	if h, held := b.state(src); !held || h.String() != "cert-manager and external-secrets" || h.changes != 4 {
+	if h, held := b.state(src); !held || h.String() != `"cert-manager" and "external-secrets"` || h.changes != 4 {
 		t.Fatalf("state = %+v, %v; want held, 4 changes, written by cert-manager and external-secrets", h, held)
 	}
 	if _, news := b.announce(src); !news {
