@@ -22,10 +22,14 @@ import (
 // its volume, LabelRestart (the mode: in-place, or reload where a reload reaches all
 // its data) and the restart token. A pod that does not ask, or cannot be restarted in
 // place (pinned, opted out, no restarter image), is left as it is.
-func (m *Mutator) admitPod(ctx context.Context, raw []byte) (ops []patchOp, warnings []string, err error) {
+// Its sources are read in the request's namespace, the one the guard checked.
+func (m *Mutator) admitPod(ctx context.Context, namespace string, raw []byte) (ops []patchOp, warnings []string, err error) {
 	pod := &corev1.Pod{}
 	if err := json.Unmarshal(raw, pod); err != nil {
 		return nil, nil, fmt.Errorf("the pod could not be read: %w", err)
+	}
+	if pod.Namespace != namespace {
+		return nil, nil, nil // a forged review: the API server never names another
 	}
 	state := m.cfg.Vocabulary.Read(confighash.PodWorkload(pod))
 	for _, p := range state.Problems {

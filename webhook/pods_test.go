@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -159,5 +160,51 @@ func TestAPodThatReloadsGetsWhatItsRestarterNeeds(t *testing.T) {
 	if pod.Labels[confighash.LabelRestart] != "in-place" || pod.Spec.ShareProcessNamespace != nil || len(resp.Warnings) != 1 ||
 		!strings.Contains(resp.Warnings[0], "restarted in place, not reloaded: ConfigMap/cfg reaches container nginx through envFrom") {
 		t.Errorf("with env: label %q, warnings %q", pod.Labels[confighash.LabelRestart], resp.Warnings)
+	}
+}
+
+// namespacesRead is a reader that records the namespaces it is asked to read.
+type namespacesRead struct {
+	stubReader
+	read *[]string
+}
+
+func (r namespacesRead) Read(ctx context.Context, namespace string, refs []confighash.SourceRef, triggers []confighash.Trigger) (map[confighash.SourceRef]confighash.Source, error) {
+	*r.read = append(*r.read, namespace)
+	return r.stubReader.Read(ctx, namespace, refs, triggers)
+}
+
+// TestAReviewIsReadInTheNamespaceTheGuardChecked (issue 52): the guard checks the
+// request's namespace; a review whose object names another (which the API server
+// never sends) reads nothing there, for a pod as for a workload.
+func TestAReviewIsReadInTheNamespaceTheGuardChecked(t *testing.T) {
+	var read []string
+	key, _ := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	h, err := NewHandler(newMutator(t, Config{Key: key, Reader: namespacesRead{read: &read}, RestarterImage: "confighash:1"}), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := func(kind metav1.GroupVersionKind, resource string, object string) *admissionv1.AdmissionResponse {
+		request := &admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Create, Namespace: "ns", Name: "web-1",
+			Kind: kind, Resource: metav1.GroupVersionResource{Group: kind.Group, Version: kind.Version, Resource: resource}, Object: runtime.RawExtension{Raw: []byte(object)}}
+		body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: request})
+		return decodeResponse(t, post(h, "application/json", body))
+	}
+	asks := `,"annotations":{"confighash.dev/restart":"in-place"}`
+	pod := strings.Replace(fmt.Sprintf(podJSON, asks, ""), `"namespace":"ns"`, `"namespace":"other"`, 1)
+	if resp := review(metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", pod); len(resp.Patch) > 2 {
+		t.Errorf("a pod of another namespace than the request's was patched: %s", resp.Patch)
+	}
+	deployment := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"other","annotations":{"confighash.dev/inject":"true"}},
+"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1","envFrom":[{"configMapRef":{"name":"cfg"}}]}]}}}}`
+	if resp := review(metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "deployments", deployment); len(resp.Patch) > 2 {
+		t.Errorf("a Deployment of another namespace than the request's was patched: %s", resp.Patch)
+	}
+	if len(read) > 0 {
+		t.Errorf("read the sources of %v, want none", read)
+	}
+	// The same pod in the request's namespace is read there.
+	if resp := review(metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, "pods", fmt.Sprintf(podJSON, asks, "")); len(resp.Patch) <= 2 || len(read) == 0 || slices.ContainsFunc(read, func(ns string) bool { return ns != "ns" }) {
+		t.Errorf("the pod of the request's namespace: patch %s, read %v", resp.Patch, read)
 	}
 }
