@@ -2,9 +2,11 @@ package webhook
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/watches"
+	"github.com/rs/zerolog"
 )
 
 // WatcherLease follows the watcher's leader Lease, which says what record forms the
@@ -30,15 +33,31 @@ type WatcherLease struct {
 // from an install of an earlier release, must not keep it from serving).
 const leaseWait = 10 * time.Second
 
-// NewWatcherLease follows the Lease name in namespace, and only it.
-func NewWatcherLease(client kubernetes.Interface, namespace, name string) *WatcherLease {
+// NewWatcherLease follows the Lease name in namespace, and only it. A Lease it may not
+// read (the Role of an earlier release's install) is a warning: until it can, the
+// webhook writes the record form every release reads, which newer watchers read more
+// slowly, and says so once, and in confighash_webhook_watcher_lease_readable.
+func NewWatcherLease(client kubernetes.Interface, namespace, name string, log zerolog.Logger) *WatcherLease {
 	one := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 	}
 	// Cannot fail: a registered kind no tenant writes, on an informer not started.
 	inf, _ := watches.Informer(watches.WatcherLease, coordinationinformers.NewFilteredLeaseInformer(client, namespace, 0, cache.Indexers{}, one), nil)
+	var told sync.Once
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		if apierrors.IsForbidden(err) {
+			told.Do(func() {
+				log.Warn().Err(err).Str("namespace", namespace).Str("name", name).
+					Msg("cannot read the watcher's Lease: writing the record form every release reads until it can (grant the Role confighash-webhook-reads-watcher-lease)")
+			})
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
 	return &WatcherLease{informer: inf, key: namespace + "/" + name}
 }
+
+// Readable reports whether the Lease could be read, or its absence known.
+func (l *WatcherLease) Readable() bool { return l.informer.HasSynced() }
 
 // Run follows the Lease until ctx is done.
 func (l *WatcherLease) Run(ctx context.Context) {

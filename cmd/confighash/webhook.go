@@ -208,7 +208,12 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		callers = webhook.NewCallers(client, extra, log)
 	}
 	restarterImage := cfg.restarter(ctx, client, cfg.restartInPlace && inPlaceServed(ctx, client, log), log)
-	lease := webhook.NewWatcherLease(client, cfg.namespace, cfg.watcherLease)
+	lease := webhook.NewWatcherLease(client, cfg.namespace, cfg.watcherLease, log)
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "confighash", Subsystem: "webhook", Name: "watcher_lease_readable",
+		Help: "1 once the watcher's leader Lease has been read (or found absent), 0 while it cannot be: the webhook then writes the record form every release reads."},
+		func() float64 { return boolGauge(lease.Readable()) })); err != nil {
+		return err
+	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder, Log: log,
@@ -363,4 +368,12 @@ func newCertMetrics(reg prometheus.Registerer) *certMetrics {
 func (m *certMetrics) loaded(leaf *x509.Certificate) {
 	m.reloads.Inc()
 	m.expiry.Set(float64(leaf.NotAfter.Unix()))
+}
+
+// boolGauge is a gauge's value for a fact: 1 when it holds.
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
