@@ -84,7 +84,9 @@ func newRestarts(client kubernetes.Interface, door watches.Door, vocabulary conf
 	quiet, timeout time.Duration, maxRolling int, events record.EventRecorder, metrics Recorder, log zerolog.Logger) (*restarts, error) {
 	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, metrics: metrics, log: log,
 		told: map[told]string{}, reloads: reloadWaits{}, slots: newRestartSlots(maxRolling),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{Name: "confighash-restarts"})}
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[podGroup]{Name: "confighash-restarts",
+				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[podGroup]{Queue: newFairQueue[podGroup]()})})})}
 	var err error
 	if r.disruptions, err = newDisruptions(client, door); err != nil {
 		return nil, err

@@ -220,7 +220,7 @@ func New(cfg Config) (*Watcher, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[workloadKey]{
-				Name: "confighash-watcher", Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[workloadKey]{Queue: newFairQueue()}),
+				Name: "confighash-watcher", Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[workloadKey]{Queue: newFairQueue[workloadKey]()}),
 			})}),
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
