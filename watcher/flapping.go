@@ -48,6 +48,8 @@ type flapBreaker struct {
 
 	mu      sync.Mutex
 	sources map[sourceIn]*flaps
+	// pruned is when sources quiet for a window were last forgotten.
+	pruned time.Time
 }
 
 // flaps is what the breaker knows of one source that changed within its window.
@@ -75,6 +77,7 @@ func (b *flapBreaker) changed(src sourceIn, now time.Time) (tripped bool) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.prune(now)
 	f := b.sources[src]
 	if f == nil {
 		f = &flaps{}
@@ -94,6 +97,22 @@ func (b *flapBreaker) changed(src sourceIn, now time.Time) (tripped bool) {
 		return true
 	}
 	return false
+}
+
+// prune forgets, once a window, the sources that have not changed for one, and those
+// held that have not for a window and the quiet period besides (their users gone, or
+// deleted with them, nobody asked whether they are held): a tenant's sources made and
+// deleted in a loop cost nothing that stays. b.mu is held.
+func (b *flapBreaker) prune(now time.Time) {
+	if now.Sub(b.pruned) < b.window {
+		return
+	}
+	b.pruned = now
+	for src, f := range b.sources {
+		if idle := now.Sub(f.last); idle > b.window && (f.held.IsZero() || idle > b.window+b.quiet) {
+			delete(b.sources, src)
+		}
+	}
 }
 
 // holds reports whether the source's users are held at now, and until when at the

@@ -35,6 +35,13 @@ func (l *laterRecords) sourceChanged(v *view, ref confighash.SourceRef) {
 	}
 }
 
+// forget drops what is kept of a workload gone.
+func (l *laterRecords) forget(key workloadKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.changed, key)
+}
+
 // of returns the sources of the workload that changed since a later release wrote its
 // record; none, forgetting them, once its record is of this release.
 func (l *laterRecords) of(v *view) []confighash.SourceRef {

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,7 @@ type reloadWaits map[types.UID]*reloadWait
 // reloadWait is a reload under way: for which token, since when, and whether the
 // restarter was seen not Ready for it.
 type reloadWait struct {
+	group      podGroup
 	token      string
 	since      time.Time
 	sawUnready bool
@@ -27,7 +29,16 @@ const reloadSettle = 10 * time.Second
 
 // asked records that the pod was told, at now, to reload for the token.
 func (rw reloadWaits) asked(p *podView, token string, now time.Time) {
-	rw[p.UID] = &reloadWait{token: token, since: now}
+	rw[p.UID] = &reloadWait{group: podGroup{p.Namespace, p.Group}, token: token, since: now}
+}
+
+// prune drops the reloads of the group's pods that are gone: those not in pods.
+func (rw reloadWaits) prune(g podGroup, pods []*podView) {
+	for uid, w := range rw {
+		if w.group == g && !slices.ContainsFunc(pods, func(p *podView) bool { return p.UID == uid }) {
+			delete(rw, uid)
+		}
+	}
 }
 
 // pending reports whether a restart or a reload the watcher asked of the pod has not

@@ -238,6 +238,15 @@ func (r *restarts) tell(g podGroup, p *podView, token, eventType, reason, messag
 	return !seen
 }
 
+// forget drops the Events told of a group with no pods left.
+func (r *restarts) forget(g podGroup) {
+	for key := range r.told {
+		if key.podGroup == g {
+			delete(r.told, key)
+		}
+	}
+}
+
 // told is what an Event was told for: a group, and its reason.
 type told struct {
 	podGroup

@@ -1,6 +1,9 @@
 package watcher
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // restartSlots are the groups whose pods are being restarted in place, as waves and
 // --max-rolling count them: a namespace's wave size caps its groups under way at
@@ -8,14 +11,18 @@ import "fmt"
 // room. A group under way keeps its slot until none of its pods is stale or back
 // from its restart not yet: one that does not come back holds its slot, so a bad
 // change halts after the first wave. It gives its --max-rolling slot up, though: a
-// tenant's halted changes hold no other namespace's restarts. Only restarts' sync
-// uses them.
+// tenant's halted changes hold no other namespace's restarts. Nor does a group whose
+// pods show it under way and never come back: one that made no progress for the
+// restart timeout halts (stalled). Only restarts' sync uses them.
 type restartSlots struct {
 	maxRolling int
 	// under holds the groups under way, and whether each counts against MaxRolling
 	// (not once halted); rolling, how many do.
 	under   map[podGroup]bool
 	rolling int
+	// progress is when each group under way took its slot, or had a pod restarted
+	// since: what the watcher did, never what a pod's fields say.
+	progress map[podGroup]time.Time
 	// inNamespace counts the groups under way of each namespace; waiting are the
 	// groups held for room, by namespace, woken when a slot frees.
 	inNamespace map[string]int
@@ -23,12 +30,13 @@ type restartSlots struct {
 }
 
 func newRestartSlots(maxRolling int) *restartSlots {
-	return &restartSlots{maxRolling: maxRolling, under: map[podGroup]bool{}, inNamespace: map[string]int{}, waiting: map[string]map[podGroup]bool{}}
+	return &restartSlots{maxRolling: maxRolling, under: map[podGroup]bool{}, progress: map[podGroup]time.Time{}, inNamespace: map[string]int{}, waiting: map[string]map[podGroup]bool{}}
 }
 
 // take gives the group a slot, keeps the one it has, or says why it waits: its
 // namespace's waveSize groups (0: no waves) are under way, or MaxRolling leaves it
-// no room.
+// no room. A group its pods show under way, as a watcher that starts over finds it,
+// takes one the same way: what a pod says is the tenant's to write.
 func (s *restartSlots) take(g podGroup, waveSize int) (why string) {
 	if _, ok := s.under[g]; ok {
 		return ""
@@ -52,20 +60,26 @@ func (s *restartSlots) take(g podGroup, waveSize int) (why string) {
 			return fmt.Sprintf("at most %d controllers restart pods in place at once, across namespaces (--max-rolling): it waits for room", s.maxRolling)
 		}
 	}
-	s.hold(g)
-	return ""
-}
-
-// hold gives the group a slot whatever the caps: it is under way already, as a
-// watcher that starts over finds it.
-func (s *restartSlots) hold(g podGroup) {
-	if _, ok := s.under[g]; ok {
-		return
-	}
 	s.under[g] = true
+	s.progress[g] = time.Now()
 	s.rolling++
 	s.inNamespace[g.Namespace]++
 	s.stopWaiting(g)
+	return ""
+}
+
+// progressed notes that a pod of the group was restarted at now.
+func (s *restartSlots) progressed(g podGroup, now time.Time) {
+	if _, ok := s.under[g]; ok {
+		s.progress[g] = now
+	}
+}
+
+// stalled reports whether the group has held its slot for longer than timeout with no
+// pod restarted since.
+func (s *restartSlots) stalled(g podGroup, now time.Time, timeout time.Duration) bool {
+	at, ok := s.progress[g]
+	return ok && now.Sub(at) > timeout
 }
 
 func (s *restartSlots) stopWaiting(g podGroup) {
@@ -101,6 +115,7 @@ func (s *restartSlots) release(g podGroup) []podGroup {
 		s.rolling--
 	}
 	delete(s.under, g)
+	delete(s.progress, g)
 	if s.inNamespace[g.Namespace]--; s.inNamespace[g.Namespace] == 0 {
 		delete(s.inNamespace, g.Namespace)
 	}
@@ -127,6 +142,7 @@ func (s *restartSlots) setHalted(g podGroup, halted bool) []podGroup {
 	switch {
 	case halted && !ok:
 		s.under[g] = false // its wave's place alone, as a watcher that starts over finds it
+		s.progress[g] = time.Now()
 		s.inNamespace[g.Namespace]++
 		s.stopWaiting(g)
 	case halted && rolling:

@@ -3,6 +3,7 @@ package watcher
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -26,6 +27,14 @@ type groupLook struct {
 // to be restarted to.
 func (l groupLook) underWay() bool {
 	return len(l.notBack) > 0 || len(l.todo) > 0 && continuing(l.todo[0], l.pods)
+}
+
+// waveSize is the wave size of the group's change, 0 when it has nothing to restart.
+func (l groupLook) waveSize() int {
+	if len(l.todo) == 0 {
+		return 0
+	}
+	return l.todo[0].want.WaveSize
 }
 
 func continuing(s restart, group []*podView) bool {
@@ -95,7 +104,8 @@ func (r *restarts) notBack(p *podView, pending bool) bool {
 }
 
 // holdUnderWay gives a slot to each group whose restarts are under way, as a watcher
-// that starts leading finds them, before any other takes one.
+// that starts leading finds them, before any other takes one, within the caps: a
+// tenant may write a pod's token to look under way.
 func (r *restarts) holdUnderWay() {
 	now := time.Now()
 	seen := map[podGroup]bool{}
@@ -109,8 +119,8 @@ func (r *restarts) holdUnderWay() {
 			continue
 		}
 		seen[g] = true
-		if r.look(g, now).underWay() {
-			r.slots.hold(g)
+		if l := r.look(g, now); l.underWay() {
+			r.slots.take(g, l.waveSize())
 		}
 	}
 }
@@ -127,9 +137,23 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 	now := time.Now()
 	l := r.look(g, now)
 	defer func() { r.metrics.RestartingControllers(r.slots.counts()) }()
+	r.reloads.prune(g, l.pods)
+	if len(l.pods) == 0 {
+		r.forget(g) // gone, or none of its pods restarted in place any longer
+	}
 	halted := false
 	for _, b := range l.notBack {
 		halted = r.haltIfFailed(g, b.pod, b.want.Token) || halted
+	}
+	if len(l.notBack) > 0 && !halted && r.slots.stalled(g, now, r.timeout) {
+		// Under way with no pod back and none restarted for the timeout: whatever its
+		// pods' fields say, it holds no slot longer.
+		b := l.notBack[0]
+		if r.tell(g, b.pod, b.want.Token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf(
+			"its controller's restarts in place made no progress for %v (--wave-timeout): no pod came back; the others keep running on their data until one does", r.timeout)) {
+			r.metrics.RestartHalted()
+		}
+		halted = true
 	}
 	r.wake(r.slots.setHalted(g, halted))
 	if len(l.todo) == 0 {
@@ -157,8 +181,6 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 		return after, nil
 	case len(writes) == 0:
 		return after, nil
-	case underWay:
-		r.slots.hold(g)
 	default:
 		if why := r.slots.take(g, first.want.WaveSize); why != "" {
 			r.tell(g, first.pod, first.want.Token, corev1.EventTypeNormal, "RestartWaits", why)
@@ -170,6 +192,7 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 			return 0, err
 		}
 	}
+	r.slots.progressed(g, now)
 	return restartPoll, nil
 }
 

@@ -116,3 +116,66 @@ func TestAPodDownLongAfterItsRestartHoldsNoWave(t *testing.T) {
 		}
 	}
 }
+
+// TestForgedPodFieldsHoldNoSlot (issue 52): whether the watcher restarted a pod, and
+// when, was read from fields the pod's tenant writes. A token of the current data at
+// the pod's restarts so far ("<token> 0") on a pod that is not Ready, with no
+// managedFields entry of the watcher's, made its controller look under way forever:
+// it never halted and held its --max-rolling slot, and every other namespace waited;
+// two such controllers, found by a new leader, took slots past --max-rolling. Now a
+// controller found under way takes a slot within the caps, and one that makes no
+// progress for the restart timeout halts and gives its slot up.
+func TestForgedPodFieldsHoldNoSlot(t *testing.T) {
+	forged := func(ns, name string, controller types.UID) *corev1.Pod {
+		p := restartablePod(name, controller, "v1:new 0")
+		p.Namespace = ns
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", RestartCount: 0}}
+		return p
+	}
+	victim := restartablePod("web-0", "web", "v1:old")
+	victim.Namespace = "victim"
+	client := fake.NewClientset(forged("tenant", "evil-0", "evil"), forged("tenant", "evil2-0", "evil2"), victim)
+	rules := podRules{
+		restartOf: func(*podView) (confighash.Restart, error) { return confighash.Restart{Token: "v1:new"}, nil },
+		covered:   func(string) bool { return true },
+		rollout:   func(*podView) podRollout { return podRollout{maxUnavailable: 1} },
+	}
+	const timeout = 300 * time.Millisecond
+	r, err := newRestarts(client, watches.Door{Gate: modes{}}, confighash.Vocabulary{}, rules, 0, timeout, 1, record.NewFakeRecorder(100), NoopRecorder{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.run(t.Context())
+	for !r.synced() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.holdUnderWay()
+	if under, _ := r.slots.counts(); under != 1 {
+		t.Fatalf("a new leader found %d controllers under way and gave them slots; want 1, --max-rolling", under)
+	}
+	restarted := func() bool {
+		return slices.ContainsFunc(client.Actions(), func(a k8stesting.Action) bool {
+			p, ok := a.(k8stesting.PatchAction)
+			return ok && p.GetName() == "web-0"
+		})
+	}
+	sync := func(g podGroup) {
+		if _, err := r.sync(t.Context(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range []podGroup{{"tenant", "evil"}, {"tenant", "evil2"}, {"victim", "web"}} {
+		sync(g)
+	}
+	if restarted() {
+		t.Fatal("the victim's pod was restarted while the forged controller held the one slot")
+	}
+	time.Sleep(timeout + 50*time.Millisecond)
+	for _, g := range []podGroup{{"tenant", "evil"}, {"tenant", "evil2"}, {"victim", "web"}} {
+		sync(g)
+	}
+	if !restarted() {
+		t.Fatalf("once the forged controller made no progress for %v, the victim's pod is still not restarted", timeout)
+	}
+}

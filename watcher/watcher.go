@@ -277,6 +277,15 @@ func New(cfg Config) (*Watcher, error) {
 		if err := in.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
 			UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
+			// Its sync finds it gone, and forgets what was kept of it.
+			DeleteFunc: func(obj any) {
+				if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = gone.Obj
+				}
+				if v, ok := obj.(*view); ok {
+					w.queue.Add(keyOf(v))
+				}
+			},
 		}); err != nil {
 			return nil, err
 		}
