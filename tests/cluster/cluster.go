@@ -149,6 +149,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=default="+peerURL,
 		"--unsafe-no-fsync", "--log-level=warn",
+		// Room for the flood test's gigabyte of large objects beside the rest: etcd's
+		// default quota is 2 GiB, and a deleted object's space comes back only when
+		// its revisions are compacted.
+		"--quota-backend-bytes="+strconv.Itoa(8<<30),
 	); err != nil {
 		return c, err
 	}
