@@ -293,7 +293,7 @@ func TestReviewsConfighashDoesNotActOnAreAnsweredWithoutDecodingTheObject(t *tes
 	}
 }
 
-func TestUIDInPrefix(t *testing.T) {
+func TestTheHeadOfAReview(t *testing.T) {
 	tests := []struct {
 		prefix, apiVersion, uid string
 	}{
@@ -313,10 +313,16 @@ func TestUIDInPrefix(t *testing.T) {
 		{``, "", ""},
 	}
 	for _, tt := range tests {
-		apiVersion, uid, ok := uidInPrefix([]byte(tt.prefix))
-		if uid != tt.uid || ok != (tt.uid != "") || ok && apiVersion != tt.apiVersion {
-			t.Errorf("uidInPrefix(%s) = %q, %q, %v; want %q, %q", tt.prefix, apiVersion, uid, ok, tt.apiVersion, tt.uid)
+		h := headOf([]byte(tt.prefix))
+		if h.uid != tt.uid || h.uid != "" && h.apiVersion != tt.apiVersion {
+			t.Errorf("headOf(%s) = %+v; want apiVersion %q, uid %q", tt.prefix, h, tt.apiVersion, tt.uid)
 		}
+	}
+	// As the API server writes a review: the resource and namespace follow the uid.
+	h := headOf([]byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},` +
+		`"resource":{"group":"","version":"v1","resource":"pods"},"requestKind":{"group":"","version":"v1","kind":"Pod"},"name":"web-0","namespace":"shop","operation":"CREATE","object":{"metadata":{"namespace":"other"`))
+	if h != (reviewHead{apiVersion: "admission.k8s.io/v1", uid: "u", resource: "pods", namespace: "shop"}) {
+		t.Errorf("headOf(a pod's review) = %+v", h)
 	}
 }
 
@@ -351,5 +357,28 @@ func TestAReviewNamingAnEnabledNamespaceForAnObjectOfAnotherReadsNothing(t *test
 	resp := decodeResponse(t, post(h, "application/json", review(object)))
 	if len(jsonPatch(t, resp)) != 0 || len(resp.Warnings) != 0 {
 		t.Fatalf("patch %v, warnings %q: want nothing read and nothing said", jsonPatch(t, resp), resp.Warnings)
+	}
+}
+
+// TestOneNamespaceShedsOnlyItsOwnReviews (issue 52): the bounds on admissions in flight
+// are shared between namespaces. One whose users fill its share (30 dry runs of 1.4 MB
+// pods filled the bytes for every namespace) sheds its own next review; another
+// namespace's is admitted.
+func TestOneNamespaceShedsOnlyItsOwnReviews(t *testing.T) {
+	h, rec, reader := guardedHandler(t, 4, 0)
+	in := func(ns string) []byte {
+		return bytes.ReplaceAll(review(optedIn), []byte(`"namespace":"ns"`), []byte(`"namespace":"`+ns+`"`))
+	}
+	wg := holdAdmissions(t, h, reader, 2, in("noisy")) // half the bound: its share, alone
+	rr, _ := postBody(h, in("noisy"), int64(len(in("noisy"))))
+	if resp := decodeResponse(t, rr); len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "too many admissions at once in namespace noisy") {
+		t.Fatalf("a third review of the namespace holding its share: warnings %q, want it shed", resp.Warnings)
+	}
+	more := holdAdmissions(t, h, reader, 1, in("quiet"))
+	close(reader.release)
+	wg.Wait()
+	more.Wait()
+	if n := testutil.ToFloat64(rec.shed.WithLabelValues(shedCount)); n != 1 {
+		t.Errorf("admissions_shed_total{limit=count} = %v, want 1: the other namespace's review was shed", n)
 	}
 }

@@ -108,14 +108,20 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if weight < 0 {
 		weight = MaxBodyBytes // chunked: it may be as large as the cap
 	}
-	release, full := g.mutator.limits.acquire(weight)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout)) // not supported in tests
+	// The first bytes say whose review it is, for the bounds' shares: no more is read
+	// of one that is shed.
+	prefix := make([]byte, shedPrefixBytes)
+	n, _ := io.ReadFull(r.Body, prefix)
+	prefix = prefix[:n]
+	head := headOf(prefix)
+	release, full := g.mutator.limits.acquire(head.namespace, weight)
 	if release == nil {
-		g.shed(w, r, full)
+		g.shed(w, head, full)
 		return
 	}
 	defer release()
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout)) // not supported in tests
-	body, err := readBody(w, r)
+	body, err := readBody(w, r, prefix)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -142,13 +148,15 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// readBody reads the body, up to MaxBodyBytes, into a buffer of its declared length.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// readBody reads the body, its prefix read already, up to MaxBodyBytes, into a buffer
+// of its declared length.
+func readBody(w http.ResponseWriter, r *http.Request, prefix []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
 		buf.Grow(int(r.ContentLength) + bytes.MinRead) // ReadFrom wants room to see the end
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	buf.Write(prefix)
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes-int64(len(prefix))))
 	return buf.Bytes(), err
 }
 
