@@ -207,6 +207,10 @@ type Decision struct {
 // MaxSources.
 var ErrTooManySources = errors.New("too many sources")
 
+// ErrSourceTooLarge is returned by Decide for a workload that uses a source of more
+// than MaxSourceKeys keys.
+var ErrSourceTooLarge = errors.New("source too large")
+
 // MaxSources is how many sources one workload may use or name. A workload with more is
 // left as it is, with a warning, rather than hashed from a partial list: each source
 // costs a read at every admission (DESIGN rule 9).
@@ -281,6 +285,11 @@ func decide(in Input, sources Sources) (Decision, error) {
 	current, err := sources.Read(refs)
 	if err != nil {
 		return d, fmt.Errorf("read the sources: %w", err)
+	}
+	for _, ref := range refs {
+		if current[ref].TooLarge {
+			return d, fmt.Errorf("%w: %s has more than the %d keys whose digests confighash keeps; it is left as it is", ErrSourceTooLarge, ref, MaxSourceKeys)
+		}
 	}
 	form := s.form(in.Writes)
 	d.Observations = d.Policy.observe(digester{in.Key, in.Namespace, form}, used, candidates, current)

@@ -71,19 +71,31 @@ type Source struct {
 	// Data holds ConfigMap data and Secret data; BinaryData holds ConfigMap binaryData.
 	Data       Sums
 	BinaryData Sums
+	// TooLarge is set for one with more than MaxSourceKeys keys, whose digests are not
+	// kept: its users are left unhashed (ErrSourceTooLarge).
+	TooLarge bool
 }
+
+// MaxSourceKeys bounds the keys of a source whose digests are kept: each costs both
+// components' caches a digest of 48 bytes, and a tenant's ConfigMap of 1 MiB may hold
+// 50,000 keys. 10,000 keys, about 470 KiB of digests, is room for the largest in use.
+const MaxSourceKeys = 10_000
 
 // Equal reports whether two views are the same: the same data, existence and
 // counting annotations.
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
 		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.Whole == o.Whole && s.Bad == o.Bad &&
+		s.TooLarge == o.TooLarge &&
 		slices.Equal(s.Data, o.Data) && slices.Equal(s.BinaryData, o.BinaryData)
 }
 
 // SourceOfConfigMap returns the digest-only view of a ConfigMap.
 func SourceOfConfigMap(cm *corev1.ConfigMap) Source {
 	s := sourceMeta(ConfigMap, cm.Name, cm.Annotations)
+	if s.TooLarge = len(cm.Data)+len(cm.BinaryData) > MaxSourceKeys; s.TooLarge {
+		return s
+	}
 	// Hash the strings' bytes in place: a copy would double the allocation of a live
 	// read of a large ConfigMap. sha256 only reads them.
 	s.Data = SumsOf(cm.Data, func(v string) Sum { return sha256.Sum256(unsafe.Slice(unsafe.StringData(v), len(v))) })
@@ -96,6 +108,9 @@ func SourceOfConfigMap(cm *corev1.ConfigMap) Source {
 func SourceOfSecret(sec *corev1.Secret) Source {
 	s := sourceMeta(Secret, sec.Name, sec.Annotations)
 	s.Whole = sec.Type != "" && sec.Type != corev1.SecretTypeOpaque
+	if s.TooLarge = len(sec.Data) > MaxSourceKeys; s.TooLarge {
+		return s
+	}
 	s.Data = SumsOf(sec.Data, sumBytes)
 	return s
 }

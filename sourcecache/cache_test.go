@@ -3,6 +3,8 @@ package sourcecache
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -91,4 +93,50 @@ func TestDigestKeepsWhenCreatedAndLastWritten(t *testing.T) {
 	if !d.Created().Equal(created) || !d.Written().Equal(written) {
 		t.Fatalf("created %v, written %v; want %v, %v", d.Created(), d.Written(), created, written)
 	}
+}
+
+// TestASourceOfMoreKeysThanItsBoundKeepsNoDigests (issue 52): a tenant's ConfigMap of
+// 1 MiB may hold 50,000 keys, each a digest of 48 bytes in both components' caches; one
+// over confighash.MaxSourceKeys is kept as TooLarge with no digests, and its users are
+// left unhashed.
+func TestASourceOfMoreKeysThanItsBoundKeepsNoDigests(t *testing.T) {
+	data := map[string]string{}
+	for i := range 50_000 {
+		data[fmt.Sprintf("key-%010d", i)] = "v"
+	}
+	obj, err := toDigested(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "flood", Namespace: "ns"}, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := obj.(*Digested)
+	if !d.Source.TooLarge || !d.Source.Present || d.Source.Data != nil {
+		t.Fatalf("a ConfigMap of 50,000 keys kept as %+v, want present, too large, no digests", d.Source)
+	}
+	_, err = confighash.Decide(confighash.Input{Key: testKey(t), Namespace: "ns", Mode: confighash.ModeEvery,
+		State: confighash.Vocabulary{}.Read(confighash.PodWorkload(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "flood"}}}}}}}}))},
+		sourcesOf{d.Source})
+	if !errors.Is(err, confighash.ErrSourceTooLarge) {
+		t.Errorf("a workload using it: %v, want ErrSourceTooLarge", err)
+	}
+}
+
+// sourcesOf serves the sources given.
+type sourcesOf []confighash.Source
+
+func (s sourcesOf) Names(confighash.SourceKind) ([]string, error) { return nil, nil }
+func (s sourcesOf) Read(refs []confighash.SourceRef) (map[confighash.SourceRef]confighash.Source, error) {
+	out := map[confighash.SourceRef]confighash.Source{}
+	for _, src := range s {
+		out[src.SourceRef] = src
+	}
+	return out, nil
+}
+
+func testKey(t *testing.T) confighash.Key {
+	key, err := confighash.NewKey(bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

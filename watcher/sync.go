@@ -235,7 +235,7 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 // overBound reports whether the decision leaves the workload as it is for a bound: too
 // many sources, or annotations the API server would refuse.
 func overBound(err error) bool {
-	return errors.Is(err, confighash.ErrTooManySources) || errors.Is(err, confighash.ErrAnnotationsTooLarge)
+	return errors.Is(err, confighash.ErrTooManySources) || errors.Is(err, confighash.ErrSourceTooLarge) || errors.Is(err, confighash.ErrAnnotationsTooLarge)
 }
 
 // notDecided returns the error of a decision, none for a bound the workload is over,

@@ -85,6 +85,11 @@ func TestAdmissionAtTheLimits(t *testing.T) {
 	for i := range 10000 {
 		bigConfigMap.Data[fmt.Sprintf("key-%d", i)] = "v"
 	}
+	// One key more than digests are kept of: 50,000 fit in 1 MiB.
+	tooManyKeys := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: "ns"}, Data: map[string]string{}}
+	for i := range confighash.MaxSourceKeys + 1 {
+		tooManyKeys.Data[fmt.Sprintf("key-%d", i)] = "v"
+	}
 	var twoHundred []kruntime.Object
 	var twoHundredNames []string
 	for i := range 200 {
@@ -106,6 +111,8 @@ func TestAdmissionAtTheLimits(t *testing.T) {
 		{"an annotation of 256 KiB", map[string]string{confighash.AnnotationIncludeSecrets: strings.Join(longNames, ",")}, corev1.PodSpec{}, nil, false, "longer than the 65536 bytes allowed; the workload is left as it is"},
 		{"a ConfigMap of 10,000 keys", inject, corev1.PodSpec{Volumes: []corev1.Volume{{Name: "b", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "big"}}}}}},
 			[]kruntime.Object{bigConfigMap}, true, ""},
+		{"a ConfigMap of 10,001 keys", inject, corev1.PodSpec{Volumes: []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "huge"}}}}}},
+			[]kruntime.Object{tooManyKeys}, false, "not hashed: source too large: ConfigMap/huge has more than the 10000 keys whose digests confighash keeps"},
 		{"a 1 MiB Secret", inject, secretVolumes("large"), []kruntime.Object{secret("large", map[string][]byte{"blob": make([]byte, 1<<20)})}, true, ""},
 		{"200 sources", inject, secretVolumes(twoHundredNames...), twoHundred, true, ""},
 		{"names of the maximum length", inject, secretVolumes(maxName), []kruntime.Object{secret(maxName, map[string][]byte{"k": []byte("v")})}, true, ""},

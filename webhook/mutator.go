@@ -261,7 +261,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, d.RecordErr))
 	}
 	switch {
-	case errors.Is(err, confighash.ErrTooManySources), errors.Is(err, confighash.ErrAnnotationsTooLarge):
+	case errors.Is(err, confighash.ErrTooManySources), errors.Is(err, confighash.ErrSourceTooLarge), errors.Is(err, confighash.ErrAnnotationsTooLarge):
 		result = overBound(err)
 		return nil, append(warnings, warningPrefix+"not hashed: "+err.Error())
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
