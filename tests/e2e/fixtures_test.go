@@ -407,3 +407,15 @@ func recordedAs(record, prefix, suffix string) bool {
 	}
 	return false
 }
+
+// usedConfigMap makes a labelled namespace with the ConfigMap cfg and the Deployment
+// web that uses it, rolled out once, and returns the namespace: the user whose
+// rollouts a test counts while others make trouble.
+func usedConfigMap(t testing.TB, c *cluster.Cluster) string {
+	t.Helper()
+	ns := labeledNamespace(t, c)
+	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
+	createDeployment(t, c, ns, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
+	expectReplicaSets(t, c, ns, "web", 1)
+	return ns
+}

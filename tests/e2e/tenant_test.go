@@ -26,10 +26,7 @@ func TestAHostileNameListCostsOnlyItsWorkload(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	wh := startWebhook(t, c)
 	w := startWatcher(t, c)
-	victim := labeledNamespace(t, c)
-	createConfigMap(t, c, victim, "cfg", map[string]string{"k": "0"})
-	createDeployment(t, c, victim, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
-	expectReplicaSets(t, c, victim, "web", 1)
+	victim := usedConfigMap(t, c)
 
 	off, on := namespace(t, c, nil), labeledNamespace(t, c)
 	tenant, warned := tenantClient(t, c, "tenant", off, on)
