@@ -25,7 +25,7 @@ import (
 // otherPrograms are the flags of other programs that the docs name, so that a flag of
 // confighash's misspelt in the docs does not pass for one of theirs.
 var otherPrograms = map[string][]string{
-	"kubectl":                 {"dry-run", "field-selector", "force", "from", "from-file", "from-literal", "replicas", "server-side", "show-labels"},
+	"kubectl":                 {"dry-run", "field-manager", "field-selector", "force", "from", "from-file", "from-literal", "replicas", "server-side", "show-labels"},
 	"helm":                    {"create-namespace", "set"},
 	"gcloud":                  {"format"},
 	"sha256sum, shasum":       {"check"},
