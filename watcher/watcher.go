@@ -6,6 +6,8 @@ package watcher
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,11 +238,14 @@ func New(cfg Config) (*Watcher, error) {
 	// there is read again first.
 	checkNamespace := func(ns string) {
 		w.namespacesGeneration.Add(1)
-		if rose := w.kept.rose(ns); rose || w.relists.Needed(ns) {
-			w.relists.Add(ns, rose)
-			return
+		switch {
+		case w.kept.rose(ns):
+			w.relists.Add(ns, slices.Collect(maps.Keys(w.workloads))...)
+		case w.relists.Needed(ns):
+			w.relists.Add(ns)
+		default:
+			w.enqueueSpread(w.inNamespace(ns, nil))
 		}
-		w.enqueueSpread(w.inNamespace(ns, nil))
 	}
 	var err error
 	if w.gate, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log); err != nil {

@@ -125,7 +125,7 @@ func TestATenantsObjectsAreReadOnlyWhereConfighashActs(t *testing.T) {
 		if !relists.Needed("off") {
 			t.Fatalf("%v: no relist needed for the namespace kept as keys", namespaces)
 		}
-		relists.Add("off", false)
+		relists.Add("off")
 		<-finished
 		if in.For("off") == nil || in.Keyed("off") {
 			t.Errorf("%v: after the relist, the namespace is not served", namespaces)

@@ -16,23 +16,28 @@ type Relists struct {
 	log  zerolog.Logger
 
 	mu sync.Mutex
-	// pending holds the namespaces to read again, each with whether every set reads it
-	// again (the watcher's workloads kept as keys in a mode that rose) or only the sets
-	// that keep its objects as keys.
-	pending map[string]bool
+	// pending holds the namespaces to read again, each with the sets that read it again
+	// whether or not they keep its objects as keys (the watcher's workloads kept as
+	// keys in a mode that rose).
+	pending map[string]map[string]bool
 	wake    chan struct{}
 }
 
 // NewRelists reads namespaces again through the sets of informers, by name.
 func NewRelists(sets map[string]*Informers, log zerolog.Logger) *Relists {
-	return &Relists{sets: sets, log: log, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return &Relists{sets: sets, log: log, pending: map[string]map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // Add asks for the namespace to be read again by the sets that keep its objects as
-// keys, and by every set with all.
-func (r *Relists) Add(namespace string, all bool) {
+// keys, and by the sets named.
+func (r *Relists) Add(namespace string, sets ...string) {
 	r.mu.Lock()
-	r.pending[namespace] = r.pending[namespace] || all
+	if r.pending[namespace] == nil {
+		r.pending[namespace] = map[string]bool{}
+	}
+	for _, s := range sets {
+		r.pending[namespace][s] = true
+	}
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -50,11 +55,11 @@ func (r *Relists) Needed(namespace string) bool {
 	return false
 }
 
-func (r *Relists) take() map[string]bool {
+func (r *Relists) take() map[string]map[string]bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	batch := r.pending
-	r.pending = map[string]bool{}
+	r.pending = map[string]map[string]bool{}
 	return batch
 }
 
@@ -70,9 +75,9 @@ func (r *Relists) Run(ctx context.Context, swapped func(set string), done func(n
 		batch := r.take()
 		for name, in := range r.sets {
 			listed := map[*informer]bool{}
-			for ns, all := range batch {
+			for ns, named := range batch {
 				inf := in.serving(ns)
-				if inf == nil || listed[inf] || !all && !inf.keeps(ns) {
+				if inf == nil || listed[inf] || !named[name] && !inf.keeps(ns) {
 					continue
 				}
 				listed[inf] = true

@@ -167,7 +167,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var relists *watches.Relists
 	gate, err := namespaces.NewGate(client, selectors, cfg.watched, func(ns string) {
 		if relists != nil && relists.Needed(ns) {
-			relists.Add(ns, false)
+			relists.Add(ns)
 		}
 	}, log)
 	if err != nil {
