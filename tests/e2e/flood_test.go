@@ -60,6 +60,10 @@ func TestAFloodOfEveryWatchedKindCostsOnlyItsBound(t *testing.T) {
 	// test's short ones would have the watcher step down.
 	w := startWatcher(t, c, "--profiling", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s")
 	victim := usedConfigMap(t, c)
+	// The CSI driver's pod statuses are a kind of the list too.
+	if err := c.InstallSecretsStoreCRDs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	dyn := dynamic.NewForConfigOrDie(c.Config)
 	components := map[string]int{"webhook": wh.cmd.Process.Pid, "watcher": w.cmd.Process.Pid}
 	peaks := func() map[string]float64 {
@@ -228,6 +232,13 @@ func floodObject(kind watches.Kind, name string) (*unstructured.Unstructured, er
 		meta.Annotations = annotations
 		obj = map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": meta,
 			"spec": map[string]any{"replicas": 0, "selector": selector, "template": template}}
+	case "secretproviderclasspodstatuses":
+		objects := make([]map[string]string, objectBytes/160)
+		for i := range objects {
+			objects[i] = map[string]string{"id": fmt.Sprintf("secret/%064d", i), "version": fmt.Sprintf("%064d", i)}
+		}
+		obj = map[string]any{"apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClassPodStatus", "metadata": meta,
+			"status": map[string]any{"podName": name, "secretProviderClassName": "vault", "mounted": true, "objects": objects}}
 	case "poddisruptionbudgets":
 		values := make([]string, 0, objectBytes/len(`"000000000000000000000000000000000000000000000000000000000000000",`))
 		for i := range cap(values) {
