@@ -147,19 +147,28 @@ func TestAFloodOfEveryWatchedKindCostsOnlyItsBound(t *testing.T) {
 	}
 }
 
-// flood makes floodBytes of objects of the kind in ns, eight at a time.
+// flood makes floodBytes of objects of the kind in ns, four at a time, each tried
+// again when the flooded control plane times out.
 func flood(t *testing.T, dyn dynamic.Interface, kind watches.Kind, ns string) {
 	t.Helper()
 	n := floodBytes / objectBytes
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	next := make(chan int)
-	for range 8 {
+	for range 4 {
 		wg.Go(func() {
 			for i := range next {
 				obj, err := floodObject(kind, fmt.Sprintf("flood-%s-%03d", strings.ReplaceAll(strings.ToLower(kind.Name), " ", "-"), i))
-				if err == nil {
+				for try := 0; err == nil; try++ {
 					_, err = dyn.Resource(kind.Resource).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{})
+					if try > 0 && apierrors.IsAlreadyExists(err) {
+						err = nil // a create that timed out was made
+						break
+					}
+					if try == 2 || !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) && !apierrors.IsTooManyRequests(err) && !apierrors.IsInternalError(err) {
+						break
+					}
+					time.Sleep(time.Second)
 				}
 				if err != nil {
 					errs <- fmt.Errorf("%s %d: %w", kind.Name, i, err)
