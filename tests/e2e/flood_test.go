@@ -159,13 +159,12 @@ func flood(t *testing.T, dyn dynamic.Interface, kind watches.Kind, ns string) {
 		wg.Go(func() {
 			for i := range next {
 				obj, err := floodObject(kind, fmt.Sprintf("flood-%s-%03d", strings.ReplaceAll(strings.ToLower(kind.Name), " ", "-"), i))
-				for try := 0; err == nil; try++ {
+				for try := 0; err == nil || transient(err) && try < 3; try++ {
 					_, err = dyn.Resource(kind.Resource).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{})
 					if try > 0 && apierrors.IsAlreadyExists(err) {
 						err = nil // a create that timed out was made
-						break
 					}
-					if try == 2 || !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) && !apierrors.IsTooManyRequests(err) && !apierrors.IsInternalError(err) {
+					if !transient(err) {
 						break
 					}
 					time.Sleep(time.Second)
@@ -265,6 +264,11 @@ func floodObject(kind watches.Kind, name string) (*unstructured.Unstructured, er
 	}
 	u := &unstructured.Unstructured{}
 	return u, u.UnmarshalJSON(data)
+}
+
+// transient reports whether a create failed only because the control plane was slow.
+func transient(err error) bool {
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
 }
 
 func typeMeta(apiVersion, kind string) metav1.TypeMeta {
