@@ -155,14 +155,6 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 	}
 }
 
-// byPodNamespace indexes pods by namespace; keys alone are not indexed.
-func byPodNamespace(obj any) ([]string, error) {
-	if p, ok := obj.(*podView); ok {
-		return []string{p.Namespace}, nil
-	}
-	return nil, nil
-}
-
 // byGroup indexes pods by what their restarts are paced within.
 func byGroup(obj any) ([]string, error) {
 	if p, ok := obj.(*podView); ok {

@@ -92,7 +92,7 @@ func newRestarts(client kubernetes.Interface, door watches.Door, vocabulary conf
 		return nil, err
 	}
 	r.pods, err = door.Open(watches.RestartedPods, func(ns string) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: byPodNamespace, "group": byGroup}, watches.RestartedPods.WithSelector)
+		return coreinformers.NewFilteredPodInformer(client, ns, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, "group": byGroup}, watches.RestartedPods.WithSelector)
 	}, podViewTransform(vocabulary))
 	if err != nil {
 		return nil, err
