@@ -10,10 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/watches"
 )
 
 // The Secrets Store CSI driver writes one SecretProviderClassPodStatus per pod and
@@ -88,23 +90,28 @@ func ProviderClass(reports []*Digested) *Digested {
 }
 
 // ListProviderClasses reads the namespace's SecretProviderClasses live, as
-// ProviderClass reads them from the pods' reports, by name; none without csi, or while
-// the driver is not installed.
-func ListProviderClasses(ctx context.Context, csi dynamic.Interface, namespace string) (map[string]*Digested, error) {
+// ProviderClass reads them from the pods' reports, by name, through the door: a page at
+// a time, each report within its kind's bound. None without csi, or while the driver
+// is not installed.
+func ListProviderClasses(ctx context.Context, door watches.Door, csi dynamic.Interface, namespace string) (map[string]*Digested, error) {
 	if csi == nil {
 		return nil, nil
 	}
-	list, err := csi.Resource(PodStatuses).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	reports := map[string][]*Digested{}
+	err := door.List(ctx, watches.ProviderClassPodStatuses, namespace, metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return csi.Resource(PodStatuses).Namespace(namespace).List(ctx, o)
+	}, func(obj runtime.Object) error {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			d := PodStatus(u)
+			reports[d.Source.Name] = append(reports[d.Source.Name], d)
+		}
+		return nil
+	})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list the SecretProviderClassPodStatuses of %s: %w", namespace, err)
-	}
-	reports := map[string][]*Digested{}
-	for i := range list.Items {
-		d := PodStatus(&list.Items[i])
-		reports[d.Source.Name] = append(reports[d.Source.Name], d)
 	}
 	classes := make(map[string]*Digested, len(reports))
 	for name, r := range reports {

@@ -58,8 +58,8 @@ func (d Door) Open(kind Kind, newInformer func(namespace string) cache.SharedInd
 // System), with what transform keeps of each object, and objects over the kind's
 // bound kept as their key alone.
 func Informer(kind Kind, inf cache.SharedIndexInformer, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
-	if !kind.registered() || kind.Scope == Tenant {
-		return nil, fmt.Errorf("open %s: a tenant's kind, or one not registered in watches.Kinds: use Door.Open", kind.Name)
+	if !kind.registered() || kind.Scope == Tenant || kind.Listed {
+		return nil, fmt.Errorf("open %s: a tenant's kind, one only listed, or one not registered in watches.Kinds: use Door.Open or Door.List", kind.Name)
 	}
 	d := Door{}
 	if err := inf.SetTransform(d.admit(kind, nil, transform)); err != nil {

@@ -58,6 +58,8 @@ type Kind struct {
 	MaxBytes int
 	// By names the components that watch it.
 	By []string
+	// Listed kinds are read by a list through the door alone, never watched.
+	Listed bool
 }
 
 func (k Kind) registered() bool {
@@ -126,14 +128,16 @@ var (
 	KonnectivityAgents = Kind{Name: "the konnectivity agents", Resource: core.WithResource("pods"),
 		Scope: System, Namespace: metav1.NamespaceSystem, By: []string{webhook}}
 	Nodes = Kind{Name: "Nodes", Resource: core.WithResource("nodes"), Scope: Cluster, By: []string{webhook}}
+	// OwnPod is the webhook's own pod, listed by name once, for its image.
+	OwnPod = Kind{Name: "the webhook's own pod", Resource: core.WithResource("pods"), Scope: Install, By: []string{webhook}, Listed: true}
 )
 
-// Kinds are all the kinds either component watches.
+// Kinds are all the kinds either component watches or lists.
 var Kinds = []Kind{
 	ConfigMaps, Secrets, ProviderClassPodStatuses, SnapshotConfigMaps, SnapshotSecrets,
 	Deployments, StatefulSets, DaemonSets, CronJobs, Jobs, Rollouts, ExtraWorkloads,
 	RestartedPods, Budgets,
-	Namespaces, WatcherLease, APIServerEndpoints, KonnectivityAgents, Nodes,
+	Namespaces, WatcherLease, APIServerEndpoints, KonnectivityAgents, Nodes, OwnPod,
 }
 
 func workloads(k confighash.Kind) Kind {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // maxAdmissionAlloc is the memory one admission may allocate at the limits below.
@@ -28,7 +29,7 @@ const maxAdmissionAlloc = 64 << 20
 func admitAtTheLimit(t *testing.T, annotations map[string]string, tmpl corev1.PodSpec, objs ...kruntime.Object) (*responseSummary, time.Duration, uint64) {
 	t.Helper()
 	client := fake.NewClientset(objs...)
-	h, _ := newTestHandler(t, NewLiveReader(client, sourcecache.Filter{}, nil, nil))
+	h, _ := newTestHandler(t, NewLiveReader(client, watches.Door{}, sourcecache.Filter{}, nil, nil))
 	if tmpl.Containers == nil {
 		tmpl.Containers = []corev1.Container{{Name: "app", Image: "app:1"}}
 	}

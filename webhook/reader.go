@@ -9,7 +9,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -17,12 +19,14 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // LiveReader reads sources from the API server, in parallel. Values live only while
 // their digests are computed.
 type LiveReader struct {
 	client  kubernetes.Interface
+	door    watches.Door
 	filter  sourcecache.Filter
 	metrics Recorder
 	// csi reads the Secrets Store CSI driver's pod statuses; nil: SecretProviderClasses
@@ -68,11 +72,11 @@ func inParallel(ctx context.Context, slots chan struct{}, n int, f func(ctx cont
 
 // NewLiveReader returns a reader that GETs every source; those filter does not admit
 // are absent. With csi, it reads SecretProviderClasses from the pods' reports.
-func NewLiveReader(client kubernetes.Interface, filter sourcecache.Filter, metrics Recorder, csi dynamic.Interface) *LiveReader {
+func NewLiveReader(client kubernetes.Interface, door watches.Door, filter sourcecache.Filter, metrics Recorder, csi dynamic.Interface) *LiveReader {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &LiveReader{client: client, filter: filter, metrics: metrics, slots: make(chan struct{}, readsInFlight), csi: csi}
+	return &LiveReader{client: client, door: door, filter: filter, metrics: metrics, slots: make(chan struct{}, readsInFlight), csi: csi}
 }
 
 // Read implements SourceReader. The trigger is not needed: a live read is current.
@@ -93,39 +97,30 @@ func (r *LiveReader) Read(ctx context.Context, namespace string, refs []configha
 	return out, nil
 }
 
-// Names implements SourceReader with a list of whole objects: LiveReader serves tests
-// and the fallback; the webhook lists through Versions, metadata only.
+// Names implements SourceReader with a list of whole objects through the door:
+// LiveReader serves tests and SecretProviderClasses; the webhook lists the others
+// through Versions, metadata only.
 func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
 	if r.filter.Ignored.Has(kind) {
 		return nil, nil
 	}
-	var names []string
-	opts := r.filter.ListOptions(kind)
-	switch kind {
-	case confighash.ConfigMap:
-		list, err := r.client.CoreV1().ConfigMaps(namespace).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range list.Items {
-			names = append(names, o.Name)
-		}
-	case confighash.Secret:
-		list, err := r.client.CoreV1().Secrets(namespace).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range list.Items {
-			names = append(names, o.Name)
-		}
-	case confighash.SecretProviderClass:
-		classes, err := sourcecache.ListProviderClasses(ctx, r.csi, namespace)
-		if err != nil {
-			return nil, err
-		}
-		names = slices.Sorted(maps.Keys(classes))
+	if kind == confighash.SecretProviderClass {
+		classes, err := sourcecache.ListProviderClasses(ctx, r.door, r.csi, namespace)
+		return slices.Sorted(maps.Keys(classes)), err
 	}
-	return names, nil
+	var names []string
+	err := r.door.List(ctx, sourceKinds[kind], namespace, r.filter.ListOptions(kind), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		if kind == confighash.Secret {
+			return r.client.CoreV1().Secrets(namespace).List(ctx, o)
+		}
+		return r.client.CoreV1().ConfigMaps(namespace).List(ctx, o)
+	}, func(obj runtime.Object) error {
+		if o, err := meta.Accessor(obj); err == nil {
+			names = append(names, o.GetName())
+		}
+		return nil
+	})
+	return names, err
 }
 
 func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.SourceRef) (confighash.Source, error) {
@@ -151,7 +146,7 @@ func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.S
 			src = confighash.AbsentSource(ref)
 		}
 	case confighash.SecretProviderClass:
-		classes, e := sourcecache.ListProviderClasses(ctx, r.csi, namespace)
+		classes, e := sourcecache.ListProviderClasses(ctx, r.door, r.csi, namespace)
 		if err = e; e == nil {
 			src = confighash.AbsentSource(ref)
 			if d, ok := classes[ref.Name]; ok {

@@ -46,7 +46,7 @@ func TestCachedReaderReadsLiveWhereTheCacheDoesNotWatch(t *testing.T) {
 	sources := newSources(t, client, "watched")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, nil, nil), nil, nil)
+	reader := NewCachedReader(sources, NewLiveReader(client, watches.Door{}, sourcecache.Filter{}, nil, nil), nil, nil)
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {
 		t.Fatal("cache not synced")
@@ -151,7 +151,7 @@ func cachedReaderWithMeta(t *testing.T, client *fake.Clientset, listed ...runtim
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := NewCachedReader(sources, NewLiveReader(client, sourcecache.Filter{}, rec, nil), NewVersions(meta, sourcecache.Filter{}, 5*time.Second, rec), rec)
+	reader := NewCachedReader(sources, NewLiveReader(client, watches.Door{}, sourcecache.Filter{}, rec, nil), NewVersions(meta, watches.Door{}, sourcecache.Filter{}, 5*time.Second, rec), rec)
 	go func() { _ = sources.Run(t.Context()) }()
 	if !sources.WaitSynced(t.Context()) {
 		t.Fatal("cache not synced")

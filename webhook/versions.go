@@ -9,11 +9,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/metadata"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 // Version is what the API server has of a source now.
@@ -32,6 +35,7 @@ type Version struct {
 // round, not for a GET of each of its sources.
 type Versions struct {
 	meta    metadata.Interface
+	door    watches.Door
 	filter  sourcecache.Filter
 	timeout time.Duration
 	metrics Recorder
@@ -59,11 +63,11 @@ func newRound() *round {
 // NewVersions returns a reader of versions through meta, of the sources filter
 // admits (the others do not exist for confighash); a round shared by several
 // admissions gives up after timeout.
-func NewVersions(meta metadata.Interface, filter sourcecache.Filter, timeout time.Duration, metrics Recorder) *Versions {
+func NewVersions(meta metadata.Interface, door watches.Door, filter sourcecache.Filter, timeout time.Duration, metrics Recorder) *Versions {
 	if metrics == nil {
 		metrics = NoopRecorder{}
 	}
-	return &Versions{meta: meta, filter: filter, timeout: timeout, metrics: metrics, next: map[string]*round{},
+	return &Versions{meta: meta, door: door, filter: filter, timeout: timeout, metrics: metrics, next: map[string]*round{},
 		slots: make(chan struct{}, readsInFlight)}
 }
 
@@ -154,28 +158,27 @@ func (v *Versions) get(ctx context.Context, namespace string, ref confighash.Sou
 	return Version{Exists: true, ResourceVersion: obj.ResourceVersion}, nil
 }
 
-// namesPage is how many objects' metadata a page of Names holds: each may carry up to
-// 256 KiB of annotations.
-const namesPage = 16
-
 // Names lists the sources of a kind that exist in the namespace now, with a
-// consistent, metadata-only list in small pages: what Reloader's name patterns are
-// matched against where the cache does not hold the namespace. The Secrets Helm keeps
-// releases in are left out, as in the source cache.
+// consistent, metadata-only list through the door, in its pages: what Reloader's name
+// patterns are matched against where the cache does not hold the namespace. The
+// Secrets Helm keeps releases in are left out, as in the source cache.
 func (v *Versions) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
 	var names []string
-	opts := v.filter.ListOptions(kind)
-	opts.Limit = namesPage
-	for {
-		list, err := v.meta.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)
+	err := v.door.List(ctx, sourceKinds[kind], namespace, v.filter.ListOptions(kind), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return v.meta.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, o)
+	}, func(obj runtime.Object) error {
+		if o, err := meta.Accessor(obj); err == nil {
+			names = append(names, o.GetName())
 		}
-		for _, item := range list.Items {
-			names = append(names, item.Name)
-		}
-		if opts.Continue = list.Continue; opts.Continue == "" {
-			return names, nil
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)
 	}
+	return names, nil
+}
+
+// sourceKinds are the registered kinds of the sources read live.
+var sourceKinds = map[confighash.SourceKind]watches.Kind{
+	confighash.ConfigMap: watches.ConfigMaps, confighash.Secret: watches.Secrets, confighash.SecretProviderClass: watches.ProviderClassPodStatuses,
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 )
 
 func TestVersionsShareOnlyARoundSentAfterEachCaller(t *testing.T) {
@@ -38,7 +39,7 @@ func TestVersionsShareOnlyARoundSentAfterEachCaller(t *testing.T) {
 		rv := fmt.Sprintf("%s-%d", name, n)
 		return true, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: rv}}, nil
 	})
-	v := NewVersions(meta, sourcecache.Filter{}, 5*time.Second, nil)
+	v := NewVersions(meta, watches.Door{}, sourcecache.Filter{}, 5*time.Second, nil)
 	ref := func(name string) confighash.SourceRef {
 		return confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}
 	}
@@ -94,7 +95,7 @@ func TestVersionsOfNoSourceReadNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme)
-	got, err := NewVersions(meta, sourcecache.Filter{}, 5*time.Second, nil).Get(t.Context(), "ns", nil)
+	got, err := NewVersions(meta, watches.Door{}, sourcecache.Filter{}, 5*time.Second, nil).Get(t.Context(), "ns", nil)
 	if err != nil || len(got) != 0 || len(meta.Actions()) != 0 {
 		t.Errorf("Get of no source = %v, %v with %d requests; want nothing, no request", got, err, len(meta.Actions()))
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/watcher"
+	"github.com/confighash/confighash/watches"
 )
 
 // explain's live half: workloads, sources and the namespace read from the cluster.
@@ -319,7 +320,7 @@ func readSources(ctx context.Context, client kubernetes.Interface, csi dynamic.I
 			}
 		}
 	}
-	classes, err := sourcecache.ListProviderClasses(ctx, csi, ns)
+	classes, err := sourcecache.ListProviderClasses(ctx, watches.Door{}, csi, ns)
 	if err != nil {
 		return hide(confighash.SecretProviderClass, "secretproviderclasspodstatuses", err)
 	}

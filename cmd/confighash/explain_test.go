@@ -19,6 +19,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/watches"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -49,7 +50,7 @@ func webhookHash(t *testing.T, d *appsv1.Deployment, cm *corev1.ConfigMap, sec *
 	key, _ := confighash.NewKey(testKey)
 	client := fake.NewClientset(cm, sec)
 	m, err := webhook.New(webhook.Config{Key: key, Vocabulary: confighash.Vocabulary{Reloader: true},
-		Reader: webhook.NewLiveReader(client, sourcecache.Filter{}, nil, nil)})
+		Reader: webhook.NewLiveReader(client, watches.Door{}, sourcecache.Filter{}, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

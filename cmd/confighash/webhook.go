@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
@@ -214,7 +215,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		func() float64 { return boolGauge(lease.Readable()) })); err != nil {
 		return err
 	}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, filter, recorder, csi), webhook.NewVersions(meta, filter, webhook.Timeout, recorder), recorder)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, door, filter, recorder, csi), webhook.NewVersions(meta, door, filter, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
 		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder, Log: log,
 		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, Writes: lease.Writes, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
@@ -324,17 +325,24 @@ const webhookContainer = "webhook"
 func podImage(ctx context.Context, client kubernetes.Interface, namespace, name, container string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), Limit: 1,
-	})
+	var pod *corev1.Pod
+	err := watches.Door{}.List(ctx, watches.OwnPod, namespace, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Pods(namespace).List(ctx, o)
+		},
+		func(obj runtime.Object) error {
+			if p, ok := obj.(*corev1.Pod); ok && p.Name == name {
+				pod = p
+			}
+			return nil
+		})
 	if err != nil {
 		return "", fmt.Errorf("read pod %s/%s: %w", namespace, name, err)
 	}
-	i := slices.IndexFunc(list.Items, func(p corev1.Pod) bool { return p.Name == name })
-	if i < 0 {
+	if pod == nil {
 		return "", fmt.Errorf("pod %s/%s not found", namespace, name)
 	}
-	containers := list.Items[i].Spec.Containers
+	containers := pod.Spec.Containers
 	if j := slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == container }); j >= 0 {
 		return containers[j].Image, nil
 	}

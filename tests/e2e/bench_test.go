@@ -31,6 +31,7 @@ import (
 	"github.com/confighash/confighash/tests/bench"
 	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
+	"github.com/confighash/confighash/watches"
 	"github.com/confighash/confighash/webhook"
 )
 
@@ -93,7 +94,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
 	sources := newSources(b, c)
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, nil, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, nil), nil)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, watches.Door{}, sourcecache.Filter{}, nil, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), watches.Door{}, sourcecache.Filter{}, 5*time.Second, nil), nil)
 	go func() { _ = sources.Run(ctx) }()
 	if !sources.WaitSynced(ctx) {
 		b.Fatal("cache did not sync")

@@ -302,7 +302,7 @@ func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
 	// what follows, as an informer that lags would not for a while.
 	sources := newSources(t, c, ns)
 	rec := &readCounter{}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, sourcecache.Filter{}, rec, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), sourcecache.Filter{}, 5*time.Second, rec), rec)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(c.Client, watches.Door{}, sourcecache.Filter{}, rec, nil), webhook.NewVersions(metadata.NewForConfigOrDie(c.Config), watches.Door{}, sourcecache.Filter{}, 5*time.Second, rec), rec)
 	watching, stopWatching := context.WithCancel(t.Context())
 	go func() { _ = sources.Run(watching) }()
 	if !sources.WaitSynced(watching) {
