@@ -89,6 +89,10 @@ var suites = []suite{
 	large(scenarioSuite("many-namespaces", "ManyNamespaces")),
 	large(scenarioSuite("fan-out-2000", "FanOut2000")),
 	large(scenarioSuite("memory-at-rest", "MemoryAtRest")),
+	scenarioSuite("churn", "Churn"),
+	{names: []string{"BenchmarkLabelledPodsOfANamespaceNotActedIn"}, pkg: "./tests/e2e",
+		args:    []string{"-test.bench", "^BenchmarkLabelledPodsOfANamespaceNotActedIn$", "-test.benchtime", "1x"},
+		command: "go test -run '^$' -bench '^BenchmarkLabelledPodsOfANamespaceNotActedIn$' -benchtime 1x ./tests/e2e"},
 	// On the real node: as root on Linux, where tests/node runs.
 	{names: []string{"restart-in-place"}, pkg: "./tests/node", scenario: true,
 		args: []string{"-test.bench", "^BenchmarkScenarioRestartInPlace$", "-test.benchtime", "1x", "-test.timeout", "30m"}},
