@@ -74,7 +74,7 @@ func TestWhatIsKeptOfAGroupRestartedInPlaceGoesWithIt(t *testing.T) {
 		if _, err := r.sync(t.Context(), g); err != nil { // tells, and asks the reload
 			t.Fatal(err)
 		}
-		r.tell(g, r.look(g, time.Now()).pods[0], "v1:new", "Normal", "RestartWaits", "waits")
+		r.tell(g, r.look(g, time.Now()).pods[0].ref(), "v1:new", "Normal", "RestartWaits", "waits")
 		if err := client.CoreV1().Pods("shop").Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -46,7 +46,9 @@ type podView struct {
 	Ready        bool
 	ReadyChanged time.Time
 	Failing      string
-	Deleting     bool
+	// Deleting is set once it is being deleted; Done once it ran to its end
+	// (Succeeded, or Failed as an evicted pod), which its controller no longer counts.
+	Deleting, Done bool
 }
 
 var (
@@ -115,7 +117,8 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 			return obj, nil // a tombstone
 		}
 		p := &podView{Namespace: pod.Namespace, Name: pod.Name, ResourceVersion: pod.ResourceVersion, UID: pod.UID, Group: pod.UID,
-			State: vocabulary.Read(confighash.PodWorkload(pod)), Deleting: pod.DeletionTimestamp != nil}
+			State: vocabulary.Read(confighash.PodWorkload(pod)), Deleting: pod.DeletionTimestamp != nil,
+			Done: pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed}
 		if p.LabelsOver = labelBytes(pod.Labels) > maxLabelBytes; !p.LabelsOver {
 			p.Labels = pod.Labels
 		}

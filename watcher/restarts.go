@@ -56,11 +56,12 @@ type podGroup struct {
 
 // podRules are what the watcher says of each pod restarted in place: what it is to
 // carry now; whether its namespace's sources are all known; what its workload's
-// rollout says of it.
+// rollout says of it; and how that workload is written, to roll it instead.
 type podRules struct {
 	restartOf func(*podView) (confighash.Restart, error)
 	covered   func(namespace string) bool
 	rollout   func(*podView) podRollout
+	patch     func(context.Context, *view, map[string]any) (*view, error)
 }
 
 // restartPoll is how often a group whose restarts are under way is looked at again,
@@ -75,7 +76,7 @@ func newRestartsOf(w *Watcher) (*restarts, error) {
 		return confighash.RestartOf(confighash.Input{Key: w.cfg.Key, Namespace: p.Namespace, State: p.State, Mode: w.gate.Mode(p.Namespace),
 			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
 	}
-	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, rollout: w.rolloutFor}
+	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, rollout: w.rolloutFor, patch: w.patch}
 	return newRestarts(w.cfg.Client, w.door, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.cfg.Events, w.cfg.Metrics, w.cfg.Log)
 }
 
@@ -220,20 +221,20 @@ func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) bool {
 	if p.Owner != "" {
 		owner = p.Owner
 	}
-	if r.tell(g, p, token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf("restarted in place for new data, it does not come back (%s): the other pods of %s keep running on their data until it does", why, owner)) {
+	if r.tell(g, p.ref(), token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf("restarted in place for new data, it does not come back (%s): the other pods of %s keep running on their data until it does", why, owner)) {
 		r.metrics.RestartHalted()
 	}
 	return true
 }
 
-// tell sends an Event on the pod once per group, token and reason, and reports
-// whether it did.
-func (r *restarts) tell(g podGroup, p *podView, token, eventType, reason, message string) bool {
+// tell sends an Event on a pod of the group, or its workload, once per group, token
+// and reason, and reports whether it did.
+func (r *restarts) tell(g podGroup, on *corev1.ObjectReference, token, eventType, reason, message string) bool {
 	key := told{g, reason}
 	seen := r.told[key] == token
 	r.told[key] = token
 	if !seen {
-		r.events.Event(p.ref(), eventType, reason, message)
+		r.events.Event(on, eventType, reason, message)
 	}
 	return !seen
 }

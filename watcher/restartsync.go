@@ -11,8 +11,8 @@ import (
 )
 
 // groupLook is where a group's pods stand: those to restart (the not Ready first,
-// then the highest ordinal first, as a StatefulSet rolls), those down, and those the
-// watcher restarted that are not back yet.
+// then the highest ordinal first, as a StatefulSet rolls), those down, those the
+// watcher restarted that are not back yet, and whether one is being deleted.
 type groupLook struct {
 	pods        []*podView
 	todo        []restart
@@ -20,6 +20,7 @@ type groupLook struct {
 	unavailable int
 	notBack     []restart
 	lastWritten time.Time
+	deleting    bool
 }
 
 // underWay reports whether the group's restarts for a change are under way: a pod
@@ -52,7 +53,11 @@ func (r *restarts) look(g podGroup, now time.Time) groupLook {
 	var stale []restart
 	for _, obj := range objs {
 		p, ok := obj.(*podView)
-		if !ok || p.Deleting || p.Namespace != g.Namespace {
+		if !ok || p.Namespace != g.Namespace || p.Done {
+			continue // a pod run to its end runs nothing to restart
+		}
+		if p.Deleting {
+			l.deleting = true
 			continue
 		}
 		want, err := r.restartOf(p)
@@ -149,7 +154,7 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 		// Under way with no pod back and none restarted for the timeout: whatever its
 		// pods' fields say, it holds no slot longer.
 		b := l.notBack[0]
-		if r.tell(g, b.pod, b.want.Token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf(
+		if r.tell(g, b.pod.ref(), b.want.Token, corev1.EventTypeWarning, "RestartHalted", fmt.Sprintf(
 			"its controller's restarts in place made no progress for %v (--wave-timeout): no pod came back; the others keep running on their data until one does", r.timeout)) {
 			r.metrics.RestartHalted()
 		}
@@ -169,23 +174,22 @@ func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) 
 	rollout := r.rollout(first.pod) // one controller's: the same for each of its pods
 	if rollout.replacing {
 		r.wake(r.slots.release(g))
-		r.tell(g, first.pod, first.want.Token, corev1.EventTypeNormal, "RestartRollsInstead",
+		r.tell(g, first.pod.ref(), first.want.Token, corev1.EventTypeNormal, "RestartRollsInstead",
 			"its workload rolls out a new pod template, whose pods start on the new data: the pods it replaces are not restarted in place too")
 		return restartPoll, nil
 	}
+	if n := l.unreached(rollout.owner); n > 0 {
+		return r.rollInstead(ctx, g, l, rollout.owner, n, now)
+	}
 	writes, after := r.writable(g, l, rollout, now)
-	underWay := l.underWay()
 	switch {
-	case len(writes) == 0 && !underWay:
+	case len(writes) == 0 && !l.underWay():
 		r.wake(r.slots.release(g))
 		return after, nil
 	case len(writes) == 0:
 		return after, nil
-	default:
-		if why := r.slots.take(g, first.want.WaveSize); why != "" {
-			r.tell(g, first.pod, first.want.Token, corev1.EventTypeNormal, "RestartWaits", why)
-			return 0, nil
-		}
+	case !r.takeSlot(g, first):
+		return 0, nil
 	}
 	for _, s := range writes {
 		if err := r.restart(ctx, s.pod, s.want.Token); err != nil {
@@ -211,7 +215,7 @@ func (r *restarts) writable(g podGroup, l groupLook, rollout podRollout, now tim
 		return writes, wait
 	}
 	if rollout.maxUnavailable == 0 {
-		r.tell(g, stale[0].pod, stale[0].want.Token, corev1.EventTypeWarning, "RestartHeld",
+		r.tell(g, stale[0].pod.ref(), stale[0].want.Token, corev1.EventTypeWarning, "RestartHeld",
 			"its controller's rollout lets no pod be unavailable (maxUnavailable 0, and no surge in place): no pod of it is restarted in place; let one be (maxUnavailable: 1), or have it roll (confighash.dev/restart: rollout)")
 		return writes, restartPoll
 	}
@@ -222,6 +226,16 @@ func (r *restarts) writable(g podGroup, l groupLook, rollout podRollout, now tim
 		writes = append(writes, s)
 	}
 	return writes, restartPoll
+}
+
+// takeSlot takes the group a slot, to restart its pods or roll their workload now, or
+// tells why it waits and reports false.
+func (r *restarts) takeSlot(g podGroup, first restart) bool {
+	why := r.slots.take(g, first.want.WaveSize)
+	if why != "" {
+		r.tell(g, first.pod.ref(), first.want.Token, corev1.EventTypeNormal, "RestartWaits", why)
+	}
+	return why == ""
 }
 
 // wake looks again at the groups a change of the slots may let go.

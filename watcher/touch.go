@@ -58,19 +58,11 @@ func (w *Watcher) touch(ctx context.Context, v *view, trig []confighash.Trigger,
 // heal writes the hash and the record the webhook would have written, and says so.
 func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
 	want := d.Record
-	hash := want.Hash(w.cfg.Key)
-	tmplMeta := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
 	healed := confighash.Status{Act: confighash.ActHealed, At: time.Now(), Why: fmt.Sprintf(
 		"the webhook did not write the hash after %d touches; the watcher wrote it: %s", w.cfg.HealAfter, confighash.ChangedData(v.Record, want))}
-	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	patch := hashPatch(v.Kind, want.Hash(w.cfg.Key), map[string]any{"annotations": map[string]any{
 		confighash.AnnotationSources: want.Text(d.Form), confighash.AnnotationAdopted: nil, confighash.AnnotationStatus: healed.Text(),
-	}}}
-	// Nest the template part along the kind's template path, below the root.
-	nested := tmplMeta
-	for i := len(v.Kind.TemplatePath) - 1; i >= 1; i-- {
-		nested = map[string]any{v.Kind.TemplatePath[i]: nested}
-	}
-	patch[v.Kind.TemplatePath[0]] = nested
+	}})
 	trig := triggers(v, want, w.sources)
 	if _, err := w.patch(ctx, v, patch); err != nil {
 		w.cfg.Metrics.Touch(TouchError)
@@ -82,6 +74,16 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.recordLatency(key)
 	return nil
+}
+
+// hashPatch is a merge patch of the hash on a workload's pod template, nested along
+// its kind's template path, and of metadata on the workload's own.
+func hashPatch(kind *confighash.Kind, hash string, metadata map[string]any) map[string]any {
+	nested := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
+	for i := len(kind.TemplatePath) - 1; i >= 1; i-- {
+		nested = map[string]any{kind.TemplatePath[i]: nested}
+	}
+	return map[string]any{"metadata": metadata, kind.TemplatePath[0]: nested}
 }
 
 func (w *Watcher) patch(ctx context.Context, v *view, patch map[string]any) (*view, error) {

@@ -96,16 +96,51 @@ func replacingPods(o runtime.Object) bool {
 	return false
 }
 
+// unknownPods is the Pods of a workload whose status does not count the pods of one
+// controller, or whose pods a change of its pod template does not replace.
+const unknownPods = -1
+
+// podsOf is how many pods the controller of the workload's pod template runs, as its
+// status counts them (neither being deleted nor run to their end), once every pod of
+// the workload runs that template; unknownPods while some do not, and where a change
+// of the template replaces none of them (paused, OnDelete, a partition): no rollout
+// would reach the pods its restarts in place do not (catchup.go).
+func podsOf(o runtime.Object) int {
+	switch o := o.(type) {
+	case *appsv1.Deployment:
+		if !o.Spec.Paused && o.Status.ObservedGeneration >= o.Generation && o.Status.UpdatedReplicas == o.Status.Replicas {
+			return int(o.Status.Replicas)
+		}
+	case *appsv1.StatefulSet:
+		// Its Replicas counts pods being deleted, its UpdatedReplicas not: equal, none is.
+		ru := o.Spec.UpdateStrategy.RollingUpdate
+		if o.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType && (ru == nil || ptr.Deref(ru.Partition, 0) == 0) &&
+			o.Status.ObservedGeneration >= o.Generation && o.Status.UpdatedReplicas == o.Status.Replicas {
+			return int(o.Status.UpdatedReplicas)
+		}
+	case *appsv1.DaemonSet:
+		// Counted by node, a pod being deleted included until it is gone (unreached waits).
+		if o.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType && o.Status.ObservedGeneration >= o.Generation &&
+			o.Status.UpdatedNumberScheduled == o.Status.CurrentNumberScheduled && o.Status.NumberMisscheduled == 0 {
+			return int(o.Status.CurrentNumberScheduled)
+		}
+	}
+	return unknownPods
+}
+
 // podRollout is what the rollout of the workload that selects a pod says of its
-// restarts in place: how many of its controller's pods may be down at once, and
-// whether the rollout replaces them anyway.
+// restarts in place: how many of its controller's pods may be down at once, whether
+// the rollout replaces them anyway, and the workload whose pod template made the pod,
+// where its status counts that controller's pods (nil elsewhere).
 type podRollout struct {
 	maxUnavailable int
 	replacing      bool
+	owner          *view
 }
 
 // rolloutFor reads the rollouts of the workloads whose selectors select the pod: the
-// fewest pods down that any allows (1 when none says), and whether any replaces pods.
+// fewest pods down that any allows (1 when none says), whether any replaces pods, and
+// the one whose pod template made it.
 func (w *Watcher) rolloutFor(p *podView) podRollout {
 	r := podRollout{maxUnavailable: unknownUnavailable}
 	for _, in := range w.workloads {
@@ -123,6 +158,9 @@ func (w *Watcher) rolloutFor(p *podView) podRollout {
 				continue
 			}
 			r.replacing = r.replacing || v.Replacing
+			if v.Pods != unknownPods && made(v, p) {
+				r.owner = v
+			}
 			if v.MaxUnavailable != unknownUnavailable && (r.maxUnavailable == unknownUnavailable || v.MaxUnavailable < r.maxUnavailable) {
 				r.maxUnavailable = v.MaxUnavailable
 			}
@@ -132,4 +170,12 @@ func (w *Watcher) rolloutFor(p *podView) podRollout {
 		r.maxUnavailable = 1
 	}
 	return r
+}
+
+// made reports whether the workload's pod template made the pod: its controller is
+// the workload, or, for a Deployment, the ReplicaSet it names after that template's
+// hash, which the pod is labelled with.
+func made(v *view, p *podView) bool {
+	return p.Group == v.UID || v.Kind.Kind == confighash.Deployment.Kind &&
+		p.Owner == "ReplicaSet/"+v.Name+"-"+p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
 }

@@ -40,9 +40,10 @@ type view struct {
 	// MaxUnavailable is how many of them its rollout takes down at once
 	// (maxUnavailableOf), the most a restart in place may.
 	// Replacing is set while its rollout replaces pods of an earlier template.
-	Selector       string
-	MaxUnavailable int
-	Replacing      bool
+	// Pods is how many pods the controller of its pod template runs (podsOf).
+	Selector             string
+	MaxUnavailable, Pods int
+	Replacing            bool
 	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).
 	NotPinned string
 	// Said is the status the watcher last wrote on it (AnnotationStatus), "" when
@@ -105,6 +106,7 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			Status:           rolloutOf(o),
 			Selector:         selectorOf(o),
 			MaxUnavailable:   maxUnavailableOf(o),
+			Pods:             podsOf(o),
 			Replacing:        replacingPods(o),
 			NotPinned:        meta.GetAnnotations()[confighash.AnnotationNotPinned],
 			Said:             upTo(meta.GetAnnotations()[confighash.AnnotationStatus], confighash.MaxStatusBytes),

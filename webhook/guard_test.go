@@ -382,3 +382,18 @@ func TestOneNamespaceShedsOnlyItsOwnReviews(t *testing.T) {
 		t.Errorf("admissions_shed_total{limit=count} = %v, want 1: the other namespace's review was shed", n)
 	}
 }
+
+// TestAShedPodIsToldWhatCatchesItUp (issue 52): a pod create shed by the bounds gets no
+// restarter, and its warning says what a change of its data does: its workload rolls
+// instead of restarting its pods in place.
+func TestAShedPodIsToldWhatCatchesItUp(t *testing.T) {
+	h, _, reader := guardedHandler(t, 1, 0)
+	wg := holdAdmissions(t, h, reader, 1, review(optedIn))
+	pod := bytes.Replace(review(optedIn), []byte(`"resource":"deployments"`), []byte(`"resource":"pods"`), 1)
+	rr, _ := postBody(h, pod, int64(len(pod)))
+	if resp := decodeResponse(t, rr); len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "rolls instead of restarting its pods in place") {
+		t.Errorf("a shed pod create: warnings %q, want one saying its workload rolls instead at the next change of its data", resp.Warnings)
+	}
+	close(reader.release)
+	wg.Wait()
+}

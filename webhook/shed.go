@@ -89,8 +89,10 @@ func (g *guard) shed(w http.ResponseWriter, head reviewHead, full string) {
 	w.Header().Set("Connection", "close")
 	says := "the watcher will update the hash"
 	if head.resource == "pods" {
-		// Its restarter cannot be added once it runs: say what a change of its data does.
-		says = "the pod is not restartable in place, and a change of its data restarts it only when its workload next rolls"
+		// Its restarter cannot be added once it runs: say what a change of its data does
+		// (watcher/catchup.go).
+		says = "the pod gets no restarter: at the next change of its data, its Deployment, StatefulSet or DaemonSet rolls instead of restarting its pods in place " +
+			"(a RollsToCatchUp Event on it), where another of its pods has a restarter; otherwise the pod restarts only when its workload next rolls"
 	}
 	answer(w, head.apiVersion, head.uid, []string{warningPrefix + "too many admissions at once in namespace " + head.namespace + ": allowed unchanged; " + says})
 }
