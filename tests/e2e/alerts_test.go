@@ -56,15 +56,15 @@ func alertArgs(url string) []string {
 	return []string{"--alert-on-reload", "--alert-sink=webhook", "--alert-webhook-url=" + url + "/hooks/secret-token", "--cluster-name=e2e"}
 }
 
-// TestAFanOutOf300GivesOneAlert: one ConfigMap change that rolls 300 Deployments is
-// one alert naming the change, 20 of them and "280 more".
-func TestAFanOutOf300GivesOneAlert(t *testing.T) {
+// TestAFanOutOf60GivesOneAlert: one ConfigMap change that rolls 60 Deployments is one
+// alert naming the change, 20 of them and "40 more".
+func TestAFanOutOf60GivesOneAlert(t *testing.T) {
 	c := cluster.Require(t, testCluster)
 	sink := newAlertSink(t, 0)
 	startWebhook(t, c)
 	w := startWatcher(t, c, alertArgs(sink.URL)...)
 	ns := labeledNamespace(t, c)
-	const n = 300
+	const n = 60
 	createFanOut(t, c, ns, n)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "1")
 	for i := range n {

@@ -17,7 +17,7 @@ import (
 )
 
 // TestTwoWritersFightingOverASecretRollItsUsersABoundedNumberOfTimes: two controllers
-// rewrite one Secret every second for two minutes, each undoing the other. Its 10 users
+// rewrite one Secret twice a second for 20 s, each undoing the other. Its 10 users
 // roll at most --flap-limit times, then are held, each told by an Event that names both
 // writers; when the writing stops they roll once more, with the last data. A ConfigMap
 // changed at a normal pace meanwhile rolls its users once per change.
@@ -48,7 +48,8 @@ func TestTwoWritersFightingOverASecretRollItsUsersABoundedNumberOfTimes(t *testi
 	writers := []string{"cert-manager-certificates-issuing", "external-secrets"}
 	start := time.Now()
 	calmChanges := 0
-	for i := 1; i <= 120; i++ {
+	const changes, every = 40, 500 * time.Millisecond // four times --flap-limit, past the debounce
+	for i := 1; i <= changes; i++ {
 		s, err := c.Client.CoreV1().Secrets(ns).Get(ctx, "tls", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -57,16 +58,16 @@ func TestTwoWritersFightingOverASecretRollItsUsersABoundedNumberOfTimes(t *testi
 		if _, err := c.Client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: writers[i%2]}); err != nil {
 			t.Fatal(err)
 		}
-		if i%40 == 20 {
+		if i%20 == 10 {
 			setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "calm"}, "greeting", fmt.Sprint("v", i))
 			calmChanges++
 		}
-		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second)))
+		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
 	}
 	during := replicaSetsPerApp(t, c, ns)
 	for _, name := range fought {
 		if rolled := during[name] - 1; rolled > watcher.DefaultFlapLimit {
-			t.Errorf("%s rolled %d times during 120 changes, want at most --flap-limit (%d)", name, rolled, watcher.DefaultFlapLimit)
+			t.Errorf("%s rolled %d times during %d changes, want at most --flap-limit (%d)", name, rolled, changes, watcher.DefaultFlapLimit)
 		}
 	}
 
@@ -112,8 +113,8 @@ func TestTwoWritersFightingOverASecretRollItsUsersABoundedNumberOfTimes(t *testi
 	if n := w.metric(t, "confighash_watcher_flapping_sources_total"); n != 1 {
 		t.Errorf("confighash_watcher_flapping_sources_total = %v, want 1", n)
 	}
-	t.Logf("120 changes of secret/tls rolled its 10 users %d times in all (at most %d each while it changed, then once when quiet); %d changes of configmap/calm rolled each of its users %d times",
-		total, watcher.DefaultFlapLimit, calmChanges, calmChanges)
+	t.Logf("%d changes of secret/tls rolled its 10 users %d times in all (at most %d each while it changed, then once when quiet); %d changes of configmap/calm rolled each of its users %d times",
+		changes, total, watcher.DefaultFlapLimit, calmChanges, calmChanges)
 }
 
 // namesBoth reports whether an Event of that reason on the named object of the
