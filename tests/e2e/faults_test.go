@@ -159,6 +159,7 @@ func TestFaultExpiredWatchesRollNothingSpurious(t *testing.T) {
 		// A write after the list, so that the compaction passes its resourceVersion.
 		createConfigMap(t, c, f.ns, fmt.Sprintf("unused-%d", round), nil)
 		s.hold.Lock()
+		killed := time.Now()
 		if err := c.KillAPIServer(); err != nil {
 			t.Fatal(err)
 		}
@@ -168,10 +169,12 @@ func TestFaultExpiredWatchesRollNothingSpurious(t *testing.T) {
 		if err := c.StartAPIServer(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		down := time.Since(killed)
 		s.hold.Unlock()
 		expectExpired(t, c, f.ns, list.ResourceVersion)
 		f.changeShared(t)
-		f.awaitFanOut(t, 2+round, f.fanOut, 2*time.Minute)
+		took := f.awaitFanOut(t, 2+round, f.fanOut, 2*time.Minute)
+		t.Logf("round %d: the API server was down %v; the fan-out then rolled in %v", round, down.Round(100*time.Millisecond), took.Round(100*time.Millisecond))
 	}
 	time.Sleep(5 * time.Second)
 	s.stop(t)

@@ -116,13 +116,13 @@ func annotated(t testing.TB, c *cluster.Cluster, ns, annotation string) []string
 	return out
 }
 
-// TestWavesRollAFewAtATimeAndHaltOnAFailure: 50 Deployments use one ConfigMap, in
+// TestWavesRollAFewAtATimeAndHaltOnAFailure: 20 Deployments use one ConfigMap, in
 // waves of 5. A good change rolls each once, never more than 5 at a time; a bad one
-// whose first wave cannot roll out halts with 45 held, through a restart of the
+// whose first wave cannot roll out halts with 15 held, through a restart of the
 // watcher, and one alert names the failed; the fix rolls every one once more.
 func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	c := cluster.Require(t, testCluster)
-	const n, size = 50, 5
+	const n, size = 20, 5
 	sink := newAlertSink(t, 0)
 	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
 	args := append([]string{fmt.Sprintf("--wave-size=%d", size)}, alertArgs(sink.URL)...)
@@ -226,7 +226,7 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 	})
 	failedCount := size + 1 // app-05 now counts among the failed, the first six
 
-	// The fix: every one of the 50 rolls once more, the failed ones first.
+	// The fix: every one rolls once more, the failed ones first.
 	if err := c.Client.CoreV1().ResourceQuotas(ns).Delete(ctx, quota.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

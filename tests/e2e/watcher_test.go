@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -294,8 +295,17 @@ func TestOnlyTheLeaderTouchesAndFailoverMissesNothing(t *testing.T) {
 func createFanOut(t *testing.T, c *cluster.Cluster, ns string, n int) {
 	t.Helper()
 	createConfigMap(t, c, ns, "shared", map[string]string{"k": "0"})
+	// Eight at a time, as a GitOps tool applies them.
+	var g errgroup.Group
+	g.SetLimit(8)
 	for i := range n {
-		createDeployment(t, c, ns, fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.EnvFromTemplate("shared")))
+		g.Go(func() error {
+			_, err := c.Client.AppsV1().Deployments(ns).Create(t.Context(), fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.EnvFromTemplate("shared")), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	for i := range n {
 		expectReplicaSetsNoWait(t, c, ns, fmt.Sprintf("web-%d", i), 1)
