@@ -168,7 +168,10 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	leader := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "confighash", Subsystem: "watcher", Name: "leader", Help: "1 while this replica leads."})
 	reg.MustRegister(leader)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	// client-go keeps three caches of recent Events, by object and reason, to merge
+	// repeats: 4,096 entries each by default, a few MiB that a tenant's create and delete
+	// loop fills. A thousand is enough to merge what repeats.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheEntries}))
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: watcher.FieldManager})
@@ -265,6 +268,9 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	})
 	return g.Wait()
 }
+
+// eventCacheEntries bounds each of client-go's caches of recent Events.
+const eventCacheEntries = 1024
 
 func defaultIdentity() string {
 	host, _ := os.Hostname()

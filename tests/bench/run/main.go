@@ -89,7 +89,8 @@ var suites = []suite{
 	large(scenarioSuite("many-namespaces", "ManyNamespaces")),
 	large(scenarioSuite("fan-out-2000", "FanOut2000")),
 	large(scenarioSuite("memory-at-rest", "MemoryAtRest")),
-	scenarioSuite("churn", "Churn"),
+	// 100,000 cycles, at about 16 a second on 2 cores.
+	timedScenario("churn", "Churn", "4h"),
 	{names: []string{"BenchmarkLabelledPodsOfANamespaceNotActedIn"}, pkg: "./tests/e2e",
 		args:    []string{"-test.bench", "^BenchmarkLabelledPodsOfANamespaceNotActedIn$", "-test.benchtime", "1x"},
 		command: "go test -run '^$' -bench '^BenchmarkLabelledPodsOfANamespaceNotActedIn$' -benchtime 1x ./tests/e2e"},
@@ -98,9 +99,12 @@ var suites = []suite{
 		args: []string{"-test.bench", "^BenchmarkScenarioRestartInPlace$", "-test.benchtime", "1x", "-test.timeout", "30m"}},
 }
 
-func scenarioSuite(name, benchmark string) suite {
+func scenarioSuite(name, benchmark string) suite { return timedScenario(name, benchmark, "2h") }
+
+// timedScenario is a scenario given timeout to run.
+func timedScenario(name, benchmark, timeout string) suite {
 	return suite{names: []string{name}, pkg: "./tests/e2e", scenario: true,
-		args: []string{"-test.bench", "^BenchmarkScenario" + benchmark + "$", "-test.benchtime", "1x", "-test.timeout", "2h"}}
+		args: []string{"-test.bench", "^BenchmarkScenario" + benchmark + "$", "-test.benchtime", "1x", "-test.timeout", timeout}}
 }
 
 func large(s suite) suite {
