@@ -94,6 +94,7 @@ func TestAFloodOfEveryWatchedKindCostsOnlyItsBound(t *testing.T) {
 		{"acted in", labeledNamespace},
 	} {
 		ns := phase.make(t, c)
+		t.Cleanup(func() { deleteAndWait(t, c, ns) })
 		before := peaks()
 		began := time.Now()
 		for _, kind := range watches.Kinds {
@@ -160,6 +161,21 @@ func TestAFloodOfEveryWatchedKindCostsOnlyItsBound(t *testing.T) {
 	if peak > relistMiB {
 		t.Errorf("a watcher started after the floods peaked at %.1f MiB while it listed them, want at most %d", peak, relistMiB)
 	}
+}
+
+// deleteAndWait deletes a flooded namespace and waits until its objects are gone: the
+// tests that follow would otherwise run while the control plane deletes a GiB.
+func deleteAndWait(t *testing.T, c *cluster.Cluster, ns string) {
+	if err := c.DeleteNamespace(context.Background(), ns); err != nil {
+		t.Error(err)
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if _, err := c.Client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+	}
+	t.Errorf("namespace %s still there 5 minutes after its deletion", ns)
 }
 
 // flood makes floodBytes of objects of the kind in ns.
