@@ -101,7 +101,7 @@ func TestEveryInformerIsOpenedThroughTheDoor(t *testing.T) {
 								makes = append(makes, sel.Sel.Name)
 							case sel.Sel.Name == "List" && len(n.Args) == 2:
 								lists = true // a client's: a store's List takes none
-							case sel.Sel.Name == "Open" || sel.Sel.Name == "Informer" && isIdent(sel.X, "watches") || sel.Sel.Name == "List" && len(n.Args) == 6:
+							case sel.Sel.Name == "Open" || sel.Sel.Name == "Informer" && isIdent(sel.X, "watches") || sel.Sel.Name == "List" && len(n.Args) == 6 || sel.Sel.Name == "Names" && len(n.Args) == 5:
 								door = true
 							}
 						}
@@ -120,7 +120,7 @@ func TestEveryInformerIsOpenedThroughTheDoor(t *testing.T) {
 					makes = append(makes, "List")
 				}
 				if len(makes) > 0 && !door {
-					t.Errorf("%s: %s makes %v without the door: open it through watches.Door.Open or watches.Informer, or list through watches.Door.List, from a kind registered in watches.Kinds", path, fn.Name.Name, makes)
+					t.Errorf("%s: %s makes %v without the door: open it through watches.Door.Open or watches.Informer, or list through watches.Door.List or Names, from a kind registered in watches.Kinds", path, fn.Name.Name, makes)
 				}
 			}
 		}

@@ -49,3 +49,17 @@ func (d Door) List(ctx context.Context, kind Kind, namespace string, opts metav1
 		}
 	}
 }
+
+// Names lists the names of the objects of a registered kind in one namespace, through
+// List.
+func (d Door) Names(ctx context.Context, kind Kind, namespace string, opts metav1.ListOptions,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error)) ([]string, error) {
+	var names []string
+	err := d.List(ctx, kind, namespace, opts, list, func(obj runtime.Object) error {
+		if o, err := meta.Accessor(obj); err == nil {
+			names = append(names, o.GetName())
+		}
+		return nil
+	})
+	return names, err
+}

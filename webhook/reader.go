@@ -9,7 +9,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -108,19 +107,12 @@ func (r *LiveReader) Names(ctx context.Context, namespace string, kind confighas
 		classes, err := sourcecache.ListProviderClasses(ctx, r.door, r.csi, namespace)
 		return slices.Sorted(maps.Keys(classes)), err
 	}
-	var names []string
-	err := r.door.List(ctx, sourceKinds[kind], namespace, r.filter.ListOptions(kind), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	return r.door.Names(ctx, sourceKinds[kind], namespace, r.filter.ListOptions(kind), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		if kind == confighash.Secret {
 			return r.client.CoreV1().Secrets(namespace).List(ctx, o)
 		}
 		return r.client.CoreV1().ConfigMaps(namespace).List(ctx, o)
-	}, func(obj runtime.Object) error {
-		if o, err := meta.Accessor(obj); err == nil {
-			names = append(names, o.GetName())
-		}
-		return nil
 	})
-	return names, err
 }
 
 func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.SourceRef) (confighash.Source, error) {

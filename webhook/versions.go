@@ -9,7 +9,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/metadata"
@@ -163,14 +162,8 @@ func (v *Versions) get(ctx context.Context, namespace string, ref confighash.Sou
 // patterns are matched against where the cache does not hold the namespace. The
 // Secrets Helm keeps releases in are left out, as in the source cache.
 func (v *Versions) Names(ctx context.Context, namespace string, kind confighash.SourceKind) ([]string, error) {
-	var names []string
-	err := v.door.List(ctx, sourceKinds[kind], namespace, v.filter.ListOptions(kind), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	names, err := v.door.Names(ctx, sourceKinds[kind], namespace, v.filter.ListOptions(kind), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return v.meta.Resource(sourcecache.Resource(kind)).Namespace(namespace).List(ctx, o)
-	}, func(obj runtime.Object) error {
-		if o, err := meta.Accessor(obj); err == nil {
-			names = append(names, o.GetName())
-		}
-		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list the %ss of namespace %s: %w", kind, namespace, err)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,28 +56,12 @@ func churn(tb testing.TB, c *cluster.Cluster, cycles, samples int, watcherFlags 
 	out := []churnSample{sample(0, began)}
 	step := cycles / samples
 	for done := 0; done < cycles; done += step {
-		next := make(chan int)
-		errs := make(chan error, churnWorkers)
-		var wg sync.WaitGroup
-		for worker := range churnWorkers {
-			wg.Go(func() {
-				for i := range next {
-					if err := churnCycle(tb.Context(), c, ns, worker, i); err != nil {
-						errs <- err
-						for range next {
-						}
-						return
-					}
-				}
-			})
-		}
+		var g errgroup.Group
+		g.SetLimit(churnWorkers)
 		for i := done; i < done+step; i++ {
-			next <- i
+			g.Go(func() error { return churnCycle(tb.Context(), c, ns, i%churnWorkers, i) })
 		}
-		close(next)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		if err := g.Wait(); err != nil {
 			tb.Fatal(err)
 		}
 		out = append(out, sample(done+step, began))
@@ -88,8 +72,9 @@ func churn(tb testing.TB, c *cluster.Cluster, cycles, samples int, watcherFlags 
 	return out
 }
 
-// churnCycle makes and deletes one of each object a kept map is keyed by. A worker's
-// workload matches its worker's ConfigMaps by a pattern (Reloader's regular expression).
+// churnCycle makes and deletes one of each object a kept map is keyed by. The workload
+// of a lane (a cycle's number modulo the workers) matches its lane's ConfigMaps by a
+// pattern (Reloader's regular expression).
 func churnCycle(ctx context.Context, c *cluster.Cluster, ns string, worker, i int) error {
 	name := fmt.Sprintf("churn-%d-%06d", worker, i)
 	core := c.Client.CoreV1()
