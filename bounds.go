@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// Bounds on what a workload's annotations make confighash parse (DESIGN rule 10): the
+// Bounds on what a workload's annotations make confighash parse (rule 10): the
 // watcher reads every workload of the namespaces it acts in, and anyone who may edit
 // one there chooses these values. What is over a bound is a problem and ignored.
 const (
@@ -47,8 +47,8 @@ func (r *policyReader) entries(annotation, value string) []string {
 }
 
 // overBound records that the workload's annotations are over a bound on what they may
-// make confighash read: it is then left as it is, never hashed from what fits (DESIGN
-// rule 9).
+// make confighash read: it is then left as it is, never hashed from what fits
+// (rule 9).
 func (r *policyReader) overBound(annotation, value, reason string) {
 	if r.over == "" {
 		r.over = fmt.Sprintf("annotation %s: %s", annotation, reason)

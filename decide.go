@@ -152,7 +152,7 @@ type Input struct {
 	InPlace bool
 	// Writes is the newest form a record may be written in: a due rollout switches a
 	// record to it, and a new record starts in it. FormShared while a component that
-	// reads no other may still run (DESIGN rule 12); a record is never switched back.
+	// reads no other may still run (rule 12); a record is never switched back.
 	Writes Form
 }
 
@@ -213,7 +213,7 @@ var ErrSourceTooLarge = errors.New("source too large")
 
 // MaxSources is how many sources one workload may use or name. A workload with more is
 // left as it is, with a warning, rather than hashed from a partial list: each source
-// costs a read at every admission (DESIGN rule 9).
+// costs a read at every admission (rule 9).
 const MaxSources = 256
 
 // Decide decides what a workload must carry, for an update from what it replaces too;
@@ -238,7 +238,7 @@ func Decide(in Input, sources Sources) (Decision, error) {
 
 // decide decides what a workload must carry: which sources count, the record of their
 // digests, and the pod-template hash, which changes only when the running pods may
-// hold data other than the current data of a source that counts (DESIGN rules 1, 2
+// hold data other than the current data of a source that counts (rules 1, 2
 // and 8). A change of what counts rolls nothing: a source that stops counting keeps
 // its entry, and one that starts to count is recorded without a rollout when the pods
 // hold its current data. The webhook, the watcher and explain all decide here.
@@ -278,7 +278,7 @@ func decide(in Input, sources Sources) (Decision, error) {
 	}
 	if errors.Is(s.RecordErr, ErrLaterForm) && !in.Pods.Fresh && !slices.ContainsFunc(in.Touched, func(t SourceRef) bool { return slices.Contains(refs, t) }) {
 		// A later release wrote it: left as it is until a source it uses changes, or
-		// its pod template does (DESIGN rule 12).
+		// its pod template does (rule 12).
 		d.Form, d.Converged = FormLater, true
 		return d, nil
 	}

@@ -92,7 +92,7 @@ func cmSource(name, value string) Source {
 
 // TestWhatCountsChangingRollsNothing: each change of what counts, in either
 // vocabulary, made and undone, rolls nothing, also at a later unrelated admission;
-// then a change of the data rolls once (DESIGN rule 1).
+// then a change of the data rolls once (rule 1).
 func TestWhatCountsChangingRollsNothing(t *testing.T) {
 	cfg, other := SourceRef{ConfigMap, "cfg"}, SourceRef{ConfigMap, "other"}
 	onSource := func(set func(*Source)) func(*world) {

@@ -96,7 +96,7 @@ func (in Input) namespaced(rolled Record, observations []Observation, form Form,
 }
 
 // The watcher's leader Lease says which record forms its holder reads, so that the
-// webhook writes a form only while the watcher that leads reads it (DESIGN rule 12).
+// webhook writes a form only while the watcher that leads reads it (rule 12).
 const (
 	// LabelReads lists the versions of the forms the holder reads, joined by ".".
 	LabelReads = Domain + "/reads"

@@ -71,7 +71,7 @@ func RecreationSealed(key Key, namespace, name, replaces string, job []byte, ann
 // when it sealed the record in AnnotationSealedAt, and in AnnotationSealedAtSeal a seal
 // over that time and the record's own seal, so that the time cannot be changed nor put
 // on another record. A record without them was written by an earlier release, which
-// wrote none: it is read as before (DESIGN rule 12).
+// wrote none: it is read as before (rule 12).
 const (
 	AnnotationSealedAt     = Domain + "/sealed-at"
 	AnnotationSealedAtSeal = Domain + "/sealed-at-seal"

@@ -19,7 +19,7 @@ import (
 // both vocabularies, change the pod template, or admit the workload for nothing;
 // after each, the webhook and the watcher converge as they do in a cluster. The
 // hash must change exactly when the model says a rollout is due: when a source that
-// counts exists with data other than what the running pods hold (DESIGN rule 1).
+// counts exists with data other than what the running pods hold (rule 1).
 // The pod template changes only while confighash acts on the workload; what the pods
 // hold of a source the workload did not use or name when they started is unknown.
 // The workload may also be found as the previous release wrote it, its digests in

@@ -42,7 +42,7 @@ func (e RecordEntry) hashed() bool { return e.Seen && !e.Baseline }
 
 // Record is the sources record, written on the workload in AnnotationSources. It is
 // what makes the hash depend on history as well as on current data, so that the hash
-// changes exactly when a rollout is due (DESIGN rule 2).
+// changes exactly when a rollout is due (rule 2).
 type Record []RecordEntry
 
 // Hash returns the workload hash written in AnnotationHash: "v1:" and 64 hex digits.
@@ -50,7 +50,7 @@ func (r Record) Hash(key Key) string { return workloadHash(key, r) }
 
 // Settled reports whether a workload needs no rollout for the hash want: its pod
 // template carries want, or carries no hash and the workload was adopted at want
-// (DESIGN rule 8: turning confighash on rolls nothing that is current).
+// (rule 8: turning confighash on rolls nothing that is current).
 func Settled(templateHash, adopted, want string) bool {
 	return templateHash == want || templateHash == "" && adopted == want
 }
@@ -92,7 +92,7 @@ type step struct {
 //     digest when rolling; otherwise as a baseline if the running pods hold its data
 //     (a required source that appears after its pods: they waited for it), hashed if
 //     they may not (an optional one: they ran without it), and as it was while that is
-//     unknown (DESIGN rules 2 and 8);
+//     unknown (rules 2 and 8);
 //   - does not count (ignored, unmatched, excluded, no longer used): when rolling, one
 //     that exists is recorded afresh as an uncounted baseline, the others are
 //     forgotten; otherwise a source seen before keeps its entry, uncounted, and one

@@ -28,7 +28,7 @@ type Running struct {
 // Holds reports whether the running pods provably hold the data a source has had
 // since its last write w: the write came before the oldest revision that may run pods
 // was created. Times order writes a second apart or more; resource versions order the
-// rest, while the API server still has them (DESIGN rule 8). A write in the same
+// rest, while the API server still has them (rule 8). A write in the same
 // second as the revision, older than that history, is not known to come first.
 func (r Running) Holds(w Written) bool {
 	if !w.Time.IsZero() && w.Time.Before(r.Since) {

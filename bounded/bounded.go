@@ -1,5 +1,5 @@
 // Package bounded reads from the API server with a cap on the bytes read before
-// anything is decoded (DESIGN rule 11). client-go reads a whole response before anything
+// anything is decoded (rule 11). client-go reads a whole response before anything
 // can look at it, and a tenant chooses what many responses hold: an object may be up to
 // about 1.5 MiB (etcd's request limit), its annotations up to 256 KiB, and a namespace
 // user may make as many as their quota allows. A list of a tenant's objects read the

@@ -10,7 +10,7 @@ import (
 
 // laterRecords are the workloads whose sources record a later release wrote, with the
 // sources they use that changed since: such a record is left alone, never healed or
-// rewritten, until one does (DESIGN rule 12); then a touch naming it has the webhook
+// rewritten, until one does (rule 12); then a touch naming it has the webhook
 // write the record again, in this release's form.
 type laterRecords struct {
 	mu      sync.Mutex

@@ -23,7 +23,7 @@ import (
 )
 
 // What the running pods of a workload hold, found out for the sources that started
-// to count, or for a workload met for the first time (DESIGN rule 8).
+// to count, or for a workload met for the first time (rule 8).
 
 // record writes the record of a workload whose sources started to count, from what its
 // running pods hold: without a rollout where they hold the current data, rolled once

@@ -30,7 +30,7 @@ import (
 // with failurePolicy Ignore the write goes through unchanged and the watcher heals.
 const MaxBodyBytes = 3<<20 + 512<<10
 
-// Default bounds on the admissions handled at once (DESIGN rules 9 and 11): by count,
+// Default bounds on the admissions handled at once (rules 9 and 11): by count,
 // and by the bytes of their bodies, which are read, decoded and copied a few times
 // each. A burst of 256 ordinary reviews of 10 KB passes; four reviews at MaxBodyBytes
 // fill the bytes, which bounds the memory they take to tens of MiB.

@@ -21,7 +21,7 @@ import (
 // WatcherLease follows the watcher's leader Lease, which says what record forms the
 // watcher that leads reads: the webhook writes no form it does not, so that a watcher
 // of an earlier release never meets a record it cannot read and rolls its workload
-// again (DESIGN rule 12).
+// again (rule 12).
 type WatcherLease struct {
 	informer cache.SharedIndexInformer
 	key      string

@@ -80,7 +80,7 @@ func (m *Mutator) admitPod(ctx context.Context, namespace string, raw []byte) (o
 // the pods of the built-in kinds' controllers roll with their workload's pod
 // template; those of another owner, or of none, are left as they are. They are not
 // evicted: an eviction's admission shows the Eviction, not the pod, so no policy could
-// hold the watcher's evictions to the pods labelled for it (DESIGN rule 11).
+// hold the watcher's evictions to the pods labelled for it (rule 11).
 func rollsInstead(pod *corev1.Pod) string {
 	owner := metav1.GetControllerOf(pod)
 	switch {

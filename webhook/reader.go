@@ -31,7 +31,7 @@ type LiveReader struct {
 	// csi reads the Secrets Store CSI driver's pod statuses; nil: SecretProviderClasses
 	// are absent.
 	csi dynamic.Interface
-	// slots bounds the reads in flight in the process (DESIGN rule 9).
+	// slots bounds the reads in flight in the process (rule 9).
 	slots chan struct{}
 }
 
@@ -158,7 +158,7 @@ func (r *LiveReader) get(ctx context.Context, namespace string, ref confighash.S
 }
 
 // CachedReader answers from the cache when it can prove that the cache holds each
-// source's current version (DESIGN rule 4), and reads live what it cannot:
+// source's current version (rule 4), and reads live what it cannot:
 //   - A watcher's touch names what matters, the triggering source at its
 //     resourceVersion: the cache answers once it holds that version.
 //   - A create or update by a user or a tool names nothing, and a ConfigMap written just
@@ -187,7 +187,7 @@ func NewCachedReader(c *sourcecache.Cache, live *LiveReader, versions *Versions,
 }
 
 // Names implements SourceReader with the names the cache holds: a name pattern costs
-// no list, however many or large a tenant's sources are (DESIGN rules 10 and 11). What
+// no list, however many or large a tenant's sources are (rules 10 and 11). What
 // counts is still fresh (rule 4): Read proves each source a pattern matches current,
 // or reads it live, and one deleted since is absent. What the cache may lack is a
 // source created in the last milliseconds, before its watch event arrived: it is not

@@ -22,7 +22,7 @@ import (
 type Snapshots struct {
 	client kubernetes.Interface
 	key    confighash.Key
-	// slots bounds the reads and creates in flight in the process (DESIGN rule 9).
+	// slots bounds the reads and creates in flight in the process (rule 9).
 	slots chan struct{}
 	// limit, when set, bounds each namespace's snapshots.
 	limit *SnapshotCap

@@ -131,7 +131,7 @@ func BenchmarkMutatorWarmCache(b *testing.B) {
 	}
 	b.Run("touch", func(b *testing.B) { admitEach(b, handler, review(admissionv1.Update, touched, created)) })
 	// Beside each create, untimed: one consistent read of a source's version, and the
-	// five DESIGN rule 4 asks of a create using 5 sources, at once, with no webhook
+	// five rule 4 asks of a create using 5 sources, at once, with no webhook
 	// around them. The floors its time is made of, in the same run.
 	meta := metadata.NewForConfigOrDie(c.Config)
 	get := func(resource, name string) {

@@ -14,8 +14,8 @@ import (
 
 // TestWhatCountsChangingRollsNothing: each change of what counts, in confighash's and
 // in Reloader's annotations, added and removed, rolls nothing, also at a later
-// unrelated admission; then one change of data rolls each workload once (DESIGN rule
-// 1). Reproductions: ignore on a used ConfigMap rolled the Deployment; Reloader's
+// unrelated admission; then one change of data rolls each workload once
+// (rule 1). Reproductions: ignore on a used ConfigMap rolled the Deployment; Reloader's
 // match added in search mode rolled it at the next unrelated label change; an
 // exclude of a used ConfigMap rolled it.
 func TestWhatCountsChangingRollsNothing(t *testing.T) {

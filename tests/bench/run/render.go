@@ -57,7 +57,7 @@ var micro = map[string]struct {
 	"BenchmarkDeploymentCreate/with-webhook-no-sources": {title: "Sequential create, webhook, no sources",
 		setup: "the same in a namespace it serves, with a pod template that uses no source"},
 	"BenchmarkDeploymentCreate/with-floor-webhook": {title: "Sequential create, the floor webhook",
-		setup: "the same through a webhook served by the benchmark on 127.0.0.1 that makes one consistent read (a metadata GET of one of the ConfigMaps) and returns confighash's patch: what DESIGN rule 4 asks of a create using one source"},
+		setup: "the same through a webhook served by the benchmark on 127.0.0.1 that makes one consistent read (a metadata GET of one of the ConfigMaps) and returns confighash's patch: what rule 4 asks of a create using one source"},
 	"BenchmarkDeploymentCreate/with-webhook": {title: "Sequential create, webhook, 5 sources",
 		setup: "the same with the 5 sources; in-webhook is the webhook's own mean admission time"},
 	"BenchmarkChangeToRollout/fanout-1": {title: "Change to rollout, fan-out 1",
