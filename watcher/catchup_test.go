@@ -76,42 +76,34 @@ func TestAPodNoRestartReachesRollsItsWorkloadInstead(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			client := fake.NewClientset(tt.objects...)
-			door := watches.Door{Gate: modes{"shop": confighash.ModeEvery}}
-			w := &Watcher{cfg: Config{Client: client}, toView: viewTransform(confighash.Vocabulary{}, confighash.Builtin)}
+			gate := modes{"shop": confighash.ModeEvery}
+			door := watches.Door{Gate: gate}
+			w := &Watcher{cfg: Config{Client: client}}
 			var err error
-			if w.workloads, err = newWorkloadInformers(client, nil, door, confighash.Builtin, w.toView, zerolog.Nop()); err != nil {
+			if w.workloads, err = newWorkloads(client, nil, gate, door, confighash.Builtin, confighash.Vocabulary{}, NoopRecorder{}, zerolog.Nop()); err != nil {
 				t.Fatal(err)
 			}
 			rules := podRules{
 				restartOf: func(*podView) (confighash.Restart, error) { return confighash.Restart{Token: "v1:new"}, nil },
 				covered:   func(string) bool { return true },
-				rollout:   w.rolloutFor,
-				patch:     w.patch,
+				rollout:   w.workloads.rolloutFor,
+				patch:     w.workloads.patch,
 			}
 			events := &record.FakeRecorder{Events: make(chan string, 10), IncludeObject: true}
 			r, err := newRestarts(client, door, confighash.Vocabulary{}, rules, 0, time.Minute, 0, events, NoopRecorder{}, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, in := range w.workloads {
-				in.Run(t.Context())
-			}
+			w.workloads.run(t.Context())
 			r.run(t.Context())
-			waitUntil(t, func() bool {
-				for _, in := range w.workloads {
-					if !in.HasSynced() {
-						return false
-					}
-				}
-				return r.synced()
-			})
+			waitUntil(t, func() bool { return w.workloads.synced() && r.synced() })
 			g := podGroup{"shop", tt.group}
 			for range 2 { // a second look finds the same change: it rolls once, and tells once
 				if _, err := r.sync(t.Context(), g); err != nil {
 					t.Fatal(err)
 				}
 				if tt.rolled != (workloadKey{}) {
-					waitUntil(t, func() bool { v := w.lookup(tt.rolled); return v != nil && v.Hash == "v1:new" })
+					waitUntil(t, func() bool { v := w.workloads.lookup(tt.rolled); return v != nil && v.Hash == "v1:new" })
 				}
 			}
 

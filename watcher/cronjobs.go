@@ -50,7 +50,7 @@ func (w *Watcher) startRun(ctx context.Context, v *view) error {
 	}
 	if !w.runDue(cj, hash) {
 		// Not a mark the watcher wrote for this data: removed, and no Job started.
-		_, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil))
+		_, err := w.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil))
 		return err
 	}
 	annotations := maps.Clone(cj.Spec.JobTemplate.Annotations)
@@ -72,7 +72,7 @@ func (w *Watcher) startRun(ctx context.Context, v *view) error {
 		w.cfg.Metrics.Touch(TouchError)
 		return fmt.Errorf("start Job %s/%s of the CronJob: %w", cj.Namespace, job.Name, err)
 	}
-	if _, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil)); err != nil {
+	if _, err := w.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil)); err != nil {
 		return err
 	}
 	if started {

@@ -56,7 +56,7 @@ func (w *Watcher) followRollout(ctx context.Context, v *view) error {
 		return nil
 	}
 	id := waveID{v.Namespace, g.source}
-	st := w.stand(&wave{id: id, users: w.users(id.namespace, id.source)}, time.Now())
+	st := w.stand(&wave{id: id, users: w.workloads.users(id.namespace, id.source)}, time.Now())
 	if !st.Halts() {
 		w.waves.mu.Unlock()
 		return nil
@@ -172,7 +172,7 @@ func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) erro
 // mark writes a marker on the workload and notes its hash until the cache shows it.
 func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m confighash.Marker, why string) error {
 	held := confighash.Status{Act: confighash.ActHeld, At: time.Now(), Why: why}
-	if _, err := w.patch(ctx, u, annotationsPatch(map[string]any{annotation: m.String(), confighash.AnnotationStatus: held.Text()})); err != nil {
+	if _, err := w.workloads.patch(ctx, u, annotationsPatch(map[string]any{annotation: m.String(), confighash.AnnotationStatus: held.Text()})); err != nil {
 		return err
 	}
 	w.waves.mu.Lock()
@@ -180,16 +180,6 @@ func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m config
 	w.waves.generation++
 	w.waves.mu.Unlock()
 	return nil
-}
-
-func annotationPatch(name string, value any) map[string]any {
-	return annotationsPatch(map[string]any{name: value})
-}
-
-// annotationsPatch is a merge patch of these annotations of the metadata; a nil
-// value removes one.
-func annotationsPatch(annotations map[string]any) map[string]any {
-	return map[string]any{"metadata": map[string]any{"annotations": annotations}}
 }
 
 // heldByHalt reports whether a halted wave holds the workload: it is marked held from

@@ -31,13 +31,13 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 		return // metadata only
 	}
 	w.cfg.Metrics.SourceChanged(d.Source.Kind)
-	if w.gate.Mode(d.Namespace()) == confighash.ModeOff {
+	if w.workloads.gate.Mode(d.Namespace()) == confighash.ModeOff {
 		return
 	}
 	if w.restarts != nil {
 		w.restarts.sourceChanged(d.Namespace(), d.Source.SourceRef)
 	}
-	users := w.users(d.Namespace(), d.Source.SourceRef)
+	users := w.workloads.users(d.Namespace(), d.Source.SourceRef)
 	for _, v := range users {
 		w.later.sourceChanged(v, d.Source.SourceRef)
 	}
@@ -45,31 +45,6 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 		w.cfg.Metrics.Flapping()
 	}
 	w.enqueueSpread(users)
-}
-
-// users returns the workloads confighash acts on that may use the source: those that
-// reference or name it, and those with a name pattern it matches.
-func (w *Watcher) users(namespace string, ref confighash.SourceRef) []*view {
-	return w.inNamespace(namespace, func(v *view) bool { return v.MayUse(ref) })
-}
-
-// inNamespace returns the workloads confighash acts on in the namespace that match,
-// when match is given.
-func (w *Watcher) inNamespace(namespace string, match func(*view) bool) []*view {
-	var out []*view
-	for _, in := range w.workloads {
-		inf := in.For(namespace)
-		if inf == nil {
-			continue
-		}
-		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
-		for _, obj := range objs {
-			if v, ok := obj.(*view); ok && (match == nil || match(v)) && w.acts(v) {
-				out = append(out, v)
-			}
-		}
-	}
-	return out
 }
 
 // enqueueSpread enqueues the workloads a change reached once it is quiet, spread at
@@ -98,14 +73,14 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {
 		if prev.Status != v.Status {
 			w.progressed(v) // a wave may wait for it
-			if len(v.Pins) > 0 && w.acts(v) && !w.tracking.ownedFor(v) {
+			if len(v.Pins) > 0 && w.workloads.acts(v) && !w.tracking.ownedFor(v) {
 				w.queue.Add(keyOf(v)) // its new revision may own its snapshots now
 			}
 		}
 		return
 	}
 	switch {
-	case w.acts(v):
+	case w.workloads.acts(v):
 		w.enqueue(v, w.tracking.changeReached(keyOf(v), time.Now()))
 	case len(v.Problems) > 0:
 		w.queue.Add(keyOf(v)) // to be told: a typo may be what keeps it from opting in
@@ -124,10 +99,10 @@ func (w *Watcher) enqueue(v *view, after time.Duration) {
 func (w *Watcher) resync() {
 	drifted, queued := 0, 0
 	now := time.Now()
-	for _, in := range w.workloads {
+	for _, in := range w.workloads.byKind {
 		for _, obj := range in.List() {
 			v, ok := obj.(*view)
-			if !ok || !w.acts(v) {
+			if !ok || !w.workloads.acts(v) {
 				continue
 			}
 			// The pause of the last leader's rollout, which its status tells.

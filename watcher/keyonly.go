@@ -80,12 +80,3 @@ func (k *keptKeys) rose(namespace string) bool {
 	delete(k.lowest, namespace)
 	return true
 }
-
-// relisted counts a set of informers swapped in by a relist: a workload kind's moves
-// the workloads' generation, which the waves' memos hold on.
-func (w *Watcher) relisted(set string) {
-	if _, ok := w.workloads[set]; ok {
-		w.workloadsGeneration.Add(1)
-		w.cfg.Metrics.Relisted()
-	}
-}

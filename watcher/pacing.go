@@ -85,7 +85,7 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	if due.Hash != v.Hash {
 		others = withStatus(others, rolled(trig, due.Policy.PausePeriod))
 	}
-	admitted, err := w.touch(ctx, v, trig, others)
+	admitted, err := w.workloads.touch(ctx, v, trig, others)
 	if err = w.verify(key, v, due, trig, nil, admitted, err); err == nil {
 		w.unhold(key)
 	}
@@ -136,7 +136,7 @@ func (w *Watcher) waveUsers(id waveID) []*view {
 	}
 	// A Job is recreated outside waves: it has no rollout to wait for, and no marker
 	// can be written on it.
-	users = slices.DeleteFunc(w.users(id.namespace, id.source), func(v *view) bool { return v.Kind.Recreated() })
+	users = slices.DeleteFunc(w.workloads.users(id.namespace, id.source), func(v *view) bool { return v.Kind.Recreated() })
 	slices.SortFunc(users, func(a, b *view) int {
 		return cmp.Or(strings.Compare(a.Kind.Kind, b.Kind.Kind), strings.Compare(a.Name, b.Name))
 	})

@@ -101,7 +101,7 @@ var recordsLimits = bounded.Limits{Page: 100, PageBytes: 2 << 20, Items: 1000, B
 // one namespace keep no other's from being found. Each record is read when its Job is
 // worked on.
 func (w *Watcher) findRecreations(ctx context.Context) error {
-	if _, ok := w.workloads[confighash.Job.Kind]; !ok {
+	if _, ok := w.workloads.byKind[confighash.Job.Kind]; !ok {
 		return nil
 	}
 	namespaces, err := w.actingNamespaces(ctx, nil)

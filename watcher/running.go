@@ -58,7 +58,7 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 	case d.Hash != v.Hash:
 		said = rolled(trig, d.Policy.PausePeriod)
 	}
-	admitted, err := w.patch(ctx, v, annotationsPatch(map[string]any{
+	admitted, err := w.workloads.patch(ctx, v, annotationsPatch(map[string]any{
 		confighash.AnnotationSources: d.Record.Text(d.Form), confighash.AnnotationAdopted: adopted,
 		confighash.AnnotationTrigger: confighash.FormatTriggers(trig), confighash.AnnotationStatus: said.Text(),
 	}))
@@ -212,7 +212,7 @@ func (w *Watcher) revisions(ctx context.Context, v *view) (revisions, error) {
 		}
 		return w.replicaSets(ctx, v, d.Spec.Selector)
 	case confighash.Rollout.Kind:
-		u, err := w.dynamic(v).Get(ctx, v.Name, metav1.GetOptions{})
+		u, err := w.workloads.resource(v).Get(ctx, v.Name, metav1.GetOptions{})
 		if err != nil {
 			return revisions{}, err
 		}

@@ -36,7 +36,7 @@ func (w *Watcher) tell(ctx context.Context, v *view, s confighash.Status) error 
 		return nil
 	}
 	s.At = time.Now()
-	_, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, s.Text()))
+	_, err := w.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, s.Text()))
 	return err
 }
 
@@ -96,6 +96,6 @@ func (w *Watcher) unsay(ctx context.Context, v *view) error {
 	if s, err := confighash.ParseStatus(v.Said); err != nil || s.Act != confighash.ActHeld && s.Act != confighash.ActNotHashed {
 		return nil
 	}
-	_, err := w.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, nil))
+	_, err := w.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, nil))
 	return err
 }

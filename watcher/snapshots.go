@@ -79,7 +79,7 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 		// The garbage collector took them before the workload owned them (it replaced
 		// one that had them, or shared them with one deleted meanwhile).
 		w.cfg.Log.Warn().Str("workload", key.String()).Strs("snapshots", gone).Msg("snapshots the pod template names are gone; asking the webhook to make them again")
-		if _, err := w.touch(ctx, v, triggers(v, v.Record, w.sources), map[string]any{confighash.AnnotationRemakeSnapshots: strings.Join(gone, " ")}); err != nil {
+		if _, err := w.workloads.touch(ctx, v, triggers(v, v.Record, w.sources), map[string]any{confighash.AnnotationRemakeSnapshots: strings.Join(gone, " ")}); err != nil {
 			return err
 		}
 		w.queue.AddAfter(key, w.tracking.ownerRetry(key))
@@ -248,7 +248,7 @@ func pointers[T any](items []T) []*T {
 // naming returns the pinned workloads of the namespace whose templates name the
 // snapshot: another workload may share it, and not own it yet.
 func (w *Watcher) naming(namespace string, kind confighash.SourceKind, snapshot string) []*view {
-	return w.inNamespace(namespace, func(u *view) bool { return u.Pins.Names(kind, snapshot) })
+	return w.workloads.inNamespace(namespace, func(u *view) bool { return u.Pins.Names(kind, snapshot) })
 }
 
 // setOwners writes the snapshot's owners. The resourceVersion makes it fail, rather

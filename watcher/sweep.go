@@ -66,7 +66,7 @@ var namespacesLimits = bounded.Limits{Page: 500, PageBytes: 4 << 20, Items: 1 <<
 // counts the calls it makes in calls, if not nil.
 func (w *Watcher) actingNamespaces(ctx context.Context, calls *int) ([]string, error) {
 	acting := func(names []string) []string {
-		return slices.DeleteFunc(names, func(ns string) bool { return w.gate.Mode(ns) == confighash.ModeOff })
+		return slices.DeleteFunc(names, func(ns string) bool { return w.workloads.gate.Mode(ns) == confighash.ModeOff })
 	}
 	if len(w.cfg.Watched) > 0 {
 		return acting(slices.Clone(w.cfg.Watched)), nil
@@ -164,7 +164,7 @@ func (w *Watcher) sweepList(ctx context.Context, s *sweep, kind confighash.Sourc
 // confighash, old enough, and held and named by nothing. It reports false when the
 // calls ran out before it could tell.
 func (w *Watcher) sweepOne(ctx context.Context, s *sweep, kind confighash.SourceKind, item *metav1.PartialObjectMetadata) bool {
-	if time.Since(item.CreationTimestamp.Time) < w.cfg.SnapshotSweep || w.gate.Mode(item.Namespace) == confighash.ModeOff ||
+	if time.Since(item.CreationTimestamp.Time) < w.cfg.SnapshotSweep || w.workloads.gate.Mode(item.Namespace) == confighash.ModeOff ||
 		!confighash.Sealed(w.cfg.Key, kind, item.Namespace, item.Name, item.Annotations) || w.ownerHolds(kind, item) {
 		delete(w.sweepCandidates, item.UID)
 		return true
@@ -211,7 +211,7 @@ func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object)
 		if ref.APIVersion == "apps/v1" && (ref.Kind == "ReplicaSet" || ref.Kind == "ControllerRevision") {
 			return true
 		}
-		v := w.lookup(workloadKey{ref.Kind, snapshot.GetNamespace(), ref.Name})
+		v := w.workloads.lookup(workloadKey{ref.Kind, snapshot.GetNamespace(), ref.Name})
 		if v == nil || v.UID != ref.UID {
 			continue
 		}
@@ -235,7 +235,7 @@ func (w *Watcher) sweptNamed(ctx context.Context, s *sweep, kind confighash.Sour
 		return true, true
 	}
 	source := snapshotSource(kind, snapshot)
-	users := w.inNamespace(snapshot.GetNamespace(), func(v *view) bool { return keepsRevisions(v.Kind.Kind) && v.mayHold(source) })
+	users := w.workloads.inNamespace(snapshot.GetNamespace(), func(v *view) bool { return keepsRevisions(v.Kind.Kind) && v.mayHold(source) })
 	for _, v := range users {
 		revs, read := s.revisions[v.UID]
 		if !read {

@@ -42,14 +42,6 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 
 func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
 
-// acts reports whether the watcher acts on the workload: confighash acts on it in its
-// namespace, it is not being deleted, and it is not a Job a controller made (a
-// CronJob's next one reads the new data).
-func (w *Watcher) acts(v *view) bool {
-	_, acts := v.PolicyIn(w.gate.Mode(v.Namespace))
-	return acts && !v.Deleting && !v.Owned
-}
-
 // decide decides for the workload from the cache, as the webhook would under this
 // watcher, which reads the newest form.
 func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
@@ -58,9 +50,9 @@ func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, er
 
 func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {
 	// Each bad value is ignored on its own, as the webhook ignores it.
-	pacing, err := w.gate.Pacing(v.Namespace)
+	pacing, err := w.workloads.gate.Pacing(v.Namespace)
 	w.settings.tell(namespaceRef(v.Namespace), errText(err))
-	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.gate.Mode(v.Namespace), Pods: pods,
+	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.workloads.gate.Mode(v.Namespace), Pods: pods,
 		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes, Touched: w.later.of(v), InPlace: w.cfg.InPlace}, cachedSources{w.sources, v.Namespace})
 }
 
@@ -90,12 +82,12 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	if w.recreations.has(key) {
 		return w.resumeRecreation(ctx, key)
 	}
-	v := w.lookup(key)
+	v := w.workloads.lookup(key)
 	// A namespace whose sources cannot be listed is left alone: the record computed
 	// from a cache without them would be wrong, and healing would write it.
-	if v == nil || !w.sources.Covers(key.Namespace) || !w.acts(v) {
+	if v == nil || !w.sources.Covers(key.Namespace) || !w.workloads.acts(v) {
 		w.forget(key)
-		if v != nil && !v.Deleting && w.gate.Mode(v.Namespace) != confighash.ModeOff {
+		if v != nil && !v.Deleting && w.workloads.gate.Mode(v.Namespace) != confighash.ModeOff {
 			// A typo may be what keeps it from opting in: told once per version, all
 			// that is kept of it.
 			w.warnAboutAnnotations(key, v, nil, "")
@@ -184,7 +176,7 @@ func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d conf
 	if d.Hash != v.Hash {
 		others = withStatus(others, rolled(trig, d.Policy.PausePeriod))
 	}
-	admitted, err := w.touch(ctx, v, trig, others)
+	admitted, err := w.workloads.touch(ctx, v, trig, others)
 	return w.verify(key, v, d, trig, nil, admitted, err)
 }
 
@@ -288,24 +280,6 @@ func (w *Watcher) recordLatency(key workloadKey) {
 	}
 }
 
-// lookup returns the cached view of the workload, or nil.
-func (w *Watcher) lookup(key workloadKey) *view {
-	in, ok := w.workloads[key.Kind]
-	if !ok {
-		return nil
-	}
-	inf := in.For(key.Namespace)
-	if inf == nil {
-		return nil
-	}
-	obj, exists, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
-	v, isView := obj.(*view)
-	if err != nil || !exists || !isView {
-		return nil
-	}
-	return v
-}
-
 // cachedSources are the sources of one namespace as the watcher's cache holds them.
 type cachedSources struct {
 	cache     *sourcecache.Cache
@@ -324,4 +298,52 @@ func (c cachedSources) Read(refs []confighash.SourceRef) (map[confighash.SourceR
 		}
 	}
 	return out, nil
+}
+
+// triggers names the sources whose entry the workload has not recorded yet, at the
+// version the cache holds, so the webhook reads at least that version. When only
+// deletions drifted it names every existing source, so the touch still changes the
+// annotation.
+func triggers(v *view, want confighash.Record, sources *sourcecache.Cache) []confighash.Trigger {
+	recorded := make(map[confighash.RecordEntry]bool, len(v.Record))
+	for _, e := range v.Record {
+		recorded[e] = true
+	}
+	var drifted, all []confighash.Trigger
+	for _, e := range want {
+		d, ok := sources.Lookup(v.Namespace, e.SourceRef)
+		if !ok {
+			continue
+		}
+		t := confighash.Trigger{SourceRef: e.SourceRef, ResourceVersion: d.ResourceVersion}
+		all = append(all, t)
+		if !recorded[e] {
+			drifted = append(drifted, t)
+		}
+	}
+	if len(drifted) == 0 {
+		return all
+	}
+	return drifted
+}
+
+// heal writes the hash and the record the webhook would have written, and says so.
+func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	want := d.Record
+	healed := confighash.Status{Act: confighash.ActHealed, At: time.Now(), Why: fmt.Sprintf(
+		"the webhook did not write the hash after %d touches; the watcher wrote it: %s", w.cfg.HealAfter, confighash.ChangedData(v.Record, want))}
+	patch := hashPatch(v.Kind, want.Hash(w.cfg.Key), map[string]any{"annotations": map[string]any{
+		confighash.AnnotationSources: want.Text(d.Form), confighash.AnnotationAdopted: nil, confighash.AnnotationStatus: healed.Text(),
+	}})
+	trig := triggers(v, want, w.sources)
+	if _, err := w.workloads.patch(ctx, v, patch); err != nil {
+		w.cfg.Metrics.Touch(TouchError)
+		w.alert(alert.Failed, v, trig, "the webhook did not write the hash, and the watcher could not either: "+err.Error())
+		return err
+	}
+	w.cfg.Metrics.Touch(TouchHealed)
+	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed", healed.Why)
+	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
+	w.recordLatency(key)
+	return nil
 }

@@ -2,10 +2,8 @@ package watcher
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
@@ -126,56 +124,4 @@ func podsOf(o runtime.Object) int {
 		}
 	}
 	return unknownPods
-}
-
-// podRollout is what the rollout of the workload that selects a pod says of its
-// restarts in place: how many of its controller's pods may be down at once, whether
-// the rollout replaces them anyway, and the workload whose pod template made the pod,
-// where its status counts that controller's pods (nil elsewhere).
-type podRollout struct {
-	maxUnavailable int
-	replacing      bool
-	owner          *view
-}
-
-// rolloutFor reads the rollouts of the workloads whose selectors select the pod: the
-// fewest pods down that any allows (1 when none says), whether any replaces pods, and
-// the one whose pod template made it.
-func (w *Watcher) rolloutFor(p *podView) podRollout {
-	r := podRollout{maxUnavailable: unknownUnavailable}
-	for _, in := range w.workloads {
-		inf := in.For(p.Namespace)
-		if inf == nil {
-			continue
-		}
-		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, p.Namespace)
-		for _, obj := range objs {
-			v, ok := obj.(*view)
-			if !ok || v.Selector == "" {
-				continue
-			}
-			if sel, err := labels.Parse(v.Selector); err != nil || !sel.Matches(labels.Set(p.Labels)) {
-				continue
-			}
-			r.replacing = r.replacing || v.Replacing
-			if v.Pods != unknownPods && made(v, p) {
-				r.owner = v
-			}
-			if v.MaxUnavailable != unknownUnavailable && (r.maxUnavailable == unknownUnavailable || v.MaxUnavailable < r.maxUnavailable) {
-				r.maxUnavailable = v.MaxUnavailable
-			}
-		}
-	}
-	if r.maxUnavailable == unknownUnavailable {
-		r.maxUnavailable = 1
-	}
-	return r
-}
-
-// made reports whether the workload's pod template made the pod: its controller is
-// the workload, or, for a Deployment, the ReplicaSet it names after that template's
-// hash, which the pod is labelled with.
-func made(v *view, p *podView) bool {
-	return p.Group == v.UID || v.Kind.Kind == confighash.Deployment.Kind &&
-		p.Owner == "ReplicaSet/"+v.Name+"-"+p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
 }

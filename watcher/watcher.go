@@ -9,10 +9,10 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -158,13 +158,9 @@ func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" +
 // Watcher touches the workloads whose used sources changed.
 type Watcher struct {
 	cfg       Config
-	toView    cache.TransformFunc
 	sources   *sourcecache.Cache
-	workloads map[string]*watches.Informers
-	gate      namespaces.Gate
-	// door opens every informer of a tenant's objects.
-	door  watches.Door
-	queue workqueue.TypedRateLimitingInterface[workloadKey]
+	workloads *workloads
+	queue     workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
 	// tracking is what the watcher remembers of each workload, waves what it keeps of
@@ -179,9 +175,8 @@ type Watcher struct {
 	flapping *flapBreaker
 	later    *laterRecords
 	settings *badSettings
-	// kept and relists read a namespace again when its mode rises above one some of
-	// its objects were kept as their key alone under.
-	kept    *keptKeys
+	// relists read a namespace again when its mode rises above one some of its
+	// workloads were kept as their key alone under.
 	relists *watches.Relists
 	// sweepCandidates are the snapshots a sweep found owned and named by nothing, and
 	// sweepFrom, per kind and namespace, where the next sweep goes on from when the
@@ -191,10 +186,6 @@ type Watcher struct {
 	sweepFrom       map[string]string
 	// sweepAt is the kind and namespace the last sweep stopped in.
 	sweepAt string
-	// workloadsGeneration moves whenever a workload informer takes in an object, before
-	// it holds it, and when a relist swaps a store in; namespacesGeneration when a
-	// namespace's mode or pacing changes. Waves' memos hold while neither moves.
-	workloadsGeneration, namespacesGeneration atomic.Uint64
 	// csi is set when the sources cache keeps SecretProviderClasses.
 	csi bool
 	// restarts restarts pods in place; nil unless InPlace.
@@ -216,9 +207,8 @@ func New(cfg Config) (*Watcher, error) {
 		}
 	}
 	w := &Watcher{
-		cfg:    cfg,
-		toView: viewTransform(cfg.Vocabulary, cfg.Kinds),
-		csi:    csi != nil,
+		cfg: cfg,
+		csi: csi != nil,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[workloadKey]{
@@ -237,31 +227,25 @@ func New(cfg Config) (*Watcher, error) {
 	// have no hash yet, or one that may be out of date. What was kept as keys alone
 	// there is read again first.
 	checkNamespace := func(ns string) {
-		w.namespacesGeneration.Add(1)
+		w.workloads.namespaces.Add(1)
 		switch {
-		case w.kept.rose(ns):
-			w.relists.Add(ns, slices.Collect(maps.Keys(w.workloads))...)
+		case w.workloads.kept.rose(ns):
+			w.relists.Add(ns, slices.Collect(maps.Keys(w.workloads.byKind))...)
 		case w.relists.Needed(ns):
 			w.relists.Add(ns)
 		default:
-			w.enqueueSpread(w.inNamespace(ns, nil))
+			w.enqueueSpread(w.workloads.inNamespace(ns, nil))
 		}
 	}
-	var err error
-	if w.gate, err = namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log); err != nil {
+	gate, err := namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log)
+	if err != nil {
 		return nil, err
 	}
-	w.door = watches.Door{Namespaces: cfg.Watched, Gate: w.gate, Over: cfg.Over}
-	if w.sources, err = sourcecache.New(cfg.Client, w.door, cfg.Sources, csi); err != nil {
+	door := watches.Door{Namespaces: cfg.Watched, Gate: gate, Over: cfg.Over}
+	if w.sources, err = sourcecache.New(cfg.Client, door, cfg.Sources, csi); err != nil {
 		return nil, err
 	}
-	w.kept = newKeptKeys(w.gate)
-	kept := w.kept.transform(w.toView)
-	counted := func(obj any) (any, error) {
-		w.workloadsGeneration.Add(1)
-		return kept(obj)
-	}
-	if w.workloads, err = newWorkloadInformers(cfg.Client, cfg.Dynamic, w.door, cfg.Kinds, counted, cfg.Log); err != nil {
+	if w.workloads, err = newWorkloads(cfg.Client, cfg.Dynamic, gate, door, cfg.Kinds, cfg.Vocabulary, cfg.Metrics, cfg.Log); err != nil {
 		return nil, err
 	}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -273,12 +257,12 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	sets := w.sources.Informers()
 	if cfg.InPlace {
-		if w.restarts, err = newRestartsOf(w); err != nil {
+		if w.restarts, err = newRestartsOf(w, door); err != nil {
 			return nil, err
 		}
 		sets["restarted pods"], sets["budgets"] = w.restarts.pods, w.restarts.disruptions.budgets
 	}
-	for kind, in := range w.workloads {
+	for kind, in := range w.workloads.byKind {
 		if err := in.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
 			UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
@@ -303,17 +287,13 @@ func New(cfg Config) (*Watcher, error) {
 // Run runs the caches until ctx is done. Standbys run them too, so that failover
 // finds them warm.
 func (w *Watcher) Run(ctx context.Context) error {
-	w.gate.Run(ctx)
+	w.workloads.gate.Run(ctx)
 	go func() { _ = w.sources.Run(ctx) }()
-	// The door starts each informer once the namespaces' modes are known: what
-	// confighash does not act on is kept as its key alone.
-	for _, in := range w.workloads {
-		in.Run(ctx)
-	}
+	w.workloads.run(ctx)
 	w.restarts.run(ctx)
-	go w.relists.Run(ctx, w.relisted, func(ns string) {
+	go w.relists.Run(ctx, w.workloads.relisted, func(ns string) {
 		w.cfg.Log.Info().Str("namespace", ns).Msg("namespace read again: confighash now acts on more of it")
-		w.enqueueSpread(w.inNamespace(ns, nil))
+		w.enqueueSpread(w.workloads.inNamespace(ns, nil))
 	})
 	<-ctx.Done()
 	w.queue.ShutDown()
@@ -322,15 +302,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // Synced reports whether every cache has listed once.
 func (w *Watcher) Synced() bool {
-	if !w.sources.Synced() || !w.gate.HasSynced() || !w.restarts.synced() {
-		return false
-	}
-	for _, in := range w.workloads {
-		if !in.HasSynced() {
-			return false
+	return w.sources.Synced() && w.workloads.gate.HasSynced() && w.restarts.synced() && w.workloads.synced()
+}
+
+// Unwatched returns the resources the watcher would cache, of workloads or of the
+// CSI driver's pod statuses, that the API server did not serve when it was created.
+func (w *Watcher) Unwatched() []schema.GroupVersionResource {
+	var missing []schema.GroupVersionResource
+	for _, k := range w.cfg.Kinds {
+		if !w.workloads.watches(k.Kind) {
+			missing = append(missing, k.GroupVersion().WithResource(k.Resource))
 		}
 	}
-	return true
+	if w.cfg.Vocabulary.CSI && !w.csi {
+		missing = append(missing, sourcecache.PodStatuses)
+	}
+	return missing
 }
 
 // Lead does the leader's work until ctx is done: it checks every workload once, since

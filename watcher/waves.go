@@ -189,7 +189,7 @@ func (w *Watcher) progressed(v *view) {
 // filled; under the waves' lock. What is computed from the cache after it was taken
 // goes in only if no generation moved meanwhile.
 func (w *Watcher) memo() *waveMemo {
-	now := generations{w.workloadsGeneration.Load(), w.sources.Generation(), w.waves.generation, w.namespacesGeneration.Load()}
+	now := generations{w.workloads.generation.Load(), w.sources.Generation(), w.waves.generation, w.workloads.namespaces.Load()}
 	if w.waves.memo.at != now || w.waves.memo.users == nil {
 		w.waves.memo = waveMemo{at: now, users: map[waveID][]*view{}, busy: map[waveID]time.Time{}}
 	}

@@ -35,16 +35,15 @@ func BenchmarkWaveWake(b *testing.B) {
 			client := fake.NewClientset(objects...)
 			w := &Watcher{
 				cfg:     Config{Key: key, Pacing: confighash.Pacing{WaveSize: 10}, WaveTimeout: time.Minute},
-				gate:    modes{"ns": confighash.ModeOptedIn},
 				sources: mustSources(b, client),
 				waves:   newWaves(),
 			}
-			if w.workloads, err = newWorkloadInformers(client, nil, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, toView, w.cfg.Log); err != nil {
+			if w.workloads, err = newWorkloads(client, nil, modes{"ns": confighash.ModeOptedIn}, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, confighash.Vocabulary{}, NoopRecorder{}, w.cfg.Log); err != nil {
 				b.Fatal(err)
 			}
 			go func() { _ = w.sources.Run(b.Context()) }()
-			w.workloads[confighash.Deployment.Kind].Run(b.Context())
-			if !cache.WaitForCacheSync(b.Context().Done(), w.sources.Synced, w.workloads[confighash.Deployment.Kind].HasSynced) {
+			w.workloads.byKind[confighash.Deployment.Kind].Run(b.Context())
+			if !cache.WaitForCacheSync(b.Context().Done(), w.sources.Synced, w.workloads.byKind[confighash.Deployment.Kind].HasSynced) {
 				b.Fatal("caches not synced")
 			}
 			type due struct {
@@ -52,7 +51,7 @@ func BenchmarkWaveWake(b *testing.B) {
 				d confighash.Decision
 			}
 			var waiting []due
-			for i, obj := range w.workloads[confighash.Deployment.Kind].List() {
+			for i, obj := range w.workloads.byKind[confighash.Deployment.Kind].List() {
 				v := obj.(*view)
 				d, err := w.decide(v, confighash.Pods{})
 				if err != nil || len(d.Held) == 0 {
@@ -65,7 +64,7 @@ func BenchmarkWaveWake(b *testing.B) {
 				waiting = append(waiting, due{v, d})
 			}
 			for b.Loop() {
-				w.workloadsGeneration.Add(1) // the status that woke them
+				w.workloads.generation.Add(1) // the status that woke them
 				for _, u := range waiting {
 					wv := w.waveOf(u.v, u.d)
 					w.waves.mu.Lock()

@@ -1,13 +1,18 @@
 package watcher
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
-	"slices"
-	"unique"
+	"maps"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,123 +24,47 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/sourcecache"
+	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/watches"
 )
 
-// view is what the watcher keeps of a workload: enough to find it from a source and to
-// check it has converged, never its pod template, and no more: the watcher keeps one
-// per workload of the cluster.
-type view struct {
-	Namespace, Name, ResourceVersion string
-	UID                              types.UID
-	// Deleting is set once the workload is being deleted.
-	Deleting bool
-	// Kind is one of the watcher's kinds, shared.
-	Kind *confighash.Kind
-	confighash.State
-	// Status is where its controller stands with its latest pod template.
-	Status confighash.RolloutStatus
-	// Selector selects its pods; "" for a kind whose pods a wave does not wait for.
-	// MaxUnavailable is how many of them its rollout takes down at once
-	// (maxUnavailableOf), the most a restart in place may.
-	// Replacing is set while its rollout replaces pods of an earlier template.
-	// Pods is how many pods the controller of its pod template runs (podsOf).
-	Selector             string
-	MaxUnavailable, Pods int
-	Replacing            bool
-	// NotPinned says why the webhook admitted it unpinned (AnnotationNotPinned).
-	NotPinned string
-	// Said is the status the watcher last wrote on it (AnnotationStatus), "" when
-	// none or over its bound.
-	Said string
-	// Of a Job: Owned when a controller, as a CronJob, made it; Finished once it
-	// completed or failed; RecreateFinished when it asks to be recreated even then.
-	Owned, Finished, RecreateFinished bool
-	// Of a CronJob: RunOnChange when it asks for a Job at once when its data
-	// changes; RunDue while that Job is to be started.
-	RunOnChange, RunDue bool
+// workloads are the watcher's port to the workloads: its informers of each kind, which
+// every capability reads, and its one write of a workload, a merge patch of
+// confighash.dev/ annotations and of the pod template's hash (the write set of
+// confighash-watcher-writes-annotations-only).
+type workloads struct {
+	byKind  map[string]*watches.Informers
+	gate    namespaces.Gate
+	client  kubernetes.Interface
+	dynamic dynamic.Interface
+	toView  cache.TransformFunc
+	metrics Recorder
+	// kept reads a namespace again when its mode rises above one some of its objects
+	// were kept as their key alone under.
+	kept *keptKeys
+	// generation moves whenever an informer takes in an object, before it holds it,
+	// and when a relist swaps a store in; namespaces when a namespace's mode or pacing
+	// changes. Waves' memos hold while neither moves.
+	generation, namespaces atomic.Uint64
 }
 
-var (
-	_ runtime.Object            = (*view)(nil)
-	_ metav1.ObjectMetaAccessor = (*view)(nil)
-)
-
-func (v *view) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-// GetObjectMeta implements metav1.ObjectMetaAccessor, which the informers key and
-// index objects by; it is built when asked, not kept.
-func (v *view) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name, ResourceVersion: v.ResourceVersion, UID: v.UID}
-}
-
-// DeepCopyObject implements runtime.Object; views are never modified once built.
-func (v *view) DeepCopyObject() runtime.Object {
-	c := *v
-	return &c
-}
-
-// viewTransform returns the workload informers' transform, which reads annotations in
-// vocabulary.
-func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		o, ok := obj.(runtime.Object)
-		if !ok {
-			return obj, nil
-		}
-		if _, isView := o.(*view); isView {
-			return obj, nil
-		}
-		w, err := kinds.WorkloadOf(o)
-		if err != nil {
-			return obj, nil // a tombstone or an object we cannot read: left as is
-		}
-		meta, err := metaOf(o)
-		if err != nil {
-			return obj, nil
-		}
-		return &view{
-			Namespace:        unique.Make(w.Namespace).Value(),
-			Name:             w.Name,
-			ResourceVersion:  meta.GetResourceVersion(),
-			UID:              meta.GetUID(),
-			Deleting:         meta.GetDeletionTimestamp() != nil,
-			Kind:             &kinds[slices.IndexFunc(kinds, func(k confighash.Kind) bool { return k.GroupVersionKind == w.Kind.GroupVersionKind })],
-			State:            vocabulary.Read(w),
-			Status:           rolloutOf(o),
-			Selector:         selectorOf(o),
-			MaxUnavailable:   maxUnavailableOf(o),
-			Pods:             podsOf(o),
-			Replacing:        replacingPods(o),
-			NotPinned:        meta.GetAnnotations()[confighash.AnnotationNotPinned],
-			Said:             upTo(meta.GetAnnotations()[confighash.AnnotationStatus], confighash.MaxStatusBytes),
-			Owned:            metav1.GetControllerOfNoCopy(meta) != nil,
-			Finished:         finished(o),
-			RecreateFinished: meta.GetAnnotations()[confighash.AnnotationRecreateFinished] == "true",
-			RunOnChange:      meta.GetAnnotations()[confighash.AnnotationRunOnChange] == "true",
-			RunDue:           meta.GetAnnotations()[confighash.AnnotationRunDue] != "",
-		}, nil
+// newWorkloads opens the informers of each kind through the door: the built-in kinds
+// with their types, the others as unstructured objects, each only if the API server
+// serves it.
+func newWorkloads(client kubernetes.Interface, dyn dynamic.Interface, gate namespaces.Gate, door watches.Door, kinds confighash.Kinds, vocabulary confighash.Vocabulary, metrics Recorder, log zerolog.Logger) (*workloads, error) {
+	w := &workloads{gate: gate, client: client, dynamic: dyn, toView: viewTransform(vocabulary, kinds), metrics: metrics, kept: newKeptKeys(gate)}
+	kept := w.kept.transform(w.toView)
+	counted := func(obj any) (any, error) {
+		w.generation.Add(1)
+		return kept(obj)
 	}
+	var err error
+	w.byKind, err = workloadInformers(client, dyn, door, kinds, counted, log)
+	return w, err
 }
 
-func metaOf(o runtime.Object) (metav1.Object, error) {
-	m, ok := o.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("%T has no metadata", o)
-	}
-	return m, nil
-}
-
-// mayHold reports whether the workload's pods may hold the source's data, and its
-// revisions name its snapshots: it may use the source, or its record still holds it.
-func (v *view) mayHold(ref confighash.SourceRef) bool {
-	return v.MayUse(ref) || slices.ContainsFunc(v.Record, func(e confighash.RecordEntry) bool { return e.SourceRef == ref })
-}
-
-// newWorkloadInformers returns the informers of each kind, opened through the door: the built-in kinds with their types, the others as unstructured
-// objects, each only if the API server serves it.
-func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, door watches.Door, kinds confighash.Kinds, transform cache.TransformFunc, log zerolog.Logger) (map[string]*watches.Informers, error) {
+// workloadInformers returns the informers of each kind the API server serves.
+func workloadInformers(client kubernetes.Interface, dyn dynamic.Interface, door watches.Door, kinds confighash.Kinds, transform cache.TransformFunc, log zerolog.Logger) (map[string]*watches.Informers, error) {
 	// Indexed by namespace alone: a change of a source scans its namespace's workloads
 	// (State.MayUse). An index by source would keep a map per source used, several times what
 	// a view of a workload costs.
@@ -186,6 +115,236 @@ func newWorkloadInformers(client kubernetes.Interface, dyn dynamic.Interface, do
 	return informers, nil
 }
 
+// run starts the informers; each starts once the namespaces' modes are known: what
+// confighash does not act on is kept as its key alone.
+func (w *workloads) run(ctx context.Context) {
+	for _, in := range w.byKind {
+		in.Run(ctx)
+	}
+}
+
+func (w *workloads) synced() bool {
+	for _, in := range w.byKind {
+		if !in.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// watches reports whether the kind's informers run: the API server served it.
+func (w *workloads) watches(kind string) bool {
+	_, ok := w.byKind[kind]
+	return ok
+}
+
+// relisted counts a set of informers swapped in by a relist: a workload kind's moves
+// the workloads' generation, which the waves' memos hold on.
+func (w *workloads) relisted(set string) {
+	if w.watches(set) {
+		w.generation.Add(1)
+		w.metrics.Relisted()
+	}
+}
+
+// acts reports whether the watcher acts on the workload: confighash acts on it in its
+// namespace, it is not being deleted, and it is not a Job a controller made (a
+// CronJob's next one reads the new data).
+func (w *workloads) acts(v *view) bool {
+	_, acts := v.PolicyIn(w.gate.Mode(v.Namespace))
+	return acts && !v.Deleting && !v.Owned
+}
+
+// lookup returns the cached view of the workload, or nil.
+func (w *workloads) lookup(key workloadKey) *view {
+	in, ok := w.byKind[key.Kind]
+	if !ok {
+		return nil
+	}
+	inf := in.For(key.Namespace)
+	if inf == nil {
+		return nil
+	}
+	obj, exists, err := inf.GetStore().GetByKey(key.Namespace + "/" + key.Name)
+	v, isView := obj.(*view)
+	if err != nil || !exists || !isView {
+		return nil
+	}
+	return v
+}
+
+// all returns every workload confighash acts on.
+func (w *workloads) all() []*view {
+	var out []*view
+	for _, in := range w.byKind {
+		for _, obj := range in.List() {
+			if v, ok := obj.(*view); ok && w.acts(v) {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// views returns the views of the namespace, acted on or not.
+func (w *workloads) views(namespace string) []*view {
+	var out []*view
+	for _, in := range w.byKind {
+		inf := in.For(namespace)
+		if inf == nil {
+			continue
+		}
+		objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		for _, obj := range objs {
+			if v, ok := obj.(*view); ok {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// inNamespace returns the workloads confighash acts on in the namespace that match,
+// when match is given.
+func (w *workloads) inNamespace(namespace string, match func(*view) bool) []*view {
+	var out []*view
+	for _, v := range w.views(namespace) {
+		if (match == nil || match(v)) && w.acts(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// users returns the workloads confighash acts on that may use the source: those that
+// reference or name it, and those with a name pattern it matches.
+func (w *workloads) users(namespace string, ref confighash.SourceRef) []*view {
+	return w.inNamespace(namespace, func(v *view) bool { return v.MayUse(ref) })
+}
+
+// rolloutFor reads the rollouts of the workloads whose selectors select the pod: the
+// fewest pods down that any allows (1 when none says), whether any replaces pods, and
+// the one whose pod template made it.
+func (w *workloads) rolloutFor(p *podView) podRollout {
+	r := podRollout{maxUnavailable: unknownUnavailable}
+	for _, v := range w.views(p.Namespace) {
+		if v.Selector == "" {
+			continue
+		}
+		if sel, err := labels.Parse(v.Selector); err != nil || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		r.replacing = r.replacing || v.Replacing
+		if v.Pods != unknownPods && made(v, p) {
+			r.owner = v
+		}
+		if v.MaxUnavailable != unknownUnavailable && (r.maxUnavailable == unknownUnavailable || v.MaxUnavailable < r.maxUnavailable) {
+			r.maxUnavailable = v.MaxUnavailable
+		}
+	}
+	if r.maxUnavailable == unknownUnavailable {
+		r.maxUnavailable = 1
+	}
+	return r
+}
+
+// podRollout is what the rollout of the workload that selects a pod says of its
+// restarts in place: how many of its controller's pods may be down at once, whether
+// the rollout replaces them anyway, and the workload whose pod template made the pod,
+// where its status counts that controller's pods (nil elsewhere).
+type podRollout struct {
+	maxUnavailable int
+	replacing      bool
+	owner          *view
+}
+
+// made reports whether the workload's pod template made the pod: its controller is
+// the workload, or, for a Deployment, the ReplicaSet it names after that template's
+// hash, which the pod is labelled with.
+func made(v *view, p *podView) bool {
+	return p.Group == v.UID || v.Kind.Kind == confighash.Deployment.Kind &&
+		p.Owner == "ReplicaSet/"+v.Name+"-"+p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+}
+
+// touch patches the trigger annotation, and the others given, on the workload's
+// metadata, so the API server admits it again through the webhook, and returns the
+// admitted workload.
+func (w *workloads) touch(ctx context.Context, v *view, trig []confighash.Trigger, others map[string]any) (*view, error) {
+	annotations := map[string]any{confighash.AnnotationTrigger: confighash.FormatTriggers(trig)}
+	maps.Copy(annotations, others)
+	return w.patch(ctx, v, annotationsPatch(annotations))
+}
+
+// patch writes a merge patch of the workload and returns it as admitted; nil when it
+// was deleted meanwhile.
+func (w *workloads) patch(ctx context.Context, v *view, patch map[string]any) (*view, error) {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.PatchOptions{FieldManager: FieldManager}
+	var obj runtime.Object
+	switch v.Kind.Kind {
+	case confighash.Deployment.Kind:
+		obj, err = w.client.AppsV1().Deployments(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.StatefulSet.Kind:
+		obj, err = w.client.AppsV1().StatefulSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.DaemonSet.Kind:
+		obj, err = w.client.AppsV1().DaemonSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	case confighash.CronJob.Kind:
+		obj, err = w.client.BatchV1().CronJobs(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	default:
+		obj, err = w.resource(v).Patch(ctx, v.Name, types.MergePatchType, body, opts)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil // deleted meanwhile: nothing to converge
+	}
+	if err != nil {
+		return nil, fmt.Errorf("patch %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	admitted, err := w.toView(obj)
+	if err != nil {
+		return nil, err
+	}
+	av, ok := admitted.(*view)
+	if !ok {
+		return nil, fmt.Errorf("patch %s %s/%s: unreadable response", v.Kind.Kind, v.Namespace, v.Name)
+	}
+	return av, nil
+}
+
+// resource is the client of a workload of a kind without Go types.
+func (w *workloads) resource(v *view) dynamic.ResourceInterface {
+	return w.dynamic.Resource(v.Kind.GroupVersion().WithResource(v.Kind.Resource)).Namespace(v.Namespace)
+}
+
+func annotationPatch(name string, value any) map[string]any {
+	return annotationsPatch(map[string]any{name: value})
+}
+
+// annotationsPatch is a merge patch of these annotations of the metadata; a nil
+// value removes one.
+func annotationsPatch(annotations map[string]any) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": annotations}}
+}
+
+// hashPatch is a merge patch of the hash on a workload's pod template, nested along
+// its kind's template path, and of metadata on the workload's own.
+func hashPatch(kind *confighash.Kind, hash string, metadata map[string]any) map[string]any {
+	nested := map[string]any{"metadata": map[string]any{"annotations": map[string]any{confighash.AnnotationHash: hash}}}
+	for i := len(kind.TemplatePath) - 1; i >= 1; i-- {
+		nested = map[string]any{kind.TemplatePath[i]: nested}
+	}
+	return map[string]any{"metadata": metadata, kind.TemplatePath[0]: nested}
+}
+
+func objectRef(v *view) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: v.Kind.Kind, APIVersion: v.Kind.GroupVersion().String(),
+		Namespace: v.Namespace, Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion,
+	}
+}
+
 // Served reports whether the API server serves the resource, as a CRD is once
 // installed. The group not being served is not an error.
 func Served(client kubernetes.Interface, gvr schema.GroupVersionResource) (bool, error) {
@@ -202,28 +361,4 @@ func Served(client kubernetes.Interface, gvr schema.GroupVersionResource) (bool,
 		}
 	}
 	return false, nil
-}
-
-// upTo returns text, or "" when it is longer than limit: anyone who may annotate a
-// workload writes what the watcher keeps of it.
-func upTo(text string, limit int) string {
-	if len(text) > limit {
-		return ""
-	}
-	return text
-}
-
-// Unwatched returns the resources the watcher would cache, of workloads or of the
-// CSI driver's pod statuses, that the API server did not serve when it was created.
-func (w *Watcher) Unwatched() []schema.GroupVersionResource {
-	var missing []schema.GroupVersionResource
-	for _, k := range w.cfg.Kinds {
-		if _, ok := w.workloads[k.Kind]; !ok {
-			missing = append(missing, k.GroupVersion().WithResource(k.Resource))
-		}
-	}
-	if w.cfg.Vocabulary.CSI && !w.csi {
-		missing = append(missing, sourcecache.PodStatuses)
-	}
-	return missing
 }
