@@ -90,7 +90,7 @@ func TestAPodNoRestartReachesRollsItsWorkloadInstead(t *testing.T) {
 				patch:     w.workloads.patch,
 			}
 			events := &record.FakeRecorder{Events: make(chan string, 10), IncludeObject: true}
-			r, err := newRestarts(client, door, confighash.Vocabulary{}, rules, 0, time.Minute, 0, events, NoopRecorder{}, zerolog.Nop())
+			r, err := newRestarts(client, door, confighash.Vocabulary{}, rules, 0, time.Minute, 0, newReporter(events, nil, nil, zerolog.Nop()), NoopRecorder{}, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}

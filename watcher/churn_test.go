@@ -55,7 +55,7 @@ func TestWhatIsKeptOfAGroupRestartedInPlaceGoesWithIt(t *testing.T) {
 		covered:   func(string) bool { return true },
 		rollout:   func(*podView) podRollout { return podRollout{maxUnavailable: 1} },
 	}
-	r, err := newRestarts(client, watches.Door{Gate: modes{}}, confighash.Vocabulary{}, rules, 0, time.Minute, 0, record.NewFakeRecorder(1000), NoopRecorder{}, zerolog.Nop())
+	r, err := newRestarts(client, watches.Door{Gate: modes{}}, confighash.Vocabulary{}, rules, 0, time.Minute, 0, newReporter(record.NewFakeRecorder(1000), nil, nil, zerolog.Nop()), NoopRecorder{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

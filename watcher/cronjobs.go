@@ -77,7 +77,7 @@ func (w *Watcher) startRun(ctx context.Context, v *view) error {
 	}
 	if started {
 		w.cfg.Metrics.Touch(TouchStarted)
-		w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Started", "started Job "+job.Name+" with the new data")
+		w.report.Event(objectRef(v), corev1.EventTypeNormal, "Started", "started Job "+job.Name+" with the new data")
 	}
 	return nil
 }

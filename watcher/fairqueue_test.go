@@ -67,7 +67,7 @@ func TestFairQueueUnderTheWorkqueue(t *testing.T) {
 // pods are restarted in place hold another namespace's restarts behind at most one of
 // theirs, as the workloads' queue does.
 func TestRestartsTakeNamespacesInTurn(t *testing.T) {
-	r, err := newRestarts(fake.NewClientset(), watches.Door{Gate: modes{}}, confighash.Vocabulary{}, podRules{}, 0, time.Minute, 0, record.NewFakeRecorder(1), NoopRecorder{}, zerolog.Nop())
+	r, err := newRestarts(fake.NewClientset(), watches.Door{Gate: modes{}}, confighash.Vocabulary{}, podRules{}, 0, time.Minute, 0, newReporter(record.NewFakeRecorder(1), nil, nil, zerolog.Nop()), NoopRecorder{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

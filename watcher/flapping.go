@@ -261,16 +261,16 @@ func (w *Watcher) heldByFlapping(ctx context.Context, key workloadKey, v *view, 
 		if news {
 			w.cfg.Log.Warn().Str("namespace", src.namespace).Stringer("source", src.ref).Strs("writers", h.writers).Int("changes", h.changes).
 				Msg("a source keeps changing: its users are held at their current revision")
-			w.cfg.Events.Event(h.object(src), corev1.EventTypeWarning, "Flapping", fmt.Sprintf(
+			w.report.Event(h.object(src), corev1.EventTypeWarning, "Flapping", fmt.Sprintf(
 				"changed %d times within %s, written by %s: the workloads that use it are held at their current revision until it has not changed for %s (or confighash resume)",
 				h.changes, w.flapping.window, h, w.flapping.quiet))
 		}
 	}
 	said := strings.Join(says, "; ")
 	if w.hold(key, heldFlapping, said) {
-		w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
+		w.report.Event(objectRef(v), corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
 			"held at its current revision: %s; it rolls once, with the latest data, when no change has come for %s (or confighash resume)", said, w.flapping.quiet))
-		w.alert(alert.Held, v, due, said)
+		w.report.alert(alert.Held, v, due, said)
 	}
 	w.queue.AddAfter(key, until.Sub(now))
 	return true

@@ -154,16 +154,16 @@ func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) erro
 		if err := w.mark(ctx, u, confighash.AnnotationHeld, confighash.Marker{Change: change, Hash: h.due[i]}, summary); err != nil {
 			return err
 		}
-		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
+		w.report.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
 	}
 	for i, u := range h.failed {
 		if err := w.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}, summary); err != nil {
 			return err
 		}
-		w.cfg.Events.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
+		w.report.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
 	}
 	for _, u := range h.failed {
-		w.alert(alert.Halted, u, []confighash.Trigger{change}, summary)
+		w.report.alert(alert.Halted, u, []confighash.Trigger{change}, summary)
 	}
 	w.cfg.Metrics.Halted()
 	return nil

@@ -39,7 +39,7 @@ func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confi
 		return nil
 	case v.Finished && !v.RecreateFinished && !w.cfg.RecreateFinishedJobs:
 		if w.tracking.warnOnce(key, v.ResourceVersion) {
-			w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "NotRecreated",
+			w.report.Event(objectRef(v), corev1.EventTypeNormal, "NotRecreated",
 				confighash.ChangedData(v.Record, d.Record)+"; the Job has finished, so it is left as it is (annotate it "+confighash.AnnotationRecreateFinished+`: "true" to recreate it)`)
 		}
 		w.forget(key)
@@ -97,8 +97,8 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 	if err := w.carryOut(ctx, key, created); err != nil {
 		return err
 	}
-	w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Recreated", "recreated: "+confighash.ChangedData(v.Record, d.Record))
-	w.alert(alert.Rolled, v, trig, "")
+	w.report.Event(objectRef(v), corev1.EventTypeNormal, "Recreated", "recreated: "+confighash.ChangedData(v.Record, d.Record))
+	w.report.alert(alert.Rolled, v, trig, "")
 	w.recordLatency(key)
 	return nil
 }
@@ -123,7 +123,7 @@ func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
 	if err := w.replace(ctx, key, rec, job); err != nil {
 		return err
 	}
-	w.cfg.Events.Event(jobRef(key, ""), corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
+	w.report.Event(jobRef(key, ""), corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
 	return nil
 }
 
@@ -192,7 +192,7 @@ func (w *Watcher) refused(ctx context.Context, key workloadKey, replaces types.U
 	w.recreations.giveUp(key, replaces, hash)
 	w.cfg.Metrics.Touch(TouchGivenUp)
 	w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Int("attempts", recreationAttempts).Msg("recreation of a Job given up")
-	w.cfg.Events.Event(jobRef(key, replaces), corev1.EventTypeWarning, "RecreationFailed", fmt.Sprintf("the recreation was refused %d times and is given up: %v", recreationAttempts, err))
+	w.report.Event(jobRef(key, replaces), corev1.EventTypeWarning, "RecreationFailed", fmt.Sprintf("the recreation was refused %d times and is given up: %v", recreationAttempts, err))
 	return nil
 }
 
@@ -219,7 +219,7 @@ func (w *Watcher) dropStale(ctx context.Context, key workloadKey, rec *corev1.Se
 		return fmt.Errorf("delete the stale record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
 	}
 	w.recreations.finished(key)
-	w.cfg.Events.Event(jobRef(key, ""), corev1.EventTypeWarning, "StaleRecord",
+	w.report.Event(jobRef(key, ""), corev1.EventTypeWarning, "StaleRecord",
 		fmt.Sprintf("a record of a recreation of this Job was %v; no Job was made from it, and it was deleted", stale))
 	return nil
 }

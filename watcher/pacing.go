@@ -36,9 +36,9 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 			}
 			w.waves.mu.Unlock()
 			if w.hold(key, heldWindow, d.Release) {
-				w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held",
+				w.report.Event(objectRef(v), corev1.EventTypeNormal, "Held",
 					fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, at.UTC().Format(time.RFC3339)))
-				if err := w.tell(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at,
+				if err := w.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at,
 					Why: fmt.Sprintf("%s: outside its rollout window (%s)", changedList(d.Held), d.Pacing.Windows)}); err != nil {
 					return err
 				}
@@ -185,8 +185,8 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 	ws.mu.Unlock()
 	if !granted && w.hold(key, heldWave, d.Release) {
 		why := fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users))
-		w.cfg.Events.Event(objectRef(v), corev1.EventTypeNormal, "Held", why)
-		return false, w.tell(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})
+		w.report.Event(objectRef(v), corev1.EventTypeNormal, "Held", why)
+		return false, w.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})
 	}
 	return granted, nil
 }

@@ -13,7 +13,6 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/confighash/confighash"
@@ -36,7 +35,7 @@ type restarts struct {
 	// quiet is how long after a change its pods wait, so that changes made together
 	// restart them once; timeout, how long a restarted pod may take to be Ready.
 	quiet, timeout time.Duration
-	events         record.EventRecorder
+	report         *reporter
 	metrics        Recorder
 	log            zerolog.Logger
 
@@ -77,13 +76,13 @@ func newRestartsOf(w *Watcher, door watches.Door) (*restarts, error) {
 			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
 	}
 	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, rollout: w.workloads.rolloutFor, patch: w.workloads.patch}
-	return newRestarts(w.cfg.Client, door, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.cfg.Events, w.cfg.Metrics, w.cfg.Log)
+	return newRestarts(w.cfg.Client, door, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.report, w.cfg.Metrics, w.cfg.Log)
 }
 
 // newRestarts watches the pods labelled for restart in place in the namespaces.
 func newRestarts(client kubernetes.Interface, door watches.Door, vocabulary confighash.Vocabulary, rules podRules,
-	quiet, timeout time.Duration, maxRolling int, events record.EventRecorder, metrics Recorder, log zerolog.Logger) (*restarts, error) {
-	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, events: events, metrics: metrics, log: log,
+	quiet, timeout time.Duration, maxRolling int, report *reporter, metrics Recorder, log zerolog.Logger) (*restarts, error) {
+	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, report: report, metrics: metrics, log: log,
 		told: map[told]string{}, reloads: reloadWaits{}, slots: newRestartSlots(maxRolling),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[podGroup]{Name: "confighash-restarts",
@@ -195,11 +194,11 @@ func (r *restarts) restart(ctx context.Context, p *podView, token string) error 
 	if p.Reloads {
 		r.metrics.RestartedInPlace(confighash.RestartReload)
 		r.reloads.asked(p, token, time.Now())
-		r.events.Eventf(p.ref(), corev1.EventTypeNormal, "Reloaded", "its app reloads its files, once the kubelet swapped them, for a change of the data they hold (restart token %s)", token)
+		r.report.Eventf(p.ref(), corev1.EventTypeNormal, "Reloaded", "its app reloads its files, once the kubelet swapped them, for a change of the data they hold (restart token %s)", token)
 		return nil
 	}
 	r.metrics.RestartedInPlace(confighash.RestartInPlace)
-	r.events.Eventf(p.ref(), corev1.EventTypeNormal, "RestartedInPlace", "its containers restart in place for a change of the data they use (restart token %s)", token)
+	r.report.Eventf(p.ref(), corev1.EventTypeNormal, "RestartedInPlace", "its containers restart in place for a change of the data they use (restart token %s)", token)
 	return nil
 }
 
@@ -234,7 +233,7 @@ func (r *restarts) tell(g podGroup, on *corev1.ObjectReference, token, eventType
 	seen := r.told[key] == token
 	r.told[key] = token
 	if !seen {
-		r.events.Event(on, eventType, reason, message)
+		r.report.Event(on, eventType, reason, message)
 	}
 	return !seen
 }

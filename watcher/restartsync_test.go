@@ -58,7 +58,7 @@ func TestAControllerHeldTakesNoPlaceInItsWave(t *testing.T) {
 			return podRollout{maxUnavailable: 1}
 		},
 	}
-	r, err := newRestarts(client, watches.Door{Namespaces: []string{"shop"}, Gate: modes{}}, confighash.Vocabulary{}, rules, 0, time.Minute, 0, record.NewFakeRecorder(100), NoopRecorder{}, zerolog.Nop())
+	r, err := newRestarts(client, watches.Door{Namespaces: []string{"shop"}, Gate: modes{}}, confighash.Vocabulary{}, rules, 0, time.Minute, 0, newReporter(record.NewFakeRecorder(100), nil, nil, zerolog.Nop()), NoopRecorder{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestForgedPodFieldsHoldNoSlot(t *testing.T) {
 		rollout:   func(*podView) podRollout { return podRollout{maxUnavailable: 1} },
 	}
 	const timeout = 300 * time.Millisecond
-	r, err := newRestarts(client, watches.Door{Gate: modes{}}, confighash.Vocabulary{}, rules, 0, timeout, 1, record.NewFakeRecorder(100), NoopRecorder{}, zerolog.Nop())
+	r, err := newRestarts(client, watches.Door{Gate: modes{}}, confighash.Vocabulary{}, rules, 0, timeout, 1, newReporter(record.NewFakeRecorder(100), nil, nil, zerolog.Nop()), NoopRecorder{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

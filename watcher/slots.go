@@ -90,7 +90,7 @@ func (w *Watcher) pendingTooLong(v *view, since time.Time) {
 		return
 	}
 	w.cfg.Metrics.PendingTooLong()
-	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "PendingTooLong",
+	w.report.Event(objectRef(v), corev1.EventTypeWarning, "PendingTooLong",
 		fmt.Sprintf("pods of its new template Pending for more than %v: its place among the --max-rolling workloads goes to others; its wave waits for it until --wave-timeout", w.cfg.PendingTimeout))
 }
 

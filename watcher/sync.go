@@ -51,7 +51,7 @@ func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, er
 func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {
 	// Each bad value is ignored on its own, as the webhook ignores it.
 	pacing, err := w.workloads.gate.Pacing(v.Namespace)
-	w.settings.tell(namespaceRef(v.Namespace), errText(err))
+	w.report.badSetting(namespaceRef(v.Namespace), errText(err))
 	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.workloads.gate.Mode(v.Namespace), Pods: pods,
 		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes, Touched: w.later.of(v), InPlace: w.cfg.InPlace}, cachedSources{w.sources, v.Namespace})
 }
@@ -105,7 +105,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	case overBound(err):
 		w.tracking.unreached(key) // the warning stays sent for this version
 		// Not retried: annotations too large for the API server may refuse it too.
-		if err := w.tell(ctx, v, confighash.Status{Act: confighash.ActNotHashed, Why: "its hash is left as it is: " + err.Error()}); err != nil {
+		if err := w.report.status(ctx, v, confighash.Status{Act: confighash.ActNotHashed, Why: "its hash is left as it is: " + err.Error()}); err != nil {
 			w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Msg("could not write the workload's status")
 		}
 		return nil
@@ -142,7 +142,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error {
 	w.unhold(key)
 	w.recordLatency(key)
-	if err := w.unsay(ctx, v); err != nil {
+	if err := w.report.unsay(ctx, v); err != nil {
 		return err
 	}
 	// One no longer pinned lets go of the snapshots it owned.
@@ -203,15 +203,15 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 	switch {
 	case admitted.Hash != v.Hash:
 		w.cfg.Metrics.Touch(TouchConverged)
-		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+confighash.ChangedData(v.Record, d.Record)+" (touched for "+confighash.FormatTriggers(trig)+")")
-		w.alert(alert.Rolled, v, trig, "")
+		w.report.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+confighash.ChangedData(v.Record, d.Record)+" (touched for "+confighash.FormatTriggers(trig)+")")
+		w.report.alert(alert.Rolled, v, trig, "")
 	case v.Record == nil && v.Hash == "" && v.Adopted == "":
 		w.cfg.Metrics.Touch(TouchAdopted)
-		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "Adopted",
+		w.report.Event(ref, corev1.EventTypeNormal, "Adopted",
 			fmt.Sprintf("its pods already have the current data of its %d sources: recorded without a rollout", len(d.Record)))
 	case len(counted) > 0:
 		w.cfg.Metrics.Touch(TouchAdopted)
-		w.cfg.Events.Event(ref, corev1.EventTypeNormal, "Counted",
+		w.report.Event(ref, corev1.EventTypeNormal, "Counted",
 			fmt.Sprintf("%s started to count, and its pods already have the data: recorded without a rollout", confighash.ListRefs(counted)))
 	default:
 		w.cfg.Metrics.Touch(TouchConverged)
@@ -255,10 +255,10 @@ func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error, roll
 		return
 	}
 	if rollsInstead != "" {
-		w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, ReasonRollsInstead, confighash.AnnotationRestart+": "+rollsInstead)
+		w.report.Event(objectRef(v), corev1.EventTypeWarning, ReasonRollsInstead, confighash.AnnotationRestart+": "+rollsInstead)
 	}
 	if v.NotPinned != "" {
-		w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "NotPinned", "admitted unpinned: "+v.NotPinned)
+		w.report.Event(objectRef(v), corev1.EventTypeWarning, "NotPinned", "admitted unpinned: "+v.NotPinned)
 	}
 	if len(v.Problems) == 0 && !tooMany {
 		return
@@ -270,7 +270,7 @@ func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error, roll
 	if tooMany {
 		msgs = append(msgs, "not hashed: "+err.Error())
 	}
-	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "BadAnnotation", strings.Join(msgs, "; "))
+	w.report.Event(objectRef(v), corev1.EventTypeWarning, "BadAnnotation", strings.Join(msgs, "; "))
 }
 
 // recordLatency records the convergence latency of a workload a change reached.
@@ -338,12 +338,28 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	trig := triggers(v, want, w.sources)
 	if _, err := w.workloads.patch(ctx, v, patch); err != nil {
 		w.cfg.Metrics.Touch(TouchError)
-		w.alert(alert.Failed, v, trig, "the webhook did not write the hash, and the watcher could not either: "+err.Error())
+		w.report.alert(alert.Failed, v, trig, "the webhook did not write the hash, and the watcher could not either: "+err.Error())
 		return err
 	}
 	w.cfg.Metrics.Touch(TouchHealed)
-	w.cfg.Events.Event(objectRef(v), corev1.EventTypeWarning, "Healed", healed.Why)
-	w.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
+	w.report.Event(objectRef(v), corev1.EventTypeWarning, "Healed", healed.Why)
+	w.report.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.recordLatency(key)
 	return nil
+}
+
+// tellSources tells the sources a workload uses whose settings are bad.
+func (w *Watcher) tellSources(ns string, used []confighash.Observation) {
+	for _, o := range used {
+		if d, ok := w.sources.Lookup(ns, o.SourceRef); ok && o.Present {
+			w.report.badSetting(corev1.ObjectReference{Kind: string(o.Kind), APIVersion: "v1", Namespace: ns, Name: o.Name}, d.Source.Bad)
+		}
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

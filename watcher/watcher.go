@@ -140,7 +140,6 @@ func (c *Config) defaults() error {
 	if c.Events == nil {
 		c.Events = &record.FakeRecorder{}
 	}
-	c.Events = loggedEvents{c.Events, c.Log}
 	return nil
 }
 
@@ -171,10 +170,11 @@ type Watcher struct {
 	// recreations are the Jobs whose recreation may be under way.
 	recreations *recreations
 	// flapping holds the users of sources that keep changing; later, what changed for
-	// workloads a later release recorded; settings, which objects were told bad settings.
+	// workloads a later release recorded.
 	flapping *flapBreaker
 	later    *laterRecords
-	settings *badSettings
+	// report tells what the watcher did.
+	report *reporter
 	// relists read a namespace again when its mode rises above one some of its
 	// workloads were kept as their key alone under.
 	relists *watches.Relists
@@ -217,7 +217,6 @@ func New(cfg Config) (*Watcher, error) {
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
 		waves:         newWaves(),
-		settings:      newBadSettings(cfg.Events),
 		written:       newDataWrites(),
 		recreations:   newRecreations(),
 		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
@@ -248,6 +247,7 @@ func New(cfg Config) (*Watcher, error) {
 	if w.workloads, err = newWorkloads(cfg.Client, cfg.Dynamic, gate, door, cfg.Kinds, cfg.Vocabulary, cfg.Metrics, cfg.Log); err != nil {
 		return nil, err
 	}
+	w.report = newReporter(cfg.Events, cfg.Alerts, w.workloads, cfg.Log)
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
 		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false) },

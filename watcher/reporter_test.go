@@ -14,10 +14,10 @@ import (
 // problems once, not at every decision that reads them; fixed and broken again, again.
 func TestBadSettingsAreToldOncePerSetOfProblems(t *testing.T) {
 	events := record.NewFakeRecorder(10)
-	b := newBadSettings(events)
+	r := newReporter(events, nil, nil, zerolog.Nop())
 	ns := namespaceRef("shop")
 	for _, problems := range []string{"", `wave size "five"`, `wave size "five"`, `wave size "five"; pin "yes"`, "", "", `wave size "five"`} {
-		b.tell(ns, problems)
+		r.badSetting(ns, problems)
 	}
 	close(events.Events)
 	var got []string
@@ -32,7 +32,7 @@ func TestBadSettingsAreToldOncePerSetOfProblems(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("Events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if n := b.entries.Load(); n != 1 {
+	if n := r.settings.entries.Load(); n != 1 {
 		t.Errorf("%d objects remembered, want 1", n)
 	}
 }
@@ -41,12 +41,13 @@ func TestBadSettingsAreToldOncePerSetOfProblems(t *testing.T) {
 // info, a warning at warn, with the object.
 func TestEachEventIsALogLine(t *testing.T) {
 	var out bytes.Buffer
-	l := loggedEvents{record.NewFakeRecorder(2), zerolog.New(&out)}
+	l := newReporter(record.NewFakeRecorder(3), nil, nil, zerolog.New(&out))
 	ref := &corev1.ObjectReference{Kind: "Deployment", Namespace: "shop", Name: "web"}
 	l.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: ConfigMap/app changed (touched for ConfigMap/app@12)")
 	l.Event(ref, corev1.EventTypeWarning, "Healed", "the watcher wrote it")
+	l.Eventf(ref, corev1.EventTypeNormal, "RestartedInPlace", "its containers restart in place (restart token %s)", "v1:ab")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 ||
+	if len(lines) != 3 || !strings.Contains(lines[2], "restart token v1:ab") ||
 		!strings.Contains(lines[0], `"level":"info"`) || !strings.Contains(lines[0], `"name":"web"`) || !strings.Contains(lines[0], "ConfigMap/app@12") ||
 		!strings.Contains(lines[1], `"level":"warn"`) || !strings.Contains(lines[1], `"reason":"Healed"`) {
 		t.Fatalf("log:\n%s", out.String())

@@ -1,0 +1,177 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+)
+
+// Alerter hears of the workloads the watcher rolled, healed, or failed to heal. It
+// must not block.
+type Alerter interface {
+	Notify(alert.Event)
+}
+
+// reporter tells what the watcher did where the team that owns a workload looks: an
+// Event on the object, which is also a line of the watcher's log (at info, warn for a
+// warning); the workload's status (confighash.AnnotationStatus), which anyone who may
+// read the workload reads; and an alert. Every capability reports through it.
+type reporter struct {
+	events    record.EventRecorder
+	log       zerolog.Logger
+	alerts    Alerter // nil: no one
+	workloads *workloads
+	settings  *badSettings
+}
+
+func newReporter(events record.EventRecorder, alerts Alerter, workloads *workloads, log zerolog.Logger) *reporter {
+	return &reporter{events: events, log: log, alerts: alerts, workloads: workloads, settings: newBadSettings()}
+}
+
+// Event sends the Event and logs it.
+func (r *reporter) Event(on runtime.Object, eventType, reason, message string) {
+	r.events.Event(on, eventType, reason, message)
+	e := r.log.Info()
+	if eventType == corev1.EventTypeWarning {
+		e = r.log.Warn()
+	}
+	if ref, ok := on.(*corev1.ObjectReference); ok {
+		e = e.Str("kind", ref.Kind).Str("namespace", ref.Namespace).Str("name", ref.Name)
+	}
+	e.Str("reason", reason).Msg(message)
+}
+
+func (r *reporter) Eventf(on runtime.Object, eventType, reason, format string, args ...any) {
+	r.Event(on, eventType, reason, fmt.Sprintf(format, args...))
+}
+
+// status writes the status on the workload unless it already tells the same. The
+// write is admitted as any: only a gated workload, or one the webhook leaves as it
+// is, may be told it is held, or the admission would roll it.
+func (r *reporter) status(ctx context.Context, v *view, s confighash.Status) error {
+	if said, err := confighash.ParseStatus(v.Said); err == nil && said.Same(s) {
+		return nil
+	}
+	s.At = time.Now()
+	_, err := r.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, s.Text()))
+	return err
+}
+
+// unsay removes a status that no longer holds from a workload that carries its
+// decision: a hold that ended without a rollout, a bound it is no longer over.
+func (r *reporter) unsay(ctx context.Context, v *view) error {
+	if s, err := confighash.ParseStatus(v.Said); err != nil || s.Act != confighash.ActHeld && s.Act != confighash.ActNotHashed {
+		return nil
+	}
+	_, err := r.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, nil))
+	return err
+}
+
+// alert tells the Alerter, if any, what happened to the workload and which source
+// changes caused it.
+func (r *reporter) alert(what alert.What, v *view, trig []confighash.Trigger, reason string) {
+	if r.alerts == nil {
+		return
+	}
+	sources := make([]alert.Object, len(trig))
+	for i, t := range trig {
+		sources[i] = alert.Object{Kind: string(t.Kind), Name: t.Name, ResourceVersion: t.ResourceVersion}
+	}
+	r.alerts.Notify(alert.Event{What: what, Namespace: v.Namespace, Workload: alert.Object{Kind: v.Kind.Kind, Name: v.Name}, Sources: sources, Reason: reason})
+}
+
+// badSetting tells the owner of a Namespace or a source that some of its confighash
+// settings are bad and ignored, the rest standing: a Warning Event on that object,
+// once for each new set of problems; "" forgets it. Workloads are told through their
+// own problems (BadAnnotation).
+func (r *reporter) badSetting(ref corev1.ObjectReference, problems string) {
+	if r.settings.news(ref, problems) {
+		r.Event(&ref, corev1.EventTypeWarning, "BadSetting", "ignored, the rest stands: "+problems)
+	}
+}
+
+// badSettings are, per object, the problems last told.
+type badSettings struct {
+	mu   sync.Mutex
+	told map[corev1.ObjectReference]string
+	// entries is the size of told, read without the lock on the path every decision
+	// takes.
+	entries atomic.Int64
+}
+
+func newBadSettings() *badSettings {
+	return &badSettings{told: map[corev1.ObjectReference]string{}}
+}
+
+// news keeps the object's problems and reports whether they are news to tell.
+func (b *badSettings) news(ref corev1.ObjectReference, problems string) bool {
+	if problems == "" && b.entries.Load() == 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	last, had := b.told[ref]
+	if problems == "" {
+		delete(b.told, ref)
+	} else {
+		b.told[ref] = problems
+	}
+	b.entries.Store(int64(len(b.told)))
+	return problems != "" && (!had || last != problems)
+}
+
+// namespaceRef names a Namespace for an Event kept in that namespace, where its
+// owner, who may not list events across the cluster, reads it.
+func namespaceRef(ns string) corev1.ObjectReference {
+	return corev1.ObjectReference{Kind: "Namespace", APIVersion: "v1", Name: ns, Namespace: ns}
+}
+
+// rolled is the status of a workload touched for a due change: the triggers, and when
+// its pause period ends, if it has one.
+func rolled(trig []confighash.Trigger, pause time.Duration) confighash.Status {
+	now := time.Now()
+	s := confighash.Status{Act: confighash.ActRolled, At: now, Why: confighash.FormatTriggers(trig) + " changed"}
+	if pause > 0 {
+		s.Until = now.Add(pause)
+		s.Why += "; further changes wait for its pause period"
+	}
+	return s
+}
+
+// withStatus adds the status to the annotations to write with a touch: one write, one
+// admission.
+func withStatus(others map[string]any, s confighash.Status) map[string]any {
+	if others == nil {
+		others = map[string]any{}
+	}
+	others[confighash.AnnotationStatus] = s.Text()
+	return others
+}
+
+// saidPauseEnd is when the pause period its status tells ends, zero when none is
+// under way: what a watcher that did not make the rollout knows of its pause. It ends
+// no later than a pause period from now, whoever wrote the status.
+func saidPauseEnd(v *view, now time.Time) time.Time {
+	pause := v.Policy.PausePeriod
+	if pause <= 0 || v.Said == "" {
+		return time.Time{}
+	}
+	s, err := confighash.ParseStatus(v.Said)
+	if err != nil || s.Act != confighash.ActRolled || !s.Until.After(now) {
+		return time.Time{}
+	}
+	if end := now.Add(pause); end.Before(s.Until) {
+		return end
+	}
+	return s.Until
+}
