@@ -19,14 +19,14 @@ import (
 // (rule 13, issue 52): a tenant's create and delete loop grew every replica without end.
 
 func TestWhatIsKeptOfAWorkloadGoesWithIt(t *testing.T) {
-	w := &Watcher{later: newLaterRecords(), tracking: newTracking(time.Second, time.Second), waves: newWaves()}
+	w := &Watcher{decider: &decider{later: newLaterRecords()}, tracking: newTracking(time.Second, time.Second), waves: newWaves()}
 	for i := range 10_000 {
 		v := &view{Namespace: "churn", Name: fmt.Sprintf("web-%d", i), Kind: &confighash.Deployment}
 		v.RecordErr = fmt.Errorf("record: %w", confighash.ErrLaterForm)
-		w.later.sourceChanged(v, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"})
+		w.decider.sourceChanged(v, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"})
 		w.forget(keyOf(v)) // its sync, once the informers saw it deleted
 	}
-	if n := len(w.later.changed); n != 0 {
+	if n := len(w.decider.later.changed); n != 0 {
 		t.Errorf("10,000 workloads with a later record made and deleted: %d kept", n)
 	}
 }

@@ -39,7 +39,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	}
 	users := w.workloads.users(d.Namespace(), d.Source.SourceRef)
 	for _, v := range users {
-		w.later.sourceChanged(v, d.Source.SourceRef)
+		w.decider.sourceChanged(v, d.Source.SourceRef)
 	}
 	if len(users) > 0 && prev != nil && w.flapping.changed(sourceIn{d.Namespace(), d.Source.SourceRef}, time.Now()) {
 		w.cfg.Metrics.Flapping()
@@ -109,7 +109,7 @@ func (w *Watcher) resync() {
 			if end := saidPauseEnd(v, now); !end.IsZero() {
 				w.tracking.pausedUntil(keyOf(v), end)
 			}
-			d, err := w.decide(v, confighash.Pods{})
+			d, err := w.decider.decide(v, confighash.Pods{})
 			drift := err != nil || !d.Converged || len(d.Held) > 0
 			// A pinned one is checked too: its snapshots' owners are known in memory
 			// only, and the garbage collector may have taken one meanwhile. So is a

@@ -65,7 +65,7 @@ func changedList(refs []confighash.SourceRef) string {
 func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
 	released := *v
 	released.Release = d.Release
-	due, err := w.decide(&released, confighash.Pods{})
+	due, err := w.decider.decide(&released, confighash.Pods{})
 	if err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (w *Watcher) stand(wv *wave, now time.Time) standing {
 // waveUser reads what confighash.Stand needs of a user of a wave; false when its
 // decision fails; under the waves' lock.
 func (w *Watcher) waveUser(u *view, now time.Time) (confighash.WaveUser, bool) {
-	d, err := w.decide(u, confighash.Pods{})
+	d, err := w.decider.decide(u, confighash.Pods{})
 	if err != nil {
 		return confighash.WaveUser{}, false
 	}

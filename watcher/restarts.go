@@ -70,12 +70,7 @@ const restartPoll = 5 * time.Second
 // newRestartsOf restarts the pods of the watcher's namespaces, with the tokens decided
 // from its caches as the webhook decides them.
 func newRestartsOf(w *Watcher, door watches.Door) (*restarts, error) {
-	restartOf := func(p *podView) (confighash.Restart, error) {
-		pacing, _ := w.workloads.gate.Pacing(p.Namespace) // told by the workloads' decisions
-		return confighash.RestartOf(confighash.Input{Key: w.cfg.Key, Namespace: p.Namespace, State: p.State, Mode: w.workloads.gate.Mode(p.Namespace),
-			Pacing: pacing.Over(w.cfg.Pacing)}, cachedSources{w.sources, p.Namespace})
-	}
-	rules := podRules{restartOf: restartOf, covered: w.sources.Covers, rollout: w.workloads.rolloutFor, patch: w.workloads.patch}
+	rules := podRules{restartOf: w.decider.restartOf, covered: w.sources.Covers, rollout: w.workloads.rolloutFor, patch: w.workloads.patch}
 	return newRestarts(w.cfg.Client, door, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.report, w.cfg.Metrics, w.cfg.Log)
 }
 

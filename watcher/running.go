@@ -35,7 +35,7 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 		return fmt.Errorf("find out what the pods of %s %s/%s hold: %w", v.Kind.Kind, v.Namespace, v.Name, err)
 	}
 	counted := d.Unproven
-	if d, err = w.decide(v, confighash.Pods{Proven: proven}); err != nil {
+	if d, err = w.decider.decide(v, confighash.Pods{Proven: proven}); err != nil {
 		return w.notDecided(key, v, err)
 	}
 	if d.Record == nil {

@@ -42,35 +42,6 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 
 func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
 
-// decide decides for the workload from the cache, as the webhook would under this
-// watcher, which reads the newest form.
-func (w *Watcher) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
-	return w.decideWriting(v, pods, confighash.FormNamespaced)
-}
-
-func (w *Watcher) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {
-	// Each bad value is ignored on its own, as the webhook ignores it.
-	pacing, err := w.workloads.gate.Pacing(v.Namespace)
-	w.report.badSetting(namespaceRef(v.Namespace), errText(err))
-	return confighash.Decide(confighash.Input{Key: w.cfg.Key, Namespace: v.Namespace, State: v.State, Mode: w.workloads.gate.Mode(v.Namespace), Pods: pods,
-		Pacing: pacing.Over(w.cfg.Pacing), Writes: writes, Touched: w.later.of(v), InPlace: w.cfg.InPlace}, cachedSources{w.sources, v.Namespace})
-}
-
-// carried reports whether the workload as admitted carries the decision made for it
-// before the touch, in the form the webhook wrote: one that reads the newer form
-// writes it at a due rollout, one of an earlier release or under a watcher of one
-// does not, and either converges the workload.
-func (w *Watcher) carried(d confighash.Decision, admitted *view) bool {
-	if d.Carried(admitted.State) {
-		return true
-	}
-	if admitted.Record == nil || admitted.RecordErr != nil || admitted.Form == d.Form {
-		return false
-	}
-	again, err := w.decideWriting(admitted, confighash.Pods{}, admitted.Form)
-	return err == nil && again.Converged
-}
-
 // errNotConverged means the touch was admitted without the webhook's hash: the
 // webhook failed open.
 var errNotConverged = errors.New("the webhook did not write the hash")
@@ -94,13 +65,13 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		}
 		return nil
 	}
-	d, err := w.decide(v, confighash.Pods{})
+	d, err := w.decider.decide(v, confighash.Pods{})
 	rollsInstead := d.RollsInstead
 	if d.Pacing.Pinned() {
 		rollsInstead = "" // its own pinning says why: explain reads its Event as the install's
 	}
 	w.warnAboutAnnotations(key, v, err, rollsInstead)
-	w.tellSources(v.Namespace, d.Observations)
+	w.decider.tellSources(v.Namespace, d.Observations)
 	switch {
 	case overBound(err):
 		w.tracking.unreached(key) // the warning stays sent for this version
@@ -194,7 +165,7 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 		w.tracking.deleted(key) // deleted meanwhile
 		return nil
 	}
-	if !w.carried(d, admitted) {
+	if !w.decider.carried(d, admitted) {
 		w.tracking.unpause(key)
 		w.cfg.Metrics.Touch(TouchNotConverged)
 		return errNotConverged
@@ -280,26 +251,6 @@ func (w *Watcher) recordLatency(key workloadKey) {
 	}
 }
 
-// cachedSources are the sources of one namespace as the watcher's cache holds them.
-type cachedSources struct {
-	cache     *sourcecache.Cache
-	namespace string
-}
-
-func (c cachedSources) Names(kind confighash.SourceKind) ([]string, error) {
-	return c.cache.Names(c.namespace, kind), nil
-}
-
-func (c cachedSources) Read(refs []confighash.SourceRef) (map[confighash.SourceRef]confighash.Source, error) {
-	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
-	for _, ref := range refs {
-		if d, ok := c.cache.Lookup(c.namespace, ref); ok {
-			out[ref] = d.Source
-		}
-	}
-	return out, nil
-}
-
 // triggers names the sources whose entry the workload has not recorded yet, at the
 // version the cache holds, so the webhook reads at least that version. When only
 // deletions drifted it names every existing source, so the touch still changes the
@@ -346,20 +297,4 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	w.report.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.recordLatency(key)
 	return nil
-}
-
-// tellSources tells the sources a workload uses whose settings are bad.
-func (w *Watcher) tellSources(ns string, used []confighash.Observation) {
-	for _, o := range used {
-		if d, ok := w.sources.Lookup(ns, o.SourceRef); ok && o.Present {
-			w.report.badSetting(corev1.ObjectReference{Kind: string(o.Kind), APIVersion: "v1", Namespace: ns, Name: o.Name}, d.Source.Bad)
-		}
-	}
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

@@ -169,10 +169,9 @@ type Watcher struct {
 	written  *dataWrites
 	// recreations are the Jobs whose recreation may be under way.
 	recreations *recreations
-	// flapping holds the users of sources that keep changing; later, what changed for
-	// workloads a later release recorded.
+	// flapping holds the users of sources that keep changing.
 	flapping *flapBreaker
-	later    *laterRecords
+	decider  *decider
 	// report tells what the watcher did.
 	report *reporter
 	// relists read a namespace again when its mode rises above one some of its
@@ -220,7 +219,6 @@ func New(cfg Config) (*Watcher, error) {
 		written:       newDataWrites(),
 		recreations:   newRecreations(),
 		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
-		later:         newLaterRecords(),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. What was kept as keys alone
@@ -248,6 +246,7 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w.report = newReporter(cfg.Events, cfg.Alerts, w.workloads, cfg.Log)
+	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
 		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false) },

@@ -144,7 +144,7 @@ func (w *Watcher) unhold(key workloadKey) {
 // forget drops all the watcher keeps of a workload it no longer acts on.
 func (w *Watcher) forget(key workloadKey) {
 	w.tracking.forget(key)
-	w.later.forget(key)
+	w.decider.forget(key)
 	w.unhold(key)
 	w.waves.mu.Lock()
 	w.endGrant(key)

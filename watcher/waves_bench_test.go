@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/watches"
@@ -38,9 +39,12 @@ func BenchmarkWaveWake(b *testing.B) {
 				sources: mustSources(b, client),
 				waves:   newWaves(),
 			}
-			if w.workloads, err = newWorkloads(client, nil, modes{"ns": confighash.ModeOptedIn}, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, confighash.Vocabulary{}, NoopRecorder{}, w.cfg.Log); err != nil {
+			gate := modes{"ns": confighash.ModeOptedIn}
+			if w.workloads, err = newWorkloads(client, nil, gate, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, confighash.Vocabulary{}, NoopRecorder{}, w.cfg.Log); err != nil {
 				b.Fatal(err)
 			}
+			w.report = newReporter(record.NewFakeRecorder(users), nil, w.workloads, w.cfg.Log)
+			w.decider = &decider{key: key, pacing: w.cfg.Pacing, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 			go func() { _ = w.sources.Run(b.Context()) }()
 			w.workloads.byKind[confighash.Deployment.Kind].Run(b.Context())
 			if !cache.WaitForCacheSync(b.Context().Done(), w.sources.Synced, w.workloads.byKind[confighash.Deployment.Kind].HasSynced) {
@@ -53,7 +57,7 @@ func BenchmarkWaveWake(b *testing.B) {
 			var waiting []due
 			for i, obj := range w.workloads.byKind[confighash.Deployment.Kind].List() {
 				v := obj.(*view)
-				d, err := w.decide(v, confighash.Pods{})
+				d, err := w.decider.decide(v, confighash.Pods{})
 				if err != nil || len(d.Held) == 0 {
 					b.Fatalf("%s: held %v, %v; want it due the ConfigMap", v.Name, d.Held, err)
 				}

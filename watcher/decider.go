@@ -1,0 +1,101 @@
+package watcher
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/namespaces"
+	"github.com/confighash/confighash/sourcecache"
+)
+
+// decider decides for a workload, or a pod restarted in place, from the watcher's
+// caches, as the webhook decides under this watcher: the one decision
+// (confighash.Decide) with the install's pacing and the namespace's, and what changed
+// since a later release wrote a workload's record. It tells bad settings it reads.
+type decider struct {
+	key     confighash.Key
+	pacing  confighash.Pacing
+	inPlace bool
+	gate    namespaces.Gate
+	sources *sourcecache.Cache
+	later   *laterRecords
+	report  *reporter
+}
+
+// decide decides for the workload from the cache, as the webhook would under this
+// watcher, which reads the newest form.
+func (d *decider) decide(v *view, pods confighash.Pods) (confighash.Decision, error) {
+	return d.decideWriting(v, pods, confighash.FormNamespaced)
+}
+
+func (d *decider) decideWriting(v *view, pods confighash.Pods, writes confighash.Form) (confighash.Decision, error) {
+	// Each bad value is ignored on its own, as the webhook ignores it.
+	pacing, err := d.gate.Pacing(v.Namespace)
+	d.report.badSetting(namespaceRef(v.Namespace), errText(err))
+	return confighash.Decide(confighash.Input{Key: d.key, Namespace: v.Namespace, State: v.State, Mode: d.gate.Mode(v.Namespace), Pods: pods,
+		Pacing: pacing.Over(d.pacing), Writes: writes, Touched: d.later.of(v), InPlace: d.inPlace}, cachedSources{d.sources, v.Namespace})
+}
+
+// carried reports whether the workload as admitted carries the decision made for it
+// before the touch, in the form the webhook wrote: one that reads the newer form
+// writes it at a due rollout, one of an earlier release or under a watcher of one
+// does not, and either converges the workload.
+func (d *decider) carried(dec confighash.Decision, admitted *view) bool {
+	if dec.Carried(admitted.State) {
+		return true
+	}
+	if admitted.Record == nil || admitted.RecordErr != nil || admitted.Form == dec.Form {
+		return false
+	}
+	again, err := d.decideWriting(admitted, confighash.Pods{}, admitted.Form)
+	return err == nil && again.Converged
+}
+
+// restartOf decides the restart token of a pod restarted in place.
+func (d *decider) restartOf(p *podView) (confighash.Restart, error) {
+	pacing, _ := d.gate.Pacing(p.Namespace) // told by the workloads' decisions
+	return confighash.RestartOf(confighash.Input{Key: d.key, Namespace: p.Namespace, State: p.State, Mode: d.gate.Mode(p.Namespace),
+		Pacing: pacing.Over(d.pacing)}, cachedSources{d.sources, p.Namespace})
+}
+
+// sourceChanged notes a change of a source the workload may use.
+func (d *decider) sourceChanged(v *view, ref confighash.SourceRef) { d.later.sourceChanged(v, ref) }
+
+// forget drops what is kept of a workload no longer acted on.
+func (d *decider) forget(key workloadKey) { d.later.forget(key) }
+
+// tellSources tells the sources a workload uses whose settings are bad.
+func (d *decider) tellSources(ns string, used []confighash.Observation) {
+	for _, o := range used {
+		if s, ok := d.sources.Lookup(ns, o.SourceRef); ok && o.Present {
+			d.report.badSetting(corev1.ObjectReference{Kind: string(o.Kind), APIVersion: "v1", Namespace: ns, Name: o.Name}, s.Source.Bad)
+		}
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// cachedSources are the sources of one namespace as the watcher's cache holds them.
+type cachedSources struct {
+	cache     *sourcecache.Cache
+	namespace string
+}
+
+func (c cachedSources) Names(kind confighash.SourceKind) ([]string, error) {
+	return c.cache.Names(c.namespace, kind), nil
+}
+
+func (c cachedSources) Read(refs []confighash.SourceRef) (map[confighash.SourceRef]confighash.Source, error) {
+	out := make(map[confighash.SourceRef]confighash.Source, len(refs))
+	for _, ref := range refs {
+		if d, ok := c.cache.Lookup(c.namespace, ref); ok {
+			out[ref] = d.Source
+		}
+	}
+	return out, nil
+}
