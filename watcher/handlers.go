@@ -26,7 +26,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 		return
 	}
 	prev, _ := old.(*sourcecache.Digested)
-	w.written.observe(prev, d)
+	w.proofs.observe(prev, d)
 	if prev != nil && prev.Source.Equal(d.Source) {
 		return // metadata only
 	}

@@ -99,7 +99,7 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 // Deployments and Rollouts, ControllerRevisions for StatefulSets and DaemonSets; none
 // for the other kinds, which keep no revisions.
 func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins, error) {
-	revs, err := w.revisions(ctx, v)
+	revs, err := w.revisions.of(ctx, v)
 	if err != nil {
 		return nil, err
 	}

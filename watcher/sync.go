@@ -298,3 +298,43 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 	w.recordLatency(key)
 	return nil
 }
+
+// record writes the record of a workload whose sources started to count, from what its
+// running pods hold: without a rollout where they hold the current data, rolled once
+// otherwise; a workload met for the first time is adopted or rolled. The webhook
+// writes the hash from the record at the admission of this write.
+func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	proven, err := w.proofs.proven(ctx, v, d.Observations)
+	if err != nil {
+		return fmt.Errorf("find out what the pods of %s %s/%s hold: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	counted := d.Unproven
+	if d, err = w.decider.decide(v, confighash.Pods{Proven: proven}); err != nil {
+		return w.notDecided(key, v, err)
+	}
+	if d.Record == nil {
+		return fmt.Errorf("%s %s/%s: sources still unproven: %v", v.Kind.Kind, v.Namespace, v.Name, d.Unproven)
+	}
+	if d.Hash != v.Hash {
+		w.tracking.pause(key, d.Policy.PausePeriod)
+		counted = nil
+	}
+	var adopted any // removed unless adopted
+	if d.Adopted != "" {
+		adopted = d.Adopted
+	}
+	trig := triggers(v, d.Record, w.sources)
+	said := confighash.Status{Act: confighash.ActAdopted, At: time.Now(),
+		Why: fmt.Sprintf("its pods already hold the current data of its %d sources: recorded without a rollout", len(d.Record))}
+	switch {
+	case len(counted) > 0:
+		said.Why = confighash.ListRefs(counted) + " started to count, and its pods already hold the data: recorded without a rollout"
+	case d.Hash != v.Hash:
+		said = rolled(trig, d.Policy.PausePeriod)
+	}
+	admitted, err := w.workloads.patch(ctx, v, annotationsPatch(map[string]any{
+		confighash.AnnotationSources: d.Record.Text(d.Form), confighash.AnnotationAdopted: adopted,
+		confighash.AnnotationTrigger: confighash.FormatTriggers(trig), confighash.AnnotationStatus: said.Text(),
+	}))
+	return w.verify(key, v, d, trig, counted, admitted, err)
+}

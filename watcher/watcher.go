@@ -166,7 +166,9 @@ type Watcher struct {
 	// the waves under way.
 	tracking *tracking
 	waves    *waves
-	written  *dataWrites
+	// proofs find out what running pods hold; revisions reads a workload's revisions.
+	proofs    *proofs
+	revisions *revisionReader
 	// recreations are the Jobs whose recreation may be under way.
 	recreations *recreations
 	// flapping holds the users of sources that keep changing.
@@ -216,7 +218,6 @@ func New(cfg Config) (*Watcher, error) {
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
 		waves:         newWaves(),
-		written:       newDataWrites(),
 		recreations:   newRecreations(),
 		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 	}
@@ -246,6 +247,8 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w.report = newReporter(cfg.Events, cfg.Alerts, w.workloads, cfg.Log)
+	w.revisions = &revisionReader{client: cfg.Client, workloads: w.workloads, reads: cfg.Reads}
+	w.proofs = &proofs{sources: w.sources, written: newDataWrites(), revisions: w.revisions, reads: cfg.Reads}
 	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
