@@ -80,7 +80,7 @@ func TestAPodNoRestartReachesRollsItsWorkloadInstead(t *testing.T) {
 			door := watches.Door{Gate: gate}
 			w := &Watcher{cfg: Config{Client: client}}
 			var err error
-			if w.workloads, err = newWorkloads(client, nil, gate, door, confighash.Builtin, confighash.Vocabulary{}, NoopRecorder{}, zerolog.Nop()); err != nil {
+			if w.workloads, err = newWorkloads(client, nil, nil, gate, door, confighash.Builtin, confighash.Vocabulary{}, NoopRecorder{}, zerolog.Nop()); err != nil {
 				t.Fatal(err)
 			}
 			rules := podRules{

@@ -16,8 +16,8 @@ import (
 // runMark is the mark the touch that rolls a CronJob that runs on change writes, so
 // that its Job is started once the touch is admitted, and also after a restart: the
 // hash the run is for.
-func (w *Watcher) runMark(v *view, d confighash.Decision) map[string]any {
-	if v.Kind.Kind != confighash.CronJob.Kind || d.Hash == v.Hash || !v.RunOnChange && !w.cfg.RunCronJobsOnChange {
+func (j *jobs) runMark(v *view, d confighash.Decision) map[string]any {
+	if v.Kind.Kind != confighash.CronJob.Kind || d.Hash == v.Hash || !v.RunOnChange && !j.runOnChange {
 		return nil
 	}
 	return map[string]any{confighash.AnnotationRunDue: d.Hash}
@@ -27,17 +27,17 @@ func (w *Watcher) runMark(v *view, d confighash.Decision) map[string]any {
 // it can write one, so it does only where the CronJob runs on change, and for the data
 // its template now carries (the hash the watcher's touch wrote; "true" from a release
 // that wrote no hash).
-func (w *Watcher) runDue(cj *batchv1.CronJob, hash string) bool {
+func (j *jobs) runDue(cj *batchv1.CronJob, hash string) bool {
 	mark := cj.Annotations[confighash.AnnotationRunDue]
-	runs := cj.Annotations[confighash.AnnotationRunOnChange] == "true" || w.cfg.RunCronJobsOnChange
+	runs := cj.Annotations[confighash.AnnotationRunOnChange] == "true" || j.runOnChange
 	return runs && (mark == hash || mark == "true")
 }
 
 // startRun starts the Job a CronJob marked AnnotationRunDue is due, as `kubectl
 // create job --from=cronjob/...` does, named after its hash so that it is started
 // once, then removes the mark.
-func (w *Watcher) startRun(ctx context.Context, v *view) error {
-	cj, err := w.cfg.Client.BatchV1().CronJobs(v.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
+func (j *jobs) startRun(ctx context.Context, v *view) error {
+	cj, err := j.client.BatchV1().CronJobs(v.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -48,9 +48,9 @@ func (w *Watcher) startRun(ctx context.Context, v *view) error {
 	if cj.UID != v.UID || hash == "" || cj.Annotations[confighash.AnnotationRunDue] == "" {
 		return nil // changed meanwhile: its own event syncs it
 	}
-	if !w.runDue(cj, hash) {
+	if !j.runDue(cj, hash) {
 		// Not a mark the watcher wrote for this data: removed, and no Job started.
-		_, err := w.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil))
+		_, err := j.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil))
 		return err
 	}
 	annotations := maps.Clone(cj.Spec.JobTemplate.Annotations)
@@ -66,18 +66,18 @@ func (w *Watcher) startRun(ctx context.Context, v *view) error {
 		},
 		Spec: *cj.Spec.JobTemplate.Spec.DeepCopy(),
 	}
-	_, err = w.cfg.Client.BatchV1().Jobs(cj.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err = j.client.BatchV1().Jobs(cj.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
 	started := err == nil
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		w.cfg.Metrics.Touch(TouchError)
+		j.metrics.Touch(TouchError)
 		return fmt.Errorf("start Job %s/%s of the CronJob: %w", cj.Namespace, job.Name, err)
 	}
-	if _, err := w.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil)); err != nil {
+	if _, err := j.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationRunDue, nil)); err != nil {
 		return err
 	}
 	if started {
-		w.cfg.Metrics.Touch(TouchStarted)
-		w.report.Event(objectRef(v), corev1.EventTypeNormal, "Started", "started Job "+job.Name+" with the new data")
+		j.metrics.Touch(TouchStarted)
+		j.report.Event(objectRef(v), corev1.EventTypeNormal, "Started", "started Job "+job.Name+" with the new data")
 	}
 	return nil
 }

@@ -13,65 +13,72 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
 	"github.com/confighash/confighash/bounded"
+	"github.com/confighash/confighash/sourcecache"
+	"github.com/rs/zerolog"
 )
 
-// Jobs: a Job's pod template cannot change, so a due change recreates it. The
-// recreation is written down before the Job is deleted, in a sealed Secret next to
-// it, and that record is deleted only once the new Job exists: a watcher stopped in
-// between, or a failover, finishes it from the record.
+// jobs recreates the Jobs whose used data changed, and starts the Job of a CronJob
+// that runs on change. A Job's pod template cannot change, so a due change recreates
+// it. The recreation is written down before the Job is deleted, in a sealed Secret
+// next to it, and that record is deleted only once the new Job exists: a watcher
+// stopped in between, or a failover, finishes it from the record.
+type jobs struct {
+	client    kubernetes.Interface
+	reads     *bounded.Reader
+	key       confighash.Key
+	sources   *sourcecache.Cache
+	workloads *workloads
+	queue     workqueue.TypedInterface[workloadKey]
+	report    *reporter
+	metrics   Recorder
+	log       zerolog.Logger
+	// recreateFinished recreates a finished Job too; runOnChange starts every
+	// CronJob's Job when its data changes.
+	recreateFinished, runOnChange bool
+	recreations                   *recreations
+}
 
-// syncJob converges a Job: one hashed at its creation whose used data changed is
-// recreated, unless a controller owns it or, by default, it has finished.
-func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
-	switch {
-	case v.Hash == "" || d.Converged || d.Hash == v.Hash:
-		// Not hashed at its creation, there is nothing to compare with.
-		return w.converged(ctx, key, v)
-	case len(d.Unproven) > 0:
-		// Its pods read their data at their start: a source that only started to
-		// count has nothing to say about them.
-		w.forget(key)
-		return nil
-	case v.Finished && !v.RecreateFinished && !w.cfg.RecreateFinishedJobs:
-		if w.tracking.warnOnce(key, v.ResourceVersion) {
-			w.report.Event(objectRef(v), corev1.EventTypeNormal, "NotRecreated",
-				confighash.ChangedData(v.Record, d.Record)+"; the Job has finished, so it is left as it is (annotate it "+confighash.AnnotationRecreateFinished+`: "true" to recreate it)`)
-		}
-		w.forget(key)
-		return nil
-	case len(d.Held) > 0:
-		return w.paced(ctx, key, v, d)
-	case w.recreations.givenUp(key, v.UID, d.Hash):
-		// Tried recreationAttempts times and refused each time, as its Event says:
-		// the next change of its data tries again.
-		w.forget(key)
-		return nil
-	}
-	return w.recreate(ctx, key, v, d)
+// jobStep is what became of a recreation.
+type jobStep int
+
+const (
+	jobLeft      jobStep = iota // nothing more to do now
+	jobRecreated                // recreated now, for the change
+	jobAgain                    // no recreation was under way: the Job is synced as any other
+)
+
+// pending reports whether the Job's recreation may be under way.
+func (j *jobs) pending(key workloadKey) bool { return j.recreations.has(key) }
+
+// givenUp reports whether the recreation of the Job with this UID to the data of hash
+// was given up.
+func (j *jobs) givenUp(key workloadKey, uid types.UID, hash string) bool {
+	return j.recreations.givenUp(key, uid, hash)
 }
 
 // recreate writes down the recreation of the Job, then carries it out.
-func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
-	jobs := w.cfg.Client.BatchV1().Jobs(v.Namespace)
-	job, err := jobs.Get(ctx, v.Name, metav1.GetOptions{})
+func (j *jobs) recreate(ctx context.Context, key workloadKey, v *view, d confighash.Decision) (jobStep, error) {
+	job, err := j.client.BatchV1().Jobs(v.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && job.UID != v.UID {
-		return nil // deleted meanwhile, or another Job: its own events sync it
+		return jobLeft, nil // deleted meanwhile, or another Job: its own events sync it
 	}
 	if err != nil {
-		return err
+		return jobLeft, err
 	}
-	trig := triggers(v, d.Record, w.sources)
+	trig := triggers(v, d.Record, j.sources)
 	body, err := json.Marshal(remade(job, d, trig))
 	if err != nil {
-		return err
+		return jobLeft, err
 	}
-	recordSeal := confighash.RecreationSeal(w.cfg.Key, job.Namespace, job.Name, string(job.UID), body)
-	annotations := confighash.SealedAt(w.cfg.Key, recordSeal, time.Now())
+	recordSeal := confighash.RecreationSeal(j.key, job.Namespace, job.Name, string(job.UID), body)
+	annotations := confighash.SealedAt(j.key, recordSeal, time.Now())
 	annotations[confighash.AnnotationReplaces] = string(job.UID)
 	annotations[confighash.AnnotationSeal] = recordSeal
 	rec := &corev1.Secret{
@@ -84,72 +91,71 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 		Immutable: ptr.To(true),
 		Data:      map[string][]byte{confighash.RecreationJobKey: body},
 	}
-	w.recreations.add(key)
-	created, err := w.cfg.Client.CoreV1().Secrets(job.Namespace).Create(ctx, rec, metav1.CreateOptions{FieldManager: FieldManager})
+	j.recreations.add(key)
+	created, err := j.client.CoreV1().Secrets(job.Namespace).Create(ctx, rec, metav1.CreateOptions{FieldManager: FieldManager})
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		return w.resumeRecreation(ctx, key) // an earlier one, not finished: that one first
+		return j.resume(ctx, key) // an earlier one, not finished: that one first
 	case err != nil:
-		w.cfg.Metrics.Touch(TouchError)
+		j.metrics.Touch(TouchError)
 		err = fmt.Errorf("record the recreation of Job %s/%s: %w", job.Namespace, job.Name, err)
-		return w.refused(ctx, key, job.UID, d.Hash, nil, err)
+		return jobLeft, j.refused(ctx, key, job.UID, d.Hash, nil, err)
 	}
-	if err := w.carryOut(ctx, key, created); err != nil {
-		return err
+	if err := j.carryOut(ctx, key, created); err != nil {
+		return jobLeft, err
 	}
-	w.report.Event(objectRef(v), corev1.EventTypeNormal, "Recreated", "recreated: "+confighash.ChangedData(v.Record, d.Record))
-	w.report.alert(alert.Rolled, v, trig, "")
-	w.recordLatency(key)
-	return nil
+	j.report.Event(objectRef(v), corev1.EventTypeNormal, "Recreated", "recreated: "+confighash.ChangedData(v.Record, d.Record))
+	j.report.alert(alert.Rolled, v, trig, "")
+	return jobRecreated, nil
 }
 
-// resumeRecreation finishes the recreation of the Job written down in its record, if
-// there is one.
-func (w *Watcher) resumeRecreation(ctx context.Context, key workloadKey) error {
-	rec, job, err := w.readRecord(ctx, key)
+// resume finishes the recreation of the Job written down in its record, if there is
+// one; jobAgain when there is none.
+func (j *jobs) resume(ctx context.Context, key workloadKey) (jobStep, error) {
+	rec, job, err := j.readRecord(ctx, key)
 	switch {
 	case apierrors.IsNotFound(err):
 		// None, or no longer: the Job is synced as any other (a record the API server
 		// refused is tried again, and its attempts counted).
-		w.recreations.done(key)
-		return w.sync(ctx, key)
+		j.recreations.done(key)
+		return jobAgain, nil
 	case errors.Is(err, errBadRecord):
-		return nil
+		return jobLeft, nil
 	case errors.Is(err, confighash.ErrRecordStale):
-		return w.dropStale(ctx, key, rec, err)
+		return jobLeft, j.dropStale(ctx, key, rec, err)
 	case err != nil:
-		return err
+		return jobLeft, err
 	}
-	if err := w.replace(ctx, key, rec, job); err != nil {
-		return err
+	if err := j.replace(ctx, key, rec, job); err != nil {
+		return jobLeft, err
 	}
-	w.report.Event(jobRef(key, ""), corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
-	return nil
+	j.report.Event(jobRef(key, ""), corev1.EventTypeNormal, "Recreated", "recreated: finished a recreation that was under way")
+	return jobLeft, nil
 }
 
 // readRecord reads the record of the Job's recreation, capped, and returns it without
 // its data, and the Job it holds. Records are read one at a time: a namespace user may
 // make many, of up to the cap each, and the watcher finds them all at its start.
-func (w *Watcher) readRecord(ctx context.Context, key workloadKey) (*corev1.Secret, *batchv1.Job, error) {
+func (j *jobs) readRecord(ctx context.Context, key workloadKey) (*corev1.Secret, *batchv1.Job, error) {
 	select {
-	case w.recreations.reading <- struct{}{}:
-		defer func() { <-w.recreations.reading }()
+	case j.recreations.reading <- struct{}{}:
+		defer func() { <-j.recreations.reading }()
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
 	name := confighash.RecreationName(key.Name)
-	rec, err := bounded.Get[corev1.Secret](ctx, w.cfg.Reads, secretsIn(key.Namespace), name, recordBytes)
+	rec, err := bounded.Get[corev1.Secret](ctx, j.reads, secretsIn(key.Namespace), name, recordBytes)
 	switch {
 	case errors.Is(err, bounded.ErrExceeded):
 		// Larger than any record a watcher writes: a namespace user made it, and it is
 		// not read.
-		w.recreations.finished(key)
-		w.cfg.Log.Warn().Err(err).Str("record", key.Namespace+"/"+name).Msg("not a record of a recreation; left as it is")
+		j.recreations.finished(key)
+		j.log.Warn().Err(err).Str("record", key.Namespace+"/"+name).Msg("not a record of a recreation; left as it is")
 		return nil, nil, errBadRecord
 	case err != nil:
 		return nil, nil, err
 	}
-	job, err := w.recordedJob(key, rec)
+	job, err := j.recordedJob(key, rec)
 	rec.Data = nil
 	return rec, job, err
 }
@@ -180,19 +186,19 @@ const recreationAttempts = 5
 // Event on the Job, its record rec (if any) is deleted, and this Job is not recreated
 // again for the same data. An error of the connection or of an API server that did
 // not answer is retried as long as it lasts.
-func (w *Watcher) refused(ctx context.Context, key workloadKey, replaces types.UID, hash string, rec *corev1.Secret, err error) error {
-	if !refusal(err) || w.recreations.failed(key) < recreationAttempts {
+func (j *jobs) refused(ctx context.Context, key workloadKey, replaces types.UID, hash string, rec *corev1.Secret, err error) error {
+	if !refusal(err) || j.recreations.failed(key) < recreationAttempts {
 		return err
 	}
 	if rec != nil {
-		if del := w.deleteRecord(ctx, rec); del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
+		if del := j.deleteRecord(ctx, rec); del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
 			return fmt.Errorf("delete the record of Job %s/%s's recreation, given up: %w", key.Namespace, key.Name, del)
 		}
 	}
-	w.recreations.giveUp(key, replaces, hash)
-	w.cfg.Metrics.Touch(TouchGivenUp)
-	w.cfg.Log.Warn().Err(err).Str("workload", key.String()).Int("attempts", recreationAttempts).Msg("recreation of a Job given up")
-	w.report.Event(jobRef(key, replaces), corev1.EventTypeWarning, "RecreationFailed", fmt.Sprintf("the recreation was refused %d times and is given up: %v", recreationAttempts, err))
+	j.recreations.giveUp(key, replaces, hash)
+	j.metrics.Touch(TouchGivenUp)
+	j.log.Warn().Err(err).Str("workload", key.String()).Int("attempts", recreationAttempts).Msg("recreation of a Job given up")
+	j.report.Event(jobRef(key, replaces), corev1.EventTypeWarning, "RecreationFailed", fmt.Sprintf("the recreation was refused %d times and is given up: %v", recreationAttempts, err))
 	return nil
 }
 
@@ -204,29 +210,29 @@ func refusal(err error) bool {
 }
 
 // carryOut carries out the recreation the record holds.
-func (w *Watcher) carryOut(ctx context.Context, key workloadKey, rec *corev1.Secret) error {
-	job, err := w.recordedJob(key, rec)
+func (j *jobs) carryOut(ctx context.Context, key workloadKey, rec *corev1.Secret) error {
+	job, err := j.recordedJob(key, rec)
 	if err != nil {
 		return err
 	}
-	return w.replace(ctx, key, rec, job)
+	return j.replace(ctx, key, rec, job)
 }
 
 // dropStale deletes a record sealed too long ago to be of a recreation under way: a
 // copy of one, made again; no Job is made from it.
-func (w *Watcher) dropStale(ctx context.Context, key workloadKey, rec *corev1.Secret, stale error) error {
-	if err := w.deleteRecord(ctx, rec); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+func (j *jobs) dropStale(ctx context.Context, key workloadKey, rec *corev1.Secret, stale error) error {
+	if err := j.deleteRecord(ctx, rec); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete the stale record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
 	}
-	w.recreations.finished(key)
-	w.report.Event(jobRef(key, ""), corev1.EventTypeWarning, "StaleRecord",
+	j.recreations.finished(key)
+	j.report.Event(jobRef(key, ""), corev1.EventTypeWarning, "StaleRecord",
 		fmt.Sprintf("a record of a recreation of this Job was %v; no Job was made from it, and it was deleted", stale))
 	return nil
 }
 
 // deleteRecord deletes the record of a recreation, that one and no other of its name.
-func (w *Watcher) deleteRecord(ctx context.Context, rec *corev1.Secret) error {
-	return w.cfg.Client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
+func (j *jobs) deleteRecord(ctx context.Context, rec *corev1.Secret) error {
+	return j.client.CoreV1().Secrets(rec.Namespace).Delete(ctx, rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rec.UID}})
 }
 
 // jobRef is the reference to the Job of key for its Events, with its UID if known.
@@ -237,15 +243,15 @@ func jobRef(key workloadKey, uid types.UID) *corev1.ObjectReference {
 // recordedJob returns the Job the record holds; errBadRecord for one that is not a
 // record of a recreation, or an error that is ErrRecordStale for one sealed too long
 // ago (dropStale).
-func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job, error) {
+func (j *jobs) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job, error) {
 	replaces := rec.Annotations[confighash.AnnotationReplaces]
 	body := rec.Data[confighash.RecreationJobKey]
 	job := &batchv1.Job{}
-	fresh := confighash.RecordFresh(w.cfg.Key, rec.Annotations, time.Now())
+	fresh := confighash.RecordFresh(j.key, rec.Annotations, time.Now())
 	var bad error
 	switch {
 	case rec.Type != confighash.RecreationType || rec.Labels[confighash.LabelRecreationOf] != key.Name ||
-		!confighash.RecreationSealed(w.cfg.Key, rec.Namespace, key.Name, replaces, body, rec.Annotations):
+		!confighash.RecreationSealed(j.key, rec.Namespace, key.Name, replaces, body, rec.Annotations):
 		bad = errRecordForged
 	case fresh != nil && !errors.Is(fresh, confighash.ErrRecordStale):
 		bad = fmt.Errorf("%w: %w", errRecordForged, fresh)
@@ -254,8 +260,8 @@ func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job
 	}
 	if bad != nil {
 		// No retry makes it good: it is left as it is, and no Job is made from it.
-		w.recreations.finished(key)
-		w.cfg.Log.Warn().Err(bad).Str("record", rec.Namespace+"/"+rec.Name).Msg("not a record of a recreation; left as it is")
+		j.recreations.finished(key)
+		j.log.Warn().Err(bad).Str("record", rec.Namespace+"/"+rec.Name).Msg("not a record of a recreation; left as it is")
 		return nil, errBadRecord
 	}
 	if fresh != nil {
@@ -267,9 +273,9 @@ func (w *Watcher) recordedJob(key workloadKey, rec *corev1.Secret) (*batchv1.Job
 // replace deletes the Job the record replaces, if it still exists, makes the new one,
 // job, unless it exists already, then deletes the record. Each step may have been done
 // before, by this watcher or one stopped in the middle.
-func (w *Watcher) replace(ctx context.Context, key workloadKey, rec *corev1.Secret, job *batchv1.Job) error {
+func (j *jobs) replace(ctx context.Context, key workloadKey, rec *corev1.Secret, job *batchv1.Job) error {
 	replaces := types.UID(rec.Annotations[confighash.AnnotationReplaces])
-	jobs := w.cfg.Client.BatchV1().Jobs(key.Namespace)
+	jobs := j.client.BatchV1().Jobs(key.Namespace)
 	err := jobs.Delete(ctx, key.Name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &replaces},
 		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground), // its pods go with it
@@ -277,8 +283,8 @@ func (w *Watcher) replace(ctx context.Context, key workloadKey, rec *corev1.Secr
 	// Not found, or a conflict (another UID holds the name): it is gone already.
 	hash := job.Spec.Template.Annotations[confighash.AnnotationHash]
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		w.cfg.Metrics.Touch(TouchError)
-		return w.refused(ctx, key, replaces, hash, rec, fmt.Errorf("delete Job %s/%s to recreate it: %w", key.Namespace, key.Name, err))
+		j.metrics.Touch(TouchError)
+		return j.refused(ctx, key, replaces, hash, rec, fmt.Errorf("delete Job %s/%s to recreate it: %w", key.Namespace, key.Name, err))
 	}
 	_, err = jobs.Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -287,23 +293,23 @@ func (w *Watcher) replace(ctx context.Context, key workloadKey, rec *corev1.Secr
 		case getErr != nil:
 			return getErr
 		case now.UID == replaces:
-			w.cfg.Metrics.Touch(TouchError)
-			return w.refused(ctx, key, replaces, hash, rec, fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, errStillDeleting))
+			j.metrics.Touch(TouchError)
+			return j.refused(ctx, key, replaces, hash, rec, fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, errStillDeleting))
 		case now.Annotations[confighash.AnnotationRecreatedFrom] != string(replaces):
 			// Someone else made a Job of that name: it is theirs.
-			w.cfg.Log.Warn().Str("workload", key.String()).Msg("a Job of the same name was made by another while it was being recreated; the recreation ends there")
+			j.log.Warn().Str("workload", key.String()).Msg("a Job of the same name was made by another while it was being recreated; the recreation ends there")
 		}
 		err = nil
 	}
 	if err != nil {
-		w.cfg.Metrics.Touch(TouchError)
-		return w.refused(ctx, key, replaces, hash, rec, fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, err))
+		j.metrics.Touch(TouchError)
+		return j.refused(ctx, key, replaces, hash, rec, fmt.Errorf("recreate Job %s/%s: %w", key.Namespace, key.Name, err))
 	}
-	if err := w.deleteRecord(ctx, rec); err != nil && !apierrors.IsNotFound(err) {
+	if err := j.deleteRecord(ctx, rec); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the record of Job %s/%s's recreation: %w", key.Namespace, key.Name, err)
 	}
-	w.recreations.finished(key)
-	w.cfg.Metrics.Touch(TouchRecreated)
+	j.recreations.finished(key)
+	j.metrics.Touch(TouchRecreated)
 	return nil
 }
 

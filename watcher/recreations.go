@@ -94,32 +94,32 @@ func (r *recreations) has(key workloadKey) bool {
 // metadata alone, a record for each Job whose recreation is under way.
 var recordsLimits = bounded.Limits{Page: 100, PageBytes: 2 << 20, Items: 1000, Bytes: 8 << 20}
 
-// findRecreations queues the Jobs whose recreation a watcher wrote down and did not
+// find queues the Jobs whose recreation a watcher wrote down and did not
 // finish, so that the leader finishes them. It lists the records' metadata alone, in
 // the namespaces confighash acts in, each namespace on its own: a namespace user may
 // make Secrets of their type, as many and as large as their quota allows, and those of
 // one namespace keep no other's from being found. Each record is read when its Job is
 // worked on.
-func (w *Watcher) findRecreations(ctx context.Context) error {
-	if _, ok := w.workloads.byKind[confighash.Job.Kind]; !ok {
+func (j *jobs) find(ctx context.Context) error {
+	if !j.workloads.watches(confighash.Job.Kind) {
 		return nil
 	}
-	namespaces, err := w.actingNamespaces(ctx, nil)
+	namespaces, err := j.workloads.actingNamespaces(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("list recreations under way: %w", err)
 	}
 	opts := metav1.ListOptions{LabelSelector: confighash.LabelRecreationOf, FieldSelector: fields.OneTermEqualSelector("type", confighash.RecreationType).String()}
 	var errs []error
 	for _, ns := range namespaces {
-		err := bounded.Each(ctx, w.cfg.Reads, secretsIn(ns), opts, recordsLimits, func(records []metav1.PartialObjectMetadata) error {
+		err := bounded.Each(ctx, j.reads, secretsIn(ns), opts, recordsLimits, func(records []metav1.PartialObjectMetadata) error {
 			for _, rec := range records {
 				job := rec.Labels[confighash.LabelRecreationOf]
 				if rec.Name != confighash.RecreationName(job) {
 					continue // not the record of the Job it names
 				}
 				key := workloadKey{confighash.Job.Kind, rec.Namespace, job}
-				w.recreations.add(key)
-				w.queue.Add(key)
+				j.recreations.add(key)
+				j.queue.Add(key)
 			}
 			return nil
 		})

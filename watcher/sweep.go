@@ -3,12 +3,10 @@ package watcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,38 +55,6 @@ func (s *sweep) spend(n int) bool {
 	return true
 }
 
-// namespacesLimits bound the list of the cluster's namespaces, their metadata alone, a
-// page at a time: only the names of those confighash acts in are kept.
-var namespacesLimits = bounded.Limits{Page: 500, PageBytes: 4 << 20, Items: 1 << 20, Bytes: 1 << 30}
-
-// actingNamespaces returns the namespaces confighash acts in: those it watches, or,
-// for a cluster-wide install, those the cluster has, in the mode they are in now. It
-// counts the calls it makes in calls, if not nil.
-func (w *Watcher) actingNamespaces(ctx context.Context, calls *int) ([]string, error) {
-	acting := func(names []string) []string {
-		return slices.DeleteFunc(names, func(ns string) bool { return w.workloads.gate.Mode(ns) == confighash.ModeOff })
-	}
-	if len(w.cfg.Watched) > 0 {
-		return acting(slices.Clone(w.cfg.Watched)), nil
-	}
-	var names []string
-	res := bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("namespaces")}
-	err := bounded.Each(ctx, w.cfg.Reads, res, metav1.ListOptions{}, namespacesLimits, func(page []metav1.PartialObjectMetadata) error {
-		if calls != nil {
-			*calls++
-		}
-		for _, ns := range page {
-			names = append(names, ns.Name)
-		}
-		names = acting(names)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
-	}
-	return names, nil
-}
-
 // sweepSnapshots sweeps each kind of each namespace confighash acts in, in turn, from
 // where the last sweep stopped, until the calls are spent.
 func (w *Watcher) sweepSnapshots(ctx context.Context) {
@@ -97,7 +63,7 @@ func (w *Watcher) sweepSnapshots(ctx context.Context) {
 	if w.sweepCandidates == nil {
 		w.sweepCandidates, w.sweepFrom = map[types.UID]bool{}, map[string]string{}
 	}
-	namespaces, err := w.actingNamespaces(ctx, &s.calls)
+	namespaces, err := w.workloads.actingNamespaces(ctx, &s.calls)
 	if err != nil {
 		w.cfg.Log.Warn().Err(err).Msg("list namespaces to sweep")
 		return

@@ -50,15 +50,21 @@ var errNotConverged = errors.New("the webhook did not write the hash")
 // count, a record of them from what its running pods hold; otherwise a touch, and
 // past HealAfter failed touches, the watcher's own write.
 func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
-	if w.recreations.has(key) {
-		return w.resumeRecreation(ctx, key)
+	if w.jobs.pending(key) {
+		if step, err := w.jobs.resume(ctx, key); step != jobAgain {
+			return err
+		}
 	}
 	v := w.workloads.lookup(key)
 	// A namespace whose sources cannot be listed is left alone: the record computed
 	// from a cache without them would be wrong, and healing would write it.
-	if v == nil || !w.sources.Covers(key.Namespace) || !w.workloads.acts(v) {
+	if v == nil {
 		w.forget(key)
-		if v != nil && !v.Deleting && w.workloads.gate.Mode(v.Namespace) != confighash.ModeOff {
+		return nil
+	}
+	if !w.sources.Covers(key.Namespace) || !w.workloads.acts(v) {
+		w.leave(key)
+		if !v.Deleting && w.workloads.gate.Mode(v.Namespace) != confighash.ModeOff {
 			// A typo may be what keeps it from opting in: told once per version, all
 			// that is kept of it.
 			w.warnAboutAnnotations(key, v, nil, "")
@@ -86,7 +92,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	w.cfg.Log.Debug().Str("workload", key.String()).Bool("converged", d.Converged).Str("record", v.Record.Text(v.Form)).Str("want", d.Record.Text(d.Form)).
 		Str("hash", v.Hash).Str("want_hash", d.Hash).Stringer("pins", v.Pins).Stringer("want_pins", d.Pins).Msg("checked")
 	if d.InPlace {
-		w.forget(key) // its pods are restarted in place (restarts)
+		w.leave(key) // its pods are restarted in place (restarts)
 		return nil
 	}
 	if v.Kind.Recreated() {
@@ -123,7 +129,7 @@ func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error
 		}
 	}
 	if v.RunDue {
-		if err := w.startRun(ctx, v); err != nil {
+		if err := w.jobs.startRun(ctx, v); err != nil {
 			return err
 		}
 	}
@@ -143,7 +149,7 @@ func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d conf
 		w.tracking.pause(key, d.Policy.PausePeriod)
 	}
 	trig := triggers(v, d.Record, w.sources)
-	others := w.runMark(v, d)
+	others := w.jobs.runMark(v, d)
 	if d.Hash != v.Hash {
 		others = withStatus(others, rolled(trig, d.Policy.PausePeriod))
 	}
@@ -337,4 +343,47 @@ func (w *Watcher) record(ctx context.Context, key workloadKey, v *view, d config
 		confighash.AnnotationTrigger: confighash.FormatTriggers(trig), confighash.AnnotationStatus: said.Text(),
 	}))
 	return w.verify(key, v, d, trig, counted, admitted, err)
+}
+
+// syncJob converges a Job: one hashed at its creation whose used data changed is
+// recreated, unless a controller owns it or, by default, it has finished.
+func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	switch {
+	case v.Hash == "" || d.Converged || d.Hash == v.Hash:
+		// Not hashed at its creation, there is nothing to compare with.
+		return w.converged(ctx, key, v)
+	case len(d.Unproven) > 0:
+		// Its pods read their data at their start: a source that only started to
+		// count has nothing to say about them.
+		w.leave(key)
+		return nil
+	case v.Finished && !v.RecreateFinished && !w.jobs.recreateFinished:
+		if w.tracking.warnOnce(key, v.ResourceVersion) {
+			w.report.Event(objectRef(v), corev1.EventTypeNormal, "NotRecreated",
+				confighash.ChangedData(v.Record, d.Record)+"; the Job has finished, so it is left as it is (annotate it "+confighash.AnnotationRecreateFinished+`: "true" to recreate it)`)
+		}
+		w.leave(key)
+		return nil
+	case len(d.Held) > 0:
+		return w.paced(ctx, key, v, d)
+	case w.jobs.givenUp(key, v.UID, d.Hash):
+		// Tried recreationAttempts times and refused each time, as its Event says:
+		// the next change of its data tries again.
+		w.leave(key)
+		return nil
+	}
+	return w.recreate(ctx, key, v, d)
+}
+
+// recreate recreates the Job; one whose recreation a record found was none is synced
+// as any other Job.
+func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	step, err := w.jobs.recreate(ctx, key, v, d)
+	switch step {
+	case jobRecreated:
+		w.recordLatency(key)
+	case jobAgain:
+		return w.sync(ctx, key)
+	}
+	return err
 }

@@ -90,6 +90,11 @@ func (t *tracking) forget(key workloadKey) {
 	t.mu.Unlock()
 }
 
+// forgetAllButWarned forgets all but the version the workload was last warned of.
+func (t *tracking) forgetAllButWarned(key workloadKey) {
+	t.with(key, func(e *tracked) { *e = tracked{warned: e.warned} })
+}
+
 // changeReached notes a change of the workload at now, and returns how long to wait
 // before checking it. The queue keeps the earliest time a key was added at, so a
 // change that comes later extends the wait when the key comes out of the queue

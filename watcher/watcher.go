@@ -169,8 +169,8 @@ type Watcher struct {
 	// proofs find out what running pods hold; revisions reads a workload's revisions.
 	proofs    *proofs
 	revisions *revisionReader
-	// recreations are the Jobs whose recreation may be under way.
-	recreations *recreations
+	// jobs recreates Jobs and starts CronJobs' runs.
+	jobs *jobs
 	// flapping holds the users of sources that keep changing.
 	flapping *flapBreaker
 	decider  *decider
@@ -218,7 +218,6 @@ func New(cfg Config) (*Watcher, error) {
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
 		waves:         newWaves(),
-		recreations:   newRecreations(),
 		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
@@ -243,12 +242,14 @@ func New(cfg Config) (*Watcher, error) {
 	if w.sources, err = sourcecache.New(cfg.Client, door, cfg.Sources, csi); err != nil {
 		return nil, err
 	}
-	if w.workloads, err = newWorkloads(cfg.Client, cfg.Dynamic, gate, door, cfg.Kinds, cfg.Vocabulary, cfg.Metrics, cfg.Log); err != nil {
+	if w.workloads, err = newWorkloads(cfg.Client, cfg.Dynamic, cfg.Reads, gate, door, cfg.Kinds, cfg.Vocabulary, cfg.Metrics, cfg.Log); err != nil {
 		return nil, err
 	}
 	w.report = newReporter(cfg.Events, cfg.Alerts, w.workloads, cfg.Log)
 	w.revisions = &revisionReader{client: cfg.Client, workloads: w.workloads, reads: cfg.Reads}
 	w.proofs = &proofs{sources: w.sources, written: newDataWrites(), revisions: w.revisions, reads: cfg.Reads}
+	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
+		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}
 	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
@@ -330,7 +331,7 @@ func (w *Watcher) Lead(ctx context.Context) error {
 		return nil
 	}
 	w.resync()
-	if err := w.findRecreations(ctx); err != nil {
+	if err := w.jobs.find(ctx); err != nil {
 		w.cfg.Log.Warn().Err(err).Msg("recreations of Jobs a watcher did not finish are finished at the next start")
 	}
 	var wg sync.WaitGroup

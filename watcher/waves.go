@@ -141,9 +141,20 @@ func (w *Watcher) unhold(key workloadKey) {
 	}
 }
 
-// forget drops all the watcher keeps of a workload it no longer acts on.
+// forget drops all the watcher keeps of a workload that is gone.
 func (w *Watcher) forget(key workloadKey) {
 	w.tracking.forget(key)
+	w.letGo(key)
+}
+
+// leave drops what the watcher keeps of a workload it leaves as it is, but the
+// version it was last warned of: it is warned once per version until it goes.
+func (w *Watcher) leave(key workloadKey) {
+	w.tracking.forgetAllButWarned(key)
+	w.letGo(key)
+}
+
+func (w *Watcher) letGo(key workloadKey) {
 	w.decider.forget(key)
 	w.unhold(key)
 	w.waves.mu.Lock()

@@ -40,7 +40,7 @@ func BenchmarkWaveWake(b *testing.B) {
 				waves:   newWaves(),
 			}
 			gate := modes{"ns": confighash.ModeOptedIn}
-			if w.workloads, err = newWorkloads(client, nil, gate, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, confighash.Vocabulary{}, NoopRecorder{}, w.cfg.Log); err != nil {
+			if w.workloads, err = newWorkloads(client, nil, nil, gate, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, confighash.Vocabulary{}, NoopRecorder{}, w.cfg.Log); err != nil {
 				b.Fatal(err)
 			}
 			w.report = newReporter(record.NewFakeRecorder(users), nil, w.workloads, w.cfg.Log)

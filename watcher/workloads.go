@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/bounded"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/watches"
 )
@@ -39,6 +41,10 @@ type workloads struct {
 	dynamic dynamic.Interface
 	toView  cache.TransformFunc
 	metrics Recorder
+	// watched are the namespaces of an install bound by RoleBindings, none for the
+	// cluster; reads lists the cluster's namespaces.
+	watched []string
+	reads   *bounded.Reader
 	// kept reads a namespace again when its mode rises above one some of its objects
 	// were kept as their key alone under.
 	kept *keptKeys
@@ -51,8 +57,8 @@ type workloads struct {
 // newWorkloads opens the informers of each kind through the door: the built-in kinds
 // with their types, the others as unstructured objects, each only if the API server
 // serves it.
-func newWorkloads(client kubernetes.Interface, dyn dynamic.Interface, gate namespaces.Gate, door watches.Door, kinds confighash.Kinds, vocabulary confighash.Vocabulary, metrics Recorder, log zerolog.Logger) (*workloads, error) {
-	w := &workloads{gate: gate, client: client, dynamic: dyn, toView: viewTransform(vocabulary, kinds), metrics: metrics, kept: newKeptKeys(gate)}
+func newWorkloads(client kubernetes.Interface, dyn dynamic.Interface, reads *bounded.Reader, gate namespaces.Gate, door watches.Door, kinds confighash.Kinds, vocabulary confighash.Vocabulary, metrics Recorder, log zerolog.Logger) (*workloads, error) {
+	w := &workloads{gate: gate, client: client, dynamic: dyn, watched: door.Namespaces, reads: reads, toView: viewTransform(vocabulary, kinds), metrics: metrics, kept: newKeptKeys(gate)}
 	kept := w.kept.transform(w.toView)
 	counted := func(obj any) (any, error) {
 		w.generation.Add(1)
@@ -361,4 +367,36 @@ func Served(client kubernetes.Interface, gvr schema.GroupVersionResource) (bool,
 		}
 	}
 	return false, nil
+}
+
+// namespacesLimits bound the list of the cluster's namespaces, their metadata alone, a
+// page at a time: only the names of those confighash acts in are kept.
+var namespacesLimits = bounded.Limits{Page: 500, PageBytes: 4 << 20, Items: 1 << 20, Bytes: 1 << 30}
+
+// actingNamespaces returns the namespaces confighash acts in: those it watches, or,
+// for a cluster-wide install, those the cluster has, in the mode they are in now. It
+// counts the calls it makes in calls, if not nil.
+func (w *workloads) actingNamespaces(ctx context.Context, calls *int) ([]string, error) {
+	acting := func(names []string) []string {
+		return slices.DeleteFunc(names, func(ns string) bool { return w.gate.Mode(ns) == confighash.ModeOff })
+	}
+	if len(w.watched) > 0 {
+		return acting(slices.Clone(w.watched)), nil
+	}
+	var names []string
+	res := bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("namespaces")}
+	err := bounded.Each(ctx, w.reads, res, metav1.ListOptions{}, namespacesLimits, func(page []metav1.PartialObjectMetadata) error {
+		if calls != nil {
+			*calls++
+		}
+		for _, ns := range page {
+			names = append(names, ns.Name)
+		}
+		names = acting(names)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	return names, nil
 }

@@ -1,0 +1,152 @@
+package watcher
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/confighash/confighash"
+)
+
+// TestAClosedWindowHoldsAChangeWithOneEvent: outside its rollout window a due change
+// is neither touched nor rolled, even by the admission of the status that says so; the
+// workload is told it is held until the window opens, with one Event however often it
+// is checked. Inside the window it rolls at once.
+func TestAClosedWindowHoldsAChangeWithOneEvent(t *testing.T) {
+	// A window of a minute half a day away is closed now, however long the test runs.
+	opens := time.Now().UTC().Add(12 * time.Hour).Truncate(time.Minute)
+	closed := fmt.Sprintf("daily %s-%s UTC", opens.Format("15:04"), opens.Add(time.Minute).Format("15:04"))
+	for _, tt := range []struct {
+		name    string
+		window  string
+		touches int
+		held    int
+		act     confighash.Act
+		until   time.Time
+	}{
+		{"a closed window holds it", closed, 0, 1, confighash.ActHeld, opens},
+		{"an open window lets it roll", "daily 00:00-24:00 UTC", 1, 0, confighash.ActRolled, time.Time{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, harnessConfigMap("cfg", nil), harnessDeployment("web", map[string]string{confighash.AnnotationRolloutWindow: tt.window}, "cfg"))
+			web := harnessKey(confighash.Deployment, "web")
+			h.change(confighash.ConfigMap, "cfg")
+			h.sync(web)
+			h.caughtUp()
+			h.sync(web)
+			if n, r := h.touchesOf(web), h.rolloutsOf(web); n != tt.touches || r != tt.touches {
+				t.Errorf("touched %d times, rolled %d times; want %d", n, r, tt.touches)
+			}
+			if got := h.events.count(web, "Held"); got != tt.held {
+				t.Errorf("%d Held Events, want %d", got, tt.held)
+			}
+			if s := h.status(web); s.Act != tt.act || !s.Until.Equal(tt.until) {
+				t.Errorf("status %q, want %s until %v", s.Text(), tt.act, tt.until)
+			}
+		})
+	}
+}
+
+// TestAWaveGrantsItsSizeAtATimeAndHaltsOnAFailure: a change that reaches five
+// workloads in waves of two rolls the first two, the next two once those rolled out,
+// and none once one of those failed: the last is marked held, the failed one failed,
+// each with an Event, and it stays held.
+func TestAWaveGrantsItsSizeAtATimeAndHaltsOnAFailure(t *testing.T) {
+	users := []string{"w1", "w2", "w3", "w4", "w5"}
+	source := harnessConfigMap("cfg", map[string]string{confighash.AnnotationWaveSize: "2"})
+	h := newHarness(t, Config{}, source, harnessDeployment("w1", nil, "cfg"), harnessDeployment("w2", nil, "cfg"),
+		harnessDeployment("w3", nil, "cfg"), harnessDeployment("w4", nil, "cfg"), harnessDeployment("w5", nil, "cfg"))
+	key := func(name string) workloadKey { return harnessKey(confighash.Deployment, name) }
+	h.change(confighash.ConfigMap, "cfg")
+	for _, step := range []struct {
+		name         string
+		done, failed []string // whose rollouts end first
+		checked      []string
+		touched      []string // each once, so far
+		held         []int    // Held Events of each user, so far
+	}{
+		{"the first wave is the first two", nil, nil, users, users[:2], []int{0, 0, 1, 1, 1}},
+		{"the next two once those rolled out", users[:2], nil, users[2:], users[:4], []int{0, 0, 1, 1, 1}},
+		{"a failure of the second wave halts the last", users[3:4], users[2:3], users[4:], users[:4], []int{0, 0, 1, 1, 2}},
+	} {
+		for _, name := range step.done {
+			h.rollOut(key(name), false)
+		}
+		for _, name := range step.failed {
+			h.rollOut(key(name), true)
+		}
+		// Before any check: one made while a status is on its way to the watcher may
+		// keep the wave waiting (its memo of the wave's standing).
+		h.caughtUp()
+		for _, name := range step.checked {
+			h.sync(key(name))
+		}
+		for i, name := range users {
+			want := 0
+			if slices.Contains(step.touched, name) {
+				want = 1
+			}
+			if n, r := h.touchesOf(key(name)), h.rolloutsOf(key(name)); n != want || r != want {
+				t.Errorf("%s: %s touched %d times, rolled %d times; want %d", step.name, name, n, r, want)
+			}
+			if got := h.events.count(key(name), "Held"); got != step.held[i] {
+				t.Errorf("%s: %s has %d Held Events, want %d", step.name, name, got, step.held[i])
+			}
+		}
+	}
+	h.caughtUp()
+	h.sync(key("w5")) // held by the halt, not released
+	if n := h.touchesOf(key("w5")); n != 0 {
+		t.Errorf("w5 touched %d times once its wave halted", n)
+	}
+	if got := h.events.count(key("w5"), "Held"); got != 2 {
+		t.Errorf("w5: %d Held Events once held by the halt, want 2: one while it waited, one for the halt", got)
+	}
+	if got := h.events.count(key("w3"), "RolloutFailed"); got != 1 {
+		t.Errorf("w3: %d RolloutFailed Events, want 1", got)
+	}
+	if h.annotation(key("w5"), confighash.AnnotationHeld) == "" || h.status(key("w5")).Act != confighash.ActHeld {
+		t.Errorf("w5 is not marked held: annotations %v", h.workload(key("w5")).GetAnnotations())
+	}
+	if h.annotation(key("w3"), confighash.AnnotationFailed) == "" {
+		t.Errorf("w3 is not marked failed: annotations %v", h.workload(key("w3")).GetAnnotations())
+	}
+}
+
+// TestASourceThatKeepsChangingHoldsItsUsersPastFlapLimit: FlapLimit changes within
+// FlapWindow each roll the workload that uses the source; the next is held, neither
+// touched nor rolled, with one FlappingHeld Event on the workload and one Flapping Event
+// on the source.
+func TestASourceThatKeepsChangingHoldsItsUsersPastFlapLimit(t *testing.T) {
+	const limit = 2
+	for _, tt := range []struct {
+		name     string
+		changes  int
+		rollouts int
+		held     int
+	}{
+		{"FlapLimit changes each roll it", limit, limit, 0},
+		{"the change past FlapLimit is held", limit + 1, limit, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{FlapLimit: limit, FlapWindow: time.Hour, FlapQuiet: time.Hour}, harnessConfigMap("cfg", nil), harnessDeployment("web", nil, "cfg"))
+			web := harnessKey(confighash.Deployment, "web")
+			for range tt.changes {
+				h.change(confighash.ConfigMap, "cfg")
+				h.sync(web)
+			}
+			h.caughtUp()
+			h.sync(web)
+			if n, r := h.touchesOf(web), h.rolloutsOf(web); n != tt.rollouts || r != tt.rollouts {
+				t.Errorf("touched %d times, rolled %d times; want %d", n, r, tt.rollouts)
+			}
+			if got := h.events.count(web, "FlappingHeld"); got != tt.held {
+				t.Errorf("%d FlappingHeld Events, want %d", got, tt.held)
+			}
+			if got := len(h.events.of("ConfigMap", "cfg", "Flapping")); got != tt.held {
+				t.Errorf("%d Flapping Events on the ConfigMap, want %d", got, tt.held)
+			}
+		})
+	}
+}
