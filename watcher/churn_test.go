@@ -19,15 +19,24 @@ import (
 // (rule 13, issue 52): a tenant's create and delete loop grew every replica without end.
 
 func TestWhatIsKeptOfAWorkloadGoesWithIt(t *testing.T) {
-	w := &Watcher{decider: &decider{later: newLaterRecords()}, tracking: newTracking(time.Second, time.Second), waves: newWaves()}
+	w := &Watcher{decider: &decider{later: newLaterRecords()}, tracking: newTracking(time.Second, time.Second), waves: newWaves(),
+		snapshots: &snapshots{owned: map[workloadKey]ownership{}}}
 	for i := range 10_000 {
 		v := &view{Namespace: "churn", Name: fmt.Sprintf("web-%d", i), Kind: &confighash.Deployment}
 		v.RecordErr = fmt.Errorf("record: %w", confighash.ErrLaterForm)
 		w.decider.sourceChanged(v, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"})
+		w.snapshots.noteOwned(v)
+		w.tracking.warnOnce(keyOf(v), "1")
 		w.forget(keyOf(v)) // its sync, once the informers saw it deleted
 	}
 	if n := len(w.decider.later.changed); n != 0 {
-		t.Errorf("10,000 workloads with a later record made and deleted: %d kept", n)
+		t.Errorf("10,000 workloads with a later record made and deleted: %d later records kept", n)
+	}
+	if n := len(w.snapshots.owned); n != 0 {
+		t.Errorf("10,000 pinned workloads made and deleted: %d owners found kept", n)
+	}
+	if n := len(w.tracking.of); n != 0 {
+		t.Errorf("10,000 workloads warned of and deleted: %d kept", n)
 	}
 }
 

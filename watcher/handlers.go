@@ -73,7 +73,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {
 		if prev.Status != v.Status {
 			w.progressed(v) // a wave may wait for it
-			if len(v.Pins) > 0 && w.workloads.acts(v) && !w.tracking.ownedFor(v) {
+			if len(v.Pins) > 0 && w.workloads.acts(v) && !w.snapshots.ownedFor(v) {
 				w.queue.Add(keyOf(v)) // its new revision may own its snapshots now
 			}
 		}

@@ -20,20 +20,20 @@ func snapshotSource(kind confighash.SourceKind, s metav1.Object) confighash.Sour
 // (confighash.IsSnapshot): only those are deleted, never an object a user made,
 // restored from a snapshot's YAML or changed, that carries the label. One listed by
 // its metadata alone is read whole; one that cannot be read is kept for now.
-func (w *Watcher) madeSnapshot(ctx context.Context, kind confighash.SourceKind, s metav1.Object) bool {
+func (sn *snapshots) madeSnapshot(ctx context.Context, kind confighash.SourceKind, s metav1.Object) bool {
 	source := snapshotSource(kind, s)
 	switch obj := s.(type) {
 	case *corev1.ConfigMap:
-		return confighash.IsSnapshot(w.cfg.Key, source, obj, ptr.Deref(obj.Immutable, false), confighash.SourceOfConfigMap(obj))
+		return confighash.IsSnapshot(sn.key, source, obj, ptr.Deref(obj.Immutable, false), confighash.SourceOfConfigMap(obj))
 	case *corev1.Secret:
-		return confighash.IsSnapshot(w.cfg.Key, source, obj, ptr.Deref(obj.Immutable, false), confighash.SourceOfSecret(obj))
+		return confighash.IsSnapshot(sn.key, source, obj, ptr.Deref(obj.Immutable, false), confighash.SourceOfSecret(obj))
 	}
 	var read metav1.Object
 	var err error
 	if kind == confighash.ConfigMap {
-		read, err = w.cfg.Client.CoreV1().ConfigMaps(s.GetNamespace()).Get(ctx, s.GetName(), metav1.GetOptions{})
+		read, err = sn.client.CoreV1().ConfigMaps(s.GetNamespace()).Get(ctx, s.GetName(), metav1.GetOptions{})
 	} else {
-		read, err = w.cfg.Client.CoreV1().Secrets(s.GetNamespace()).Get(ctx, s.GetName(), metav1.GetOptions{})
+		read, err = sn.client.CoreV1().Secrets(s.GetNamespace()).Get(ctx, s.GetName(), metav1.GetOptions{})
 	}
-	return err == nil && read.GetUID() == s.GetUID() && w.madeSnapshot(ctx, kind, read)
+	return err == nil && read.GetUID() == s.GetUID() && sn.madeSnapshot(ctx, kind, read)
 }

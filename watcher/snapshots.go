@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,11 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/bounded"
 	"github.com/confighash/confighash/sourcecache"
+	"github.com/rs/zerolog"
 )
 
 // Snapshots of a pinned workload are owned by each revision whose pod template names
@@ -33,6 +37,86 @@ import (
 // revisions were gone before they could own it) is deleted, unless a pinned workload
 // of the namespace names it. A workload no longer pinned lets go of them all. A kind
 // without revisions owns all its snapshots itself until it is deleted.
+
+// snapshots gives the snapshots of pinned workloads their owners, and sweeps those
+// nothing owns or names.
+type snapshots struct {
+	client    kubernetes.Interface
+	reads     *bounded.Reader
+	key       confighash.Key
+	sources   *sourcecache.Cache
+	workloads *workloads
+	revisions *revisionReader
+	queue     workqueue.TypedDelayingInterface[workloadKey]
+	metrics   Recorder
+	log       zerolog.Logger
+	// every is how often the sweep runs, and how long a snapshot must have had no
+	// owner first.
+	every time.Duration
+
+	mu sync.Mutex
+	// owned is, per workload, its UID and pins when its snapshots were found owned,
+	// and the checks in a row that found the revision of its template not made yet.
+	owned map[workloadKey]ownership
+
+	// candidates are the snapshots a sweep found owned and named by nothing; from,
+	// per kind and namespace, where the next sweep goes on from when the last one
+	// spent its calls, and at in which. Only the sweep, on one goroutine, uses them.
+	candidates map[types.UID]bool
+	from       map[string]string
+	at         string
+}
+
+type ownership struct {
+	owned string
+	waits int
+}
+
+// ownedFor reports whether the workload's snapshots were found owned for its pins; a
+// workload made again under the same name is not the one found.
+func (sn *snapshots) ownedFor(v *view) bool {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	return sn.owned[keyOf(v)].owned == ownedText(v)
+}
+
+// known reports whether the workload was pinned when its snapshots' owners were last
+// found.
+func (sn *snapshots) known(key workloadKey) bool {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	return sn.owned[key].owned != ""
+}
+
+// retry is how long until the workload is checked again while the revision of its
+// template is not made yet: from snapshotOwnerRetry, doubling up to a minute (a paused
+// Deployment makes none until it is resumed, and its status says when it does).
+func (sn *snapshots) retry(key workloadKey) time.Duration {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	o := sn.owned[key]
+	after := snapshotOwnerRetry << min(o.waits, 6)
+	o.waits++
+	sn.owned[key] = o
+	return after
+}
+
+// noteOwned remembers that the snapshots of the workload's pins are owned.
+func (sn *snapshots) noteOwned(v *view) {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	sn.owned[keyOf(v)] = ownership{owned: ownedText(v)}
+}
+
+// forget forgets that the workload's snapshots were found owned: they are checked
+// again at its next check, and nothing is kept of a workload gone.
+func (sn *snapshots) forget(key workloadKey) {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	delete(sn.owned, key)
+}
+
+func ownedText(v *view) string { return string(v.UID) + " " + v.Pins.String() }
 
 // revisionPins is a revision of a workload and the pins its pod template carries.
 type revisionPins struct {
@@ -52,8 +136,8 @@ const snapshotGrace = time.Minute
 // ownSnapshots gives the snapshots of the pinned workload their owners, and lets go of
 // those its template no longer names. Until the revision of its template exists, it
 // checks again soon: its controller is making it.
-func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) error {
-	if w.tracking.ownedFor(v) {
+func (sn *snapshots) own(ctx context.Context, key workloadKey, v *view) error {
+	if sn.ownedFor(v) {
 		return nil
 	}
 	self := metav1.OwnerReference{APIVersion: v.Kind.GroupVersion().String(), Kind: v.Kind.Kind, Name: v.Name, UID: v.UID}
@@ -62,7 +146,7 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 	versioned := keepsRevisions(v.Kind.Kind)
 	current := !versioned
 	if versioned {
-		revs, err := w.pinnedRevisions(ctx, v)
+		revs, err := sn.pinnedRevisions(ctx, v)
 		if err != nil {
 			return err
 		}
@@ -71,26 +155,26 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 		}
 		owners = append(owners, revs...)
 	}
-	again, gone, err := w.reconcileOwners(ctx, v, owners, versioned)
+	again, gone, err := sn.reconcileOwners(ctx, v, owners, versioned)
 	switch {
 	case err != nil:
 		return err
 	case len(gone) > 0:
 		// The garbage collector took them before the workload owned them (it replaced
 		// one that had them, or shared them with one deleted meanwhile).
-		w.cfg.Log.Warn().Str("workload", key.String()).Strs("snapshots", gone).Msg("snapshots the pod template names are gone; asking the webhook to make them again")
-		if _, err := w.workloads.touch(ctx, v, triggers(v, v.Record, w.sources), map[string]any{confighash.AnnotationRemakeSnapshots: strings.Join(gone, " ")}); err != nil {
+		sn.log.Warn().Str("workload", key.String()).Strs("snapshots", gone).Msg("snapshots the pod template names are gone; asking the webhook to make them again")
+		if _, err := sn.workloads.touch(ctx, v, triggers(v, v.Record, sn.sources), map[string]any{confighash.AnnotationRemakeSnapshots: strings.Join(gone, " ")}); err != nil {
 			return err
 		}
-		w.queue.AddAfter(key, w.tracking.ownerRetry(key))
+		sn.queue.AddAfter(key, sn.retry(key))
 	case !current:
-		w.queue.AddAfter(key, w.tracking.ownerRetry(key))
+		sn.queue.AddAfter(key, sn.retry(key))
 	case again > 0:
-		w.queue.AddAfter(key, again)
+		sn.queue.AddAfter(key, again)
 	case len(v.Pins) == 0:
-		w.tracking.recheckOwners(key) // no longer pinned: nothing more to let go of
+		sn.forget(key) // no longer pinned: nothing more to let go of
 	default:
-		w.tracking.noteOwned(v)
+		sn.noteOwned(v)
 	}
 	return nil
 }
@@ -98,8 +182,8 @@ func (w *Watcher) ownSnapshots(ctx context.Context, key workloadKey, v *view) er
 // pinnedRevisions returns the workload's revisions with their pins: ReplicaSets for
 // Deployments and Rollouts, ControllerRevisions for StatefulSets and DaemonSets; none
 // for the other kinds, which keep no revisions.
-func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins, error) {
-	revs, err := w.revisions.of(ctx, v)
+func (sn *snapshots) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins, error) {
+	revs, err := sn.revisions.of(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +213,7 @@ func (w *Watcher) pinnedRevisions(ctx context.Context, v *view) ([]revisionPins,
 // soon the workload must be checked again: soon when another wrote a snapshot's owners
 // since it was read, or when the oldest of those left is old enough.
 // gone are the snapshots the workload's template names that do not exist.
-func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisionPins, letGo bool) (again time.Duration, gone []string, err error) {
+func (sn *snapshots) reconcileOwners(ctx context.Context, v *view, owners []revisionPins, letGo bool) (again time.Duration, gone []string, err error) {
 	wanted := map[string][]metav1.OwnerReference{}
 	sources := map[confighash.SourceRef]bool{}
 	for _, o := range owners {
@@ -142,7 +226,7 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 		sources[e.SourceRef] = true
 	}
 	for _, kind := range []confighash.SourceKind{confighash.ConfigMap, confighash.Secret} {
-		snapshots, err := w.snapshotsOf(ctx, v.Namespace, kind, sources)
+		snapshots, err := sn.snapshotsOf(ctx, v.Namespace, kind, sources)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -170,13 +254,13 @@ func (w *Watcher) reconcileOwners(ctx context.Context, v *view, owners []revisio
 			switch {
 			case !changed:
 				continue
-			case len(refs) == 0 && len(w.naming(v.Namespace, kind, s.GetName())) == 0 &&
-				confighash.Sealed(w.cfg.Key, kind, s.GetNamespace(), s.GetName(), s.GetAnnotations()):
-				if w.madeSnapshot(ctx, kind, s) {
-					err = w.deleteSnapshot(ctx, kind, s)
+			case len(refs) == 0 && len(sn.naming(v.Namespace, kind, s.GetName())) == 0 &&
+				confighash.Sealed(sn.key, kind, s.GetNamespace(), s.GetName(), s.GetAnnotations()):
+				if sn.madeSnapshot(ctx, kind, s) {
+					err = sn.deleteSnapshot(ctx, kind, s)
 				}
 			default:
-				err = w.setOwners(ctx, kind, s, refs)
+				err = sn.setOwners(ctx, kind, s, refs)
 			}
 			switch {
 			case apierrors.IsConflict(err):
@@ -209,7 +293,7 @@ var snapshotsLimits = bounded.Limits{Page: 100, PageBytes: 2 << 20, Items: 2000,
 
 // snapshotsOf lists the metadata of the namespace's snapshots of the sources of the
 // kind.
-func (w *Watcher) snapshotsOf(ctx context.Context, namespace string, kind confighash.SourceKind, sources map[confighash.SourceRef]bool) ([]metav1.Object, error) {
+func (sn *snapshots) snapshotsOf(ctx context.Context, namespace string, kind confighash.SourceKind, sources map[confighash.SourceRef]bool) ([]metav1.Object, error) {
 	var names []string
 	for ref := range sources {
 		if ref.Kind == kind {
@@ -225,7 +309,7 @@ func (w *Watcher) snapshotsOf(ctx context.Context, namespace string, kind config
 	}
 	opts := metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*of).String()}
 	res := bounded.Resource{GroupVersionResource: sourcecache.Resource(kind), Namespace: namespace}
-	l, err := bounded.List[metav1.PartialObjectMetadata](ctx, w.cfg.Reads, res, opts, snapshotsLimits)
+	l, err := bounded.List[metav1.PartialObjectMetadata](ctx, sn.reads, res, opts, snapshotsLimits)
 	if err != nil {
 		return nil, err
 	}
@@ -247,37 +331,37 @@ func pointers[T any](items []T) []*T {
 
 // naming returns the pinned workloads of the namespace whose templates name the
 // snapshot: another workload may share it, and not own it yet.
-func (w *Watcher) naming(namespace string, kind confighash.SourceKind, snapshot string) []*view {
-	return w.workloads.inNamespace(namespace, func(u *view) bool { return u.Pins.Names(kind, snapshot) })
+func (sn *snapshots) naming(namespace string, kind confighash.SourceKind, snapshot string) []*view {
+	return sn.workloads.inNamespace(namespace, func(u *view) bool { return u.Pins.Names(kind, snapshot) })
 }
 
 // setOwners writes the snapshot's owners. The resourceVersion makes it fail, rather
 // than drop another's owner, when the snapshot changed since it was read.
-func (w *Watcher) setOwners(ctx context.Context, kind confighash.SourceKind, s metav1.Object, refs []metav1.OwnerReference) error {
+func (sn *snapshots) setOwners(ctx context.Context, kind confighash.SourceKind, s metav1.Object, refs []metav1.OwnerReference) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": s.GetResourceVersion(), "ownerReferences": refs}})
 	opts := metav1.PatchOptions{FieldManager: FieldManager}
 	var err error
 	if kind == confighash.ConfigMap {
-		_, err = w.cfg.Client.CoreV1().ConfigMaps(s.GetNamespace()).Patch(ctx, s.GetName(), types.MergePatchType, patch, opts)
+		_, err = sn.client.CoreV1().ConfigMaps(s.GetNamespace()).Patch(ctx, s.GetName(), types.MergePatchType, patch, opts)
 	} else {
-		_, err = w.cfg.Client.CoreV1().Secrets(s.GetNamespace()).Patch(ctx, s.GetName(), types.MergePatchType, patch, opts)
+		_, err = sn.client.CoreV1().Secrets(s.GetNamespace()).Patch(ctx, s.GetName(), types.MergePatchType, patch, opts)
 	}
 	return err
 }
 
 // deleteSnapshot deletes the snapshot if it is still as read.
-func (w *Watcher) deleteSnapshot(ctx context.Context, kind confighash.SourceKind, s metav1.Object) error {
+func (sn *snapshots) deleteSnapshot(ctx context.Context, kind confighash.SourceKind, s metav1.Object) error {
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(s.GetUID()), ResourceVersion: ptr.To(s.GetResourceVersion())}}
 	if kind == confighash.ConfigMap {
-		return w.cfg.Client.CoreV1().ConfigMaps(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
+		return sn.client.CoreV1().ConfigMaps(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
 	}
-	return w.cfg.Client.CoreV1().Secrets(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
+	return sn.client.CoreV1().Secrets(s.GetNamespace()).Delete(ctx, s.GetName(), opts)
 }
 
-// recheckOwners checks the workload's snapshots' owners again.
-func (w *Watcher) recheckOwners(v *view) {
-	w.tracking.recheckOwners(keyOf(v))
-	w.queue.Add(keyOf(v))
+// recheck checks the workload's snapshots' owners again.
+func (sn *snapshots) recheck(v *view) {
+	sn.forget(keyOf(v))
+	sn.queue.Add(keyOf(v))
 }
 
 // keepsRevisions reports whether workloads of the kind keep revisions of their pod

@@ -55,17 +55,14 @@ func (s *sweep) spend(n int) bool {
 	return true
 }
 
-// sweepSnapshots sweeps each kind of each namespace confighash acts in, in turn, from
+// sweep sweeps each kind of each namespace confighash acts in, in turn, from
 // where the last sweep stopped, until the calls are spent.
-func (w *Watcher) sweepSnapshots(ctx context.Context) {
+func (sn *snapshots) sweep(ctx context.Context) {
 	s := &sweep{revisions: map[types.UID][]revisionPins{}}
-	defer func() { w.cfg.Metrics.SweepCalls(s.calls) }()
-	if w.sweepCandidates == nil {
-		w.sweepCandidates, w.sweepFrom = map[types.UID]bool{}, map[string]string{}
-	}
-	namespaces, err := w.workloads.actingNamespaces(ctx, &s.calls)
+	defer func() { sn.metrics.SweepCalls(s.calls) }()
+	namespaces, err := sn.workloads.actingNamespaces(ctx, &s.calls)
 	if err != nil {
-		w.cfg.Log.Warn().Err(err).Msg("list namespaces to sweep")
+		sn.log.Warn().Err(err).Msg("list namespaces to sweep")
 		return
 	}
 	var at []string
@@ -76,37 +73,37 @@ func (w *Watcher) sweepSnapshots(ctx context.Context) {
 	}
 	// The lists after the one the last sweep stopped in come first: however many
 	// namespaces there are, each is swept in its turn.
-	start := max(0, slices.Index(at, w.sweepAt))
+	start := max(0, slices.Index(at, sn.at))
 	for i := range at {
 		next := at[(start+i)%len(at)]
 		kind, ns, _ := strings.Cut(next, "/")
-		if !w.sweepList(ctx, s, confighash.SourceKind(kind), ns) {
-			w.sweepAt = next
+		if !sn.sweepList(ctx, s, confighash.SourceKind(kind), ns) {
+			sn.at = next
 			return
 		}
 	}
-	w.sweepAt = ""
+	sn.at = ""
 }
 
 // sweepList sweeps the snapshots of a kind in a namespace, a page at a time, from where
 // the last sweep stopped. It reports false when the calls ran out first.
-func (w *Watcher) sweepList(ctx context.Context, s *sweep, kind confighash.SourceKind, namespace string) bool {
+func (sn *snapshots) sweepList(ctx context.Context, s *sweep, kind confighash.SourceKind, namespace string) bool {
 	at := string(kind) + "/" + namespace
-	from := w.sweepFrom[at]
+	from := sn.from[at]
 	if s.calls >= sweepCalls {
 		return false
 	}
 	res := bounded.Resource{GroupVersionResource: sourcecache.Resource(kind), Namespace: namespace}
-	err := bounded.Each(ctx, w.cfg.Reads, res, metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf}, sweepLimits, func(items []metav1.PartialObjectMetadata) error {
+	err := bounded.Each(ctx, sn.reads, res, metav1.ListOptions{LabelSelector: confighash.LabelSnapshotOf}, sweepLimits, func(items []metav1.PartialObjectMetadata) error {
 		s.calls++ // the call that listed the page
 		for i := range items {
 			item := &items[i]
 			// Lists are in key order: what the last sweep looked at is behind.
 			if key := item.Namespace + "/" + item.Name; key > from {
-				if !w.sweepOne(ctx, s, kind, item) {
+				if !sn.sweepOne(ctx, s, kind, item) {
 					return errSweepSpent
 				}
-				w.sweepFrom[at] = key
+				sn.from[at] = key
 			}
 		}
 		if s.calls >= sweepCalls {
@@ -119,48 +116,48 @@ func (w *Watcher) sweepList(ctx context.Context, s *sweep, kind confighash.Sourc
 		return false
 	case err != nil:
 		s.calls++
-		w.cfg.Log.Warn().Err(err).Str("kind", string(kind)).Str("namespace", namespace).Msg("list snapshots to sweep")
+		sn.log.Warn().Err(err).Str("kind", string(kind)).Str("namespace", namespace).Msg("list snapshots to sweep")
 		return true
 	}
-	delete(w.sweepFrom, at)
+	delete(sn.from, at)
 	return true
 }
 
 // sweepOne deletes the snapshot if it is the second sweep in a row to find it made by
 // confighash, old enough, and held and named by nothing. It reports false when the
 // calls ran out before it could tell.
-func (w *Watcher) sweepOne(ctx context.Context, s *sweep, kind confighash.SourceKind, item *metav1.PartialObjectMetadata) bool {
-	if time.Since(item.CreationTimestamp.Time) < w.cfg.SnapshotSweep || w.workloads.gate.Mode(item.Namespace) == confighash.ModeOff ||
-		!confighash.Sealed(w.cfg.Key, kind, item.Namespace, item.Name, item.Annotations) || w.ownerHolds(kind, item) {
-		delete(w.sweepCandidates, item.UID)
+func (sn *snapshots) sweepOne(ctx context.Context, s *sweep, kind confighash.SourceKind, item *metav1.PartialObjectMetadata) bool {
+	if time.Since(item.CreationTimestamp.Time) < sn.every || sn.workloads.gate.Mode(item.Namespace) == confighash.ModeOff ||
+		!confighash.Sealed(sn.key, kind, item.Namespace, item.Name, item.Annotations) || sn.ownerHolds(kind, item) {
+		delete(sn.candidates, item.UID)
 		return true
 	}
-	named, ok := w.sweptNamed(ctx, s, kind, item)
+	named, ok := sn.sweptNamed(ctx, s, kind, item)
 	switch {
 	case !ok:
 		return false
 	case named:
-		delete(w.sweepCandidates, item.UID)
+		delete(sn.candidates, item.UID)
 		return true
-	case !w.sweepCandidates[item.UID]:
+	case !sn.candidates[item.UID]:
 		// Deleted at the sweep after the one that first found it so: a create admitted
 		// meanwhile that names it is seen, and its workload owns it.
-		w.sweepCandidates[item.UID] = true
+		sn.candidates[item.UID] = true
 		return true
 	case !s.spend(2): // a read of its data, and the delete
 		return false
-	case !w.madeSnapshot(ctx, kind, item):
+	case !sn.madeSnapshot(ctx, kind, item):
 		// Sealed, but mutable or holding other data: a copy someone made of a snapshot.
-		delete(w.sweepCandidates, item.UID)
+		delete(sn.candidates, item.UID)
 		return true
 	}
-	delete(w.sweepCandidates, item.UID)
-	if err := w.deleteSnapshot(ctx, kind, item); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		w.cfg.Log.Warn().Err(err).Str("namespace", item.Namespace).Str("snapshot", item.Name).Msg("delete a snapshot nothing names")
+	delete(sn.candidates, item.UID)
+	if err := sn.deleteSnapshot(ctx, kind, item); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		sn.log.Warn().Err(err).Str("namespace", item.Namespace).Str("snapshot", item.Name).Msg("delete a snapshot nothing names")
 		return true
 	}
-	w.cfg.Metrics.SnapshotSwept()
-	w.cfg.Log.Info().Str("namespace", item.Namespace).Str("kind", string(kind)).Str("snapshot", item.Name).Msg("deleted a snapshot nothing owned or named")
+	sn.metrics.SnapshotSwept()
+	sn.log.Info().Str("namespace", item.Namespace).Str("kind", string(kind)).Str("snapshot", item.Name).Msg("deleted a snapshot nothing owned or named")
 	return true
 }
 
@@ -171,13 +168,13 @@ func (w *Watcher) sweepOne(ctx context.Context, s *sweep, kind confighash.Source
 // webhook takes an update's owner UID from the review it is sent: one that is not the
 // named workload's, or whose workload has nothing to do with the snapshot, came from a
 // forged review, and holds nothing.
-func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object) bool {
+func (sn *snapshots) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object) bool {
 	source := snapshotSource(kind, snapshot)
 	for _, ref := range snapshot.GetOwnerReferences() {
 		if ref.APIVersion == "apps/v1" && (ref.Kind == "ReplicaSet" || ref.Kind == "ControllerRevision") {
 			return true
 		}
-		v := w.workloads.lookup(workloadKey{ref.Kind, snapshot.GetNamespace(), ref.Name})
+		v := sn.workloads.lookup(workloadKey{ref.Kind, snapshot.GetNamespace(), ref.Name})
 		if v == nil || v.UID != ref.UID {
 			continue
 		}
@@ -193,15 +190,15 @@ func (w *Watcher) ownerHolds(kind confighash.SourceKind, snapshot metav1.Object)
 // once a sweep; a workload whose revision names it is checked again, to own it. On an
 // error it answers yes: the snapshot waits for the next sweep. ok is false when the
 // calls ran out before it could tell.
-func (w *Watcher) sweptNamed(ctx context.Context, s *sweep, kind confighash.SourceKind, snapshot metav1.Object) (named, ok bool) {
-	if naming := w.naming(snapshot.GetNamespace(), kind, snapshot.GetName()); len(naming) > 0 {
+func (sn *snapshots) sweptNamed(ctx context.Context, s *sweep, kind confighash.SourceKind, snapshot metav1.Object) (named, ok bool) {
+	if naming := sn.naming(snapshot.GetNamespace(), kind, snapshot.GetName()); len(naming) > 0 {
 		for _, v := range naming {
-			w.recheckOwners(v)
+			sn.recheck(v)
 		}
 		return true, true
 	}
 	source := snapshotSource(kind, snapshot)
-	users := w.workloads.inNamespace(snapshot.GetNamespace(), func(v *view) bool { return keepsRevisions(v.Kind.Kind) && v.mayHold(source) })
+	users := sn.workloads.inNamespace(snapshot.GetNamespace(), func(v *view) bool { return keepsRevisions(v.Kind.Kind) && v.mayHold(source) })
 	for _, v := range users {
 		revs, read := s.revisions[v.UID]
 		if !read {
@@ -209,14 +206,14 @@ func (w *Watcher) sweptNamed(ctx context.Context, s *sweep, kind confighash.Sour
 				return false, false
 			}
 			var err error
-			if revs, err = w.pinnedRevisions(ctx, v); err != nil {
+			if revs, err = sn.pinnedRevisions(ctx, v); err != nil {
 				return true, true
 			}
 			s.revisions[v.UID] = revs
 		}
 		for _, r := range revs {
 			if r.pins.Names(kind, snapshot.GetName()) {
-				w.recheckOwners(v)
+				sn.recheck(v)
 				return true, true
 			}
 		}

@@ -123,8 +123,8 @@ func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error
 		return err
 	}
 	// One no longer pinned lets go of the snapshots it owned.
-	if len(v.Pins) > 0 || w.tracking.ownersKnown(key) {
-		if err := w.ownSnapshots(ctx, key, v); err != nil {
+	if len(v.Pins) > 0 || w.snapshots.known(key) {
+		if err := w.snapshots.own(ctx, key, v); err != nil {
 			return err
 		}
 	}

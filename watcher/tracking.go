@@ -7,8 +7,7 @@ import (
 
 // tracking is the one owner of what the watcher remembers of each workload between
 // checks, under its own lock: the changes not checked yet, when a change first
-// reached it, its pause, the version it warned about, and whether its snapshots'
-// owners were found. What a wave needs of its users is the waves' (waves.go), read
+// reached it, its pause, and the version it warned about. What a wave needs of its users is the waves' (waves.go), read
 // for all the users of a wave at once. Both only save work or time it: after a
 // restart, the workloads and their statuses say the rest.
 type tracking struct {
@@ -32,11 +31,6 @@ type tracked struct {
 	warned string
 	// pausedUntil is when the pause period after its last touch ends.
 	pausedUntil time.Time
-	// owned is its UID and pins when its snapshots were found owned, "" until then;
-	// ownerWaits counts the checks in a row that found the revision of its template
-	// not made yet.
-	owned      string
-	ownerWaits int
 }
 
 // changed is when the first and the last change not yet checked reached a workload.
@@ -199,35 +193,3 @@ func (t *tracking) unreached(key workloadKey) {
 func (t *tracking) deleted(key workloadKey) {
 	t.with(key, func(e *tracked) { e.firstSeen, e.warned, e.pausedUntil = time.Time{}, "", time.Time{} })
 }
-
-// ownersKnown reports whether the workload was pinned when its snapshots' owners were
-// last found.
-func (t *tracking) ownersKnown(key workloadKey) bool { return t.get(key).owned != "" }
-
-// ownerRetry is how long until the workload is checked again while the revision of
-// its template is not made yet: from snapshotOwnerRetry, doubling up to a minute (a
-// paused Deployment makes none until it is resumed, and its status says when it does).
-func (t *tracking) ownerRetry(key workloadKey) (after time.Duration) {
-	t.with(key, func(e *tracked) {
-		after = snapshotOwnerRetry << min(e.ownerWaits, 6)
-		e.ownerWaits++
-	})
-	return after
-}
-
-// ownedFor reports whether the workload's snapshots were found owned for its pins; a
-// workload made again under the same name is not the one found.
-func (t *tracking) ownedFor(v *view) bool { return t.get(keyOf(v)).owned == ownedText(v) }
-
-// noteOwned remembers that the snapshots of the workload's pins are owned.
-func (t *tracking) noteOwned(v *view) {
-	t.with(keyOf(v), func(e *tracked) { e.owned, e.ownerWaits = ownedText(v), 0 })
-}
-
-// recheckOwners forgets that the workload's snapshots were found owned: they are
-// checked again at its next check.
-func (t *tracking) recheckOwners(key workloadKey) {
-	t.with(key, func(e *tracked) { e.owned, e.ownerWaits = "", 0 })
-}
-
-func ownedText(v *view) string { return string(v.UID) + " " + v.Pins.String() }

@@ -179,14 +179,8 @@ type Watcher struct {
 	// relists read a namespace again when its mode rises above one some of its
 	// workloads were kept as their key alone under.
 	relists *watches.Relists
-	// sweepCandidates are the snapshots a sweep found owned and named by nothing, and
-	// sweepFrom, per kind and namespace, where the next sweep goes on from when the
-	// last one spent its calls, and sweepAt in which; only the sweep reads and writes
-	// them.
-	sweepCandidates map[types.UID]bool
-	sweepFrom       map[string]string
-	// sweepAt is the kind and namespace the last sweep stopped in.
-	sweepAt string
+	// snapshots owns and sweeps pinned workloads' snapshots.
+	snapshots *snapshots
 	// csi is set when the sources cache keeps SecretProviderClasses.
 	csi bool
 	// restarts restarts pods in place; nil unless InPlace.
@@ -250,6 +244,9 @@ func New(cfg Config) (*Watcher, error) {
 	w.proofs = &proofs{sources: w.sources, written: newDataWrites(), revisions: w.revisions, reads: cfg.Reads}
 	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}
+	w.snapshots = &snapshots{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, revisions: w.revisions,
+		queue: w.queue, metrics: cfg.Metrics, log: cfg.Log, every: cfg.SnapshotSweep,
+		owned: map[workloadKey]ownership{}, candidates: map[types.UID]bool{}, from: map[string]string{}}
 	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
@@ -345,7 +342,7 @@ func (w *Watcher) Lead(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case <-tick.C:
-					w.sweepSnapshots(ctx)
+					w.snapshots.sweep(ctx)
 				}
 			}
 		})

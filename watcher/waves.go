@@ -156,6 +156,7 @@ func (w *Watcher) leave(key workloadKey) {
 
 func (w *Watcher) letGo(key workloadKey) {
 	w.decider.forget(key)
+	w.snapshots.forget(key)
 	w.unhold(key)
 	w.waves.mu.Lock()
 	w.endGrant(key)
