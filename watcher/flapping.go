@@ -235,8 +235,8 @@ func (b *flapBreaker) announce(src sourceIn) (hold, bool) {
 // keeps changing, and reports whether it does: no touch, a Warning Event on the
 // workload and on each source naming who writes it, and a check again when the hold
 // may end. A due change of any other source rolls it, with every source's latest data.
-func (w *Watcher) heldByFlapping(ctx context.Context, key workloadKey, v *view, d confighash.Decision) bool {
-	due := triggers(v, d.Record, w.sources)
+func (pc *pacer) heldByFlapping(ctx context.Context, key workloadKey, v *view, d confighash.Decision) bool {
+	due := triggers(v, d.Record, pc.sources)
 	if len(due) == 0 {
 		return false
 	}
@@ -245,7 +245,7 @@ func (w *Watcher) heldByFlapping(ctx context.Context, key workloadKey, v *view, 
 	srcs := make([]sourceIn, len(due))
 	for i, t := range due {
 		srcs[i] = sourceIn{v.Namespace, t.SourceRef}
-		held, end := w.flapping.holds(srcs[i], now)
+		held, end := pc.flapping.holds(srcs[i], now)
 		if !held {
 			return false
 		}
@@ -255,40 +255,40 @@ func (w *Watcher) heldByFlapping(ctx context.Context, key workloadKey, v *view, 
 	}
 	says := make([]string, len(srcs))
 	for i, src := range srcs {
-		w.learnWriters(ctx, src, now)
-		h, news := w.flapping.announce(src)
-		says[i] = fmt.Sprintf("%s changed %d times within %s, written by %s", src.ref, h.changes, w.flapping.window, h)
+		pc.learnWriters(ctx, src, now)
+		h, news := pc.flapping.announce(src)
+		says[i] = fmt.Sprintf("%s changed %d times within %s, written by %s", src.ref, h.changes, pc.flapping.window, h)
 		if news {
-			w.cfg.Log.Warn().Str("namespace", src.namespace).Stringer("source", src.ref).Strs("writers", h.writers).Int("changes", h.changes).
+			pc.log.Warn().Str("namespace", src.namespace).Stringer("source", src.ref).Strs("writers", h.writers).Int("changes", h.changes).
 				Msg("a source keeps changing: its users are held at their current revision")
-			w.report.Event(h.object(src), corev1.EventTypeWarning, "Flapping", fmt.Sprintf(
+			pc.report.Event(h.object(src), corev1.EventTypeWarning, "Flapping", fmt.Sprintf(
 				"changed %d times within %s, written by %s: the workloads that use it are held at their current revision until it has not changed for %s (or confighash resume)",
-				h.changes, w.flapping.window, h, w.flapping.quiet))
+				h.changes, pc.flapping.window, h, pc.flapping.quiet))
 		}
 	}
 	said := strings.Join(says, "; ")
-	if w.hold(key, heldFlapping, said) {
-		w.report.Event(objectRef(v), corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
-			"held at its current revision: %s; it rolls once, with the latest data, when no change has come for %s (or confighash resume)", said, w.flapping.quiet))
-		w.report.alert(alert.Held, v, due, said)
+	if pc.hold(key, heldFlapping, said) {
+		pc.report.Event(objectRef(v), corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
+			"held at its current revision: %s; it rolls once, with the latest data, when no change has come for %s (or confighash resume)", said, pc.flapping.quiet))
+		pc.report.alert(alert.Held, v, due, said)
 	}
-	w.queue.AddAfter(key, until.Sub(now))
+	pc.queue.AddAfter(key, until.Sub(now))
 	return true
 }
 
 // learnWriters reads who last wrote the held source's data, from its managedFields,
 // when that is due.
-func (w *Watcher) learnWriters(ctx context.Context, src sourceIn, now time.Time) {
+func (pc *pacer) learnWriters(ctx context.Context, src sourceIn, now time.Time) {
 	res, ok := sourceResources[src.ref.Kind]
-	if !ok || !w.flapping.writersDue(src, now) {
+	if !ok || !pc.flapping.writersDue(src, now) {
 		return
 	}
-	m, err := bounded.Get[metav1.PartialObjectMetadata](ctx, w.cfg.Reads, bounded.Resource{GroupVersionResource: res, Namespace: src.namespace}, src.ref.Name, objectBytes)
+	m, err := bounded.Get[metav1.PartialObjectMetadata](ctx, pc.reads, bounded.Resource{GroupVersionResource: res, Namespace: src.namespace}, src.ref.Name, objectBytes)
 	if err != nil {
-		w.cfg.Log.Debug().Err(err).Stringer("source", src.ref).Msg("who writes a held source is not known")
+		pc.log.Debug().Err(err).Stringer("source", src.ref).Msg("who writes a held source is not known")
 		return
 	}
-	w.flapping.wrote(src, dataWriter(m), m.UID)
+	pc.flapping.wrote(src, dataWriter(m), m.UID)
 }
 
 var sourceResources = map[confighash.SourceKind]schema.GroupVersionResource{

@@ -24,46 +24,46 @@ const podCheckInterval = 5 * time.Second
 // followRollout follows the rollout of a workload a wave let roll: it finds pods that
 // cannot start, and halts the wave once it failed and nothing of it rolls any more,
 // as the failure of its last would otherwise go unseen.
-func (w *Watcher) followRollout(ctx context.Context, v *view) error {
+func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 	key := keyOf(v)
-	w.waves.mu.Lock()
-	_, ok := w.waves.grants[key]
-	known := w.waves.failing[key].hash == v.Hash
-	w.waves.mu.Unlock()
+	pc.waves.mu.Lock()
+	_, ok := pc.waves.grants[key]
+	known := pc.waves.failing[key].hash == v.Hash
+	pc.waves.mu.Unlock()
 	if !ok {
 		return nil
 	}
 	if !known && v.Status == confighash.RollingOut && v.Release == v.Hash && v.Selector != "" {
 		// Pods that cannot start change no status of the workload: look again soon,
 		// until they are known to fail.
-		why, pending, err := w.failingPods(ctx, v)
+		why, pending, err := pc.failingPods(ctx, v)
 		if err != nil {
 			return err
 		}
-		w.queue.AddAfter(key, podCheckInterval)
-		w.pendingTooLong(v, pending)
+		pc.queue.AddAfter(key, podCheckInterval)
+		pc.pendingTooLong(v, pending)
 		if why != "" {
-			w.waves.mu.Lock()
-			w.waves.failing[key] = failing{hash: v.Hash, why: why}
-			w.waves.generation++
-			w.waves.mu.Unlock()
+			pc.waves.mu.Lock()
+			pc.waves.failing[key] = failing{hash: v.Hash, why: why}
+			pc.waves.generation++
+			pc.waves.mu.Unlock()
 		}
 	}
-	w.waves.mu.Lock()
-	g, ok := w.waves.grants[key]
+	pc.waves.mu.Lock()
+	g, ok := pc.waves.grants[key]
 	if !ok {
-		w.waves.mu.Unlock()
+		pc.waves.mu.Unlock()
 		return nil
 	}
 	id := waveID{v.Namespace, g.source}
-	st := w.stand(&wave{id: id, users: w.workloads.users(id.namespace, id.source)}, time.Now())
+	st := pc.stand(&wave{id: id, users: pc.workloads.users(id.namespace, id.source)}, time.Now())
 	if !st.Halts() {
-		w.waves.mu.Unlock()
+		pc.waves.mu.Unlock()
 		return nil
 	}
-	h := w.claimHalt(id, st)
-	w.waves.mu.Unlock()
-	return w.halt(ctx, key, h)
+	h := pc.claimHalt(id, st)
+	pc.waves.mu.Unlock()
+	return pc.halt(ctx, key, h)
 }
 
 // podsLimits bound the list of a workload's pods: read whole, for their statuses, a
@@ -73,9 +73,9 @@ var podsLimits = bounded.Limits{Page: 100, PageBytes: 4 << 20, Items: 100_000, B
 
 // failingPods returns why a pod of the workload's latest template cannot start, "" if
 // none is known to fail, and since when one has been Pending.
-func (w *Watcher) failingPods(ctx context.Context, v *view) (why string, pending time.Time, err error) {
+func (pc *pacer) failingPods(ctx context.Context, v *view) (why string, pending time.Time, err error) {
 	res := bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("pods"), Namespace: v.Namespace}
-	err = bounded.Each(ctx, w.cfg.Reads, res, metav1.ListOptions{LabelSelector: v.Selector}, podsLimits, func(pods []corev1.Pod) error {
+	err = bounded.Each(ctx, pc.reads, res, metav1.ListOptions{LabelSelector: v.Selector}, podsLimits, func(pods []corev1.Pod) error {
 		if why == "" {
 			why = failingPod(pods, v.Hash)
 		}
@@ -103,11 +103,11 @@ type haltWrites struct {
 // claimHalt claims the wave's halt for this worker and collects what it writes; nil
 // when another worker is writing it. Under the waves' lock, which halt, writing, no
 // longer holds: the claim makes the others of the wave wait for the markers.
-func (w *Watcher) claimHalt(id waveID, st standing) *haltWrites {
-	if w.waves.halting[id] {
+func (pc *pacer) claimHalt(id waveID, st standing) *haltWrites {
+	if pc.waves.halting[id] {
 		return nil
 	}
-	w.waves.halting[id] = true
+	pc.waves.halting[id] = true
 	h := &haltWrites{id: id}
 	for _, i := range st.Pending {
 		h.held = append(h.held, st.users[i])
@@ -116,7 +116,7 @@ func (w *Watcher) claimHalt(id waveID, st standing) *haltWrites {
 	for _, i := range st.Failed {
 		u := st.users[i]
 		why := u.Status.String()
-		if f := w.waves.failing[keyOf(u)]; f.hash == u.Hash {
+		if f := pc.waves.failing[keyOf(u)]; f.hash == u.Hash {
 			why = f.why
 		}
 		h.failed = append(h.failed, u)
@@ -128,18 +128,18 @@ func (w *Watcher) claimHalt(id waveID, st standing) *haltWrites {
 // halt marks the failed users and holds the pending ones, in the API server so that
 // a restart keeps the halt, and says so once: an Event on each, an alert. With no
 // claim, another worker writes the halt: the workload is looked at again after.
-func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) error {
+func (pc *pacer) halt(ctx context.Context, key workloadKey, h *haltWrites) error {
 	if h == nil {
-		w.queue.AddAfter(key, time.Second)
+		pc.queue.AddAfter(key, time.Second)
 		return nil
 	}
 	defer func() {
-		w.waves.mu.Lock()
-		delete(w.waves.halting, h.id)
-		w.waves.mu.Unlock()
+		pc.waves.mu.Lock()
+		delete(pc.waves.halting, h.id)
+		pc.waves.mu.Unlock()
 	}()
 	change := confighash.Trigger{SourceRef: h.id.source}
-	if src, ok := w.sources.Lookup(h.id.namespace, h.id.source); ok {
+	if src, ok := pc.sources.Lookup(h.id.namespace, h.id.source); ok {
 		change.ResourceVersion = src.ResourceVersion
 	}
 	failedNames := make([]string, len(h.failed))
@@ -151,51 +151,51 @@ func (w *Watcher) halt(ctx context.Context, key workloadKey, h *haltWrites) erro
 	// The held first: a halt cut short is taken up again while the failed ones are
 	// not yet marked, and the alert goes once all is marked.
 	for i, u := range h.held {
-		if err := w.mark(ctx, u, confighash.AnnotationHeld, confighash.Marker{Change: change, Hash: h.due[i]}, summary); err != nil {
+		if err := pc.mark(ctx, u, confighash.AnnotationHeld, confighash.Marker{Change: change, Hash: h.due[i]}, summary); err != nil {
 			return err
 		}
-		w.report.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
+		pc.report.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
 	}
 	for i, u := range h.failed {
-		if err := w.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}, summary); err != nil {
+		if err := pc.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}, summary); err != nil {
 			return err
 		}
-		w.report.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
+		pc.report.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
 	}
 	for _, u := range h.failed {
-		w.report.alert(alert.Halted, u, []confighash.Trigger{change}, summary)
+		pc.report.alert(alert.Halted, u, []confighash.Trigger{change}, summary)
 	}
-	w.cfg.Metrics.Halted()
+	pc.metrics.Halted()
 	return nil
 }
 
 // mark writes a marker on the workload and notes its hash until the cache shows it.
-func (w *Watcher) mark(ctx context.Context, u *view, annotation string, m confighash.Marker, why string) error {
+func (pc *pacer) mark(ctx context.Context, u *view, annotation string, m confighash.Marker, why string) error {
 	held := confighash.Status{Act: confighash.ActHeld, At: time.Now(), Why: why}
-	if _, err := w.workloads.patch(ctx, u, annotationsPatch(map[string]any{annotation: m.String(), confighash.AnnotationStatus: held.Text()})); err != nil {
+	if _, err := pc.workloads.patch(ctx, u, annotationsPatch(map[string]any{annotation: m.String(), confighash.AnnotationStatus: held.Text()})); err != nil {
 		return err
 	}
-	w.waves.mu.Lock()
-	w.waves.marked[keyOf(u)] = m.Hash
-	w.waves.generation++
-	w.waves.mu.Unlock()
+	pc.waves.mu.Lock()
+	pc.waves.marked[keyOf(u)] = m.Hash
+	pc.waves.generation++
+	pc.waves.mu.Unlock()
 	return nil
 }
 
 // heldByHalt reports whether a halted wave holds the workload: it is marked held from
 // the hash it is due.
-func (w *Watcher) heldByHalt(v *view, d confighash.Decision) bool {
-	w.waves.mu.Lock()
-	defer w.waves.mu.Unlock()
-	return w.markedWith(v, v.Held, d.Release)
+func (pc *pacer) heldByHalt(v *view, d confighash.Decision) bool {
+	pc.waves.mu.Lock()
+	defer pc.waves.mu.Unlock()
+	return pc.markedWith(v, v.Held, d.Release)
 }
 
 // markedWith reports whether the workload's marker, or the one just written, names the
 // hash; under the waves' lock.
-func (w *Watcher) markedWith(v *view, m confighash.Marker, hash string) bool {
+func (pc *pacer) markedWith(v *view, m confighash.Marker, hash string) bool {
 	key := keyOf(v)
-	if written, ok := w.waves.marked[key]; ok && m.Hash == written {
-		delete(w.waves.marked, key) // the cache shows it: the annotation says the rest
+	if written, ok := pc.waves.marked[key]; ok && m.Hash == written {
+		delete(pc.waves.marked, key) // the cache shows it: the annotation says the rest
 	}
-	return m.Hash == hash || w.waves.marked[key] == hash
+	return m.Hash == hash || pc.waves.marked[key] == hash
 }

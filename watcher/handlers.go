@@ -41,7 +41,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	for _, v := range users {
 		w.decider.sourceChanged(v, d.Source.SourceRef)
 	}
-	if len(users) > 0 && prev != nil && w.flapping.changed(sourceIn{d.Namespace(), d.Source.SourceRef}, time.Now()) {
+	if len(users) > 0 && prev != nil && w.pacer.flapped(sourceIn{d.Namespace(), d.Source.SourceRef}, time.Now()) {
 		w.cfg.Metrics.Flapping()
 	}
 	w.enqueueSpread(users)
@@ -72,7 +72,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	}
 	if prev, ok := old.(*view); ok && prev.State.Equal(v.State) && prev.Deleting == v.Deleting {
 		if prev.Status != v.Status {
-			w.progressed(v) // a wave may wait for it
+			w.pacer.progressed(v) // a wave may wait for it
 			if len(v.Pins) > 0 && w.workloads.acts(v) && !w.snapshots.ownedFor(v) {
 				w.queue.Add(keyOf(v)) // its new revision may own its snapshots now
 			}

@@ -4,92 +4,97 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/bounded"
+	"github.com/confighash/confighash/sourcecache"
+	"github.com/rs/zerolog"
 )
 
-// Pacing: the watcher releases a gated workload's due change when its rollout window
-// is open and, for a change that reaches many workloads, when its wave comes. A wave
-// waits for the users it granted to roll out; one of them that fails halts the rest.
+// pacer paces the release of gated workloads' due changes: a change is released when
+// the workload's rollout window is open and, for a change that reaches many workloads,
+// when its wave comes. A wave waits for the users it granted to roll out; one of them
+// that fails halts the rest (halts.go); --max-rolling caps them across namespaces
+// (slots.go). It also holds the users of a source that keeps changing (flapping.go).
+type pacer struct {
+	sources   *sourcecache.Cache
+	workloads *workloads
+	decider   *decider
+	reads     *bounded.Reader
+	queue     workqueue.TypedRateLimitingInterface[workloadKey]
+	report    *reporter
+	metrics   Recorder
+	log       zerolog.Logger
+	// pauseEnd is when the workload's pause period ends; unreached forgets that a
+	// change reached it, for a hold is not slowness.
+	pauseEnd  func(workloadKey) time.Time
+	unreached func(workloadKey)
 
-// paced releases the workload's due change, or holds it: while a halted wave holds
-// it, outside its rollout window or its pause period, and until its wave comes.
-func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	threshold                   int
+	waveTimeout, pendingTimeout time.Duration
+	maxRolling                  int
+
+	waves    *waves
+	flapping *flapBreaker
+}
+
+// forget drops what the pacer keeps of a workload.
+func (pc *pacer) forget(key workloadKey) {
+	pc.unhold(key)
+	pc.waves.mu.Lock()
+	pc.endGrant(key)
+	delete(pc.waves.marked, key)
+	pc.waves.generation++
+	pc.waves.mu.Unlock()
+}
+
+// flapped counts a change of a source with users, and reports whether it flaps.
+func (pc *pacer) flapped(src sourceIn, now time.Time) bool { return pc.flapping.changed(src, now) }
+
+// paced reports whether the workload's due change is to be released now, or holds it:
+// while a halted wave holds it, outside its rollout window or its pause period, and
+// until its wave comes.
+func (pc *pacer) paced(ctx context.Context, key workloadKey, v *view, d confighash.Decision) (release bool, err error) {
 	now := time.Now()
-	if w.heldByHalt(v, d) {
+	if pc.heldByHalt(v, d) {
 		// Its marker's removal, or the next change of the source, wakes it.
-		w.hold(key, heldHalted, d.Release)
-		return nil
+		pc.hold(key, heldHalted, d.Release)
+		return false, nil
 	}
-	if at := d.Pacing.RollsAt(now, w.tracking.pauseEnd(key)); at.After(now) {
+	if at := d.Pacing.RollsAt(now, pc.pauseEnd(key)); at.After(now) {
 		if !d.Pacing.Windows.Open(now) {
 			// A wave's grant, given while its window was open, goes to others.
-			w.waves.mu.Lock()
-			if w.endGrant(key) {
-				w.wakeWaiting(key.Namespace)
+			pc.waves.mu.Lock()
+			if pc.endGrant(key) {
+				pc.wakeWaiting(key.Namespace)
 			}
-			w.waves.mu.Unlock()
-			if w.hold(key, heldWindow, d.Release) {
-				w.report.Event(objectRef(v), corev1.EventTypeNormal, "Held",
+			pc.waves.mu.Unlock()
+			if pc.hold(key, heldWindow, d.Release) {
+				pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held",
 					fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, at.UTC().Format(time.RFC3339)))
-				if err := w.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at,
+				if err := pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at,
 					Why: fmt.Sprintf("%s: outside its rollout window (%s)", changedList(d.Held), d.Pacing.Windows)}); err != nil {
-					return err
+					return false, err
 				}
 			}
 		}
-		w.queue.AddAfter(key, at.Sub(now)) // a pause within an open window is no hold
-		return nil
+		pc.queue.AddAfter(key, at.Sub(now)) // a pause within an open window is no hold
+		return false, nil
 	}
-	if wv := w.waveOf(v, d); wv != nil {
-		if ok, err := w.joinWave(ctx, key, v, d, wv); !ok || err != nil {
-			return err
-		}
+	if wv := pc.waveOf(v, d); wv != nil {
+		return pc.joinWave(ctx, key, v, d, wv)
 	}
-	return w.release(ctx, key, v, d)
+	return true, nil
 }
 
 func changedList(refs []confighash.SourceRef) string {
 	return confighash.ListRefs(refs) + " changed"
-}
-
-// release touches the workload with AnnotationRelease set to the hash it is due, so
-// the webhook rolls it, and clears the markers of a wave that halted; a Job it
-// recreates.
-func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
-	released := *v
-	released.Release = d.Release
-	due, err := w.decider.decide(&released, confighash.Pods{})
-	if err != nil {
-		return err
-	}
-	if v.Kind.Recreated() {
-		if err = w.recreate(ctx, key, v, due); err == nil {
-			w.unhold(key)
-		}
-		return err
-	}
-	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {
-		return w.heal(ctx, key, v, due) // the webhook failed open on every release
-	}
-	w.tracking.pause(key, due.Policy.PausePeriod)
-	trig := triggers(v, due.Record, w.sources)
-	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil}
-	maps.Copy(others, w.jobs.runMark(v, due))
-	if due.Hash != v.Hash {
-		others = withStatus(others, rolled(trig, due.Policy.PausePeriod))
-	}
-	admitted, err := w.workloads.touch(ctx, v, trig, others)
-	if err = w.verify(key, v, due, trig, nil, admitted, err); err == nil {
-		w.unhold(key)
-	}
-	return err
 }
 
 // wave is one change of a source, rolled in waves.
@@ -102,13 +107,13 @@ type wave struct {
 // waveOf returns the wave the workload's due change rolls in, nil when it rolls at
 // once: it is a Job, which waves leave out (waveUsers), no wave size applies, or no
 // changed source reaches more workloads than the threshold.
-func (w *Watcher) waveOf(v *view, d confighash.Decision) *wave {
+func (pc *pacer) waveOf(v *view, d confighash.Decision) *wave {
 	if v.Kind.Recreated() {
 		return nil
 	}
 	size := d.Pacing.WaveSize
 	for _, ref := range d.Held {
-		if src, ok := w.sources.Lookup(v.Namespace, ref); ok && src.Source.WaveSize > 0 && (size == 0 || src.Source.WaveSize < size) {
+		if src, ok := pc.sources.Lookup(v.Namespace, ref); ok && src.Source.WaveSize > 0 && (size == 0 || src.Source.WaveSize < size) {
 			size = src.Source.WaveSize
 		}
 	}
@@ -117,7 +122,7 @@ func (w *Watcher) waveOf(v *view, d confighash.Decision) *wave {
 	}
 	for _, ref := range d.Held {
 		id := waveID{v.Namespace, ref}
-		if users := w.waveUsers(id); len(users) > max(size, w.cfg.WaveThreshold) {
+		if users := pc.waveUsers(id); len(users) > max(size, pc.threshold) {
 			return &wave{id: id, size: size, users: users}
 		}
 	}
@@ -126,25 +131,25 @@ func (w *Watcher) waveOf(v *view, d confighash.Decision) *wave {
 
 // waveUsers returns the users of the source that waves take, in their order: by kind
 // and name. They are shared: not to be modified.
-func (w *Watcher) waveUsers(id waveID) []*view {
-	w.waves.mu.Lock()
-	at := w.memo().at
-	users, ok := w.waves.memo.users[id]
-	w.waves.mu.Unlock()
+func (pc *pacer) waveUsers(id waveID) []*view {
+	pc.waves.mu.Lock()
+	at := pc.memo().at
+	users, ok := pc.waves.memo.users[id]
+	pc.waves.mu.Unlock()
 	if ok {
 		return users
 	}
 	// A Job is recreated outside waves: it has no rollout to wait for, and no marker
 	// can be written on it.
-	users = slices.DeleteFunc(w.workloads.users(id.namespace, id.source), func(v *view) bool { return v.Kind.Recreated() })
+	users = slices.DeleteFunc(pc.workloads.users(id.namespace, id.source), func(v *view) bool { return v.Kind.Recreated() })
 	slices.SortFunc(users, func(a, b *view) int {
 		return cmp.Or(strings.Compare(a.Kind.Kind, b.Kind.Kind), strings.Compare(a.Name, b.Name))
 	})
-	w.waves.mu.Lock()
-	if w.memo().at == at {
-		w.waves.memo.users[id] = users
+	pc.waves.mu.Lock()
+	if pc.memo().at == at {
+		pc.waves.memo.users[id] = users
 	}
-	w.waves.mu.Unlock()
+	pc.waves.mu.Unlock()
 	return users
 }
 
@@ -152,25 +157,25 @@ func (w *Watcher) waveUsers(id waveID) []*view {
 // granted before have rolled out, the next are granted: the workloads that failed
 // before first, then by kind and name, as many as MaxRolling leaves room for. When
 // one has failed, the wave halts.
-func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d confighash.Decision, wv *wave) (bool, error) {
+func (pc *pacer) joinWave(ctx context.Context, key workloadKey, v *view, d confighash.Decision, wv *wave) (bool, error) {
 	now := time.Now()
-	ws := w.waves
+	ws := pc.waves
 	ws.mu.Lock()
 	if g, ok := ws.grants[key]; ok && g.Release == d.Release {
 		ws.mu.Unlock()
 		return true, nil
 	}
-	st := w.standing(wv, now)
+	st := pc.standing(wv, now)
 	if st.Halts() {
 		// Once nothing of the wave rolls any more, so that one alert names all that failed.
-		h := w.claimHalt(wv.id, st)
+		h := pc.claimHalt(wv.id, st)
 		ws.mu.Unlock()
-		return false, w.halt(ctx, key, h)
+		return false, pc.halt(ctx, key, h)
 	}
 	if st.Rolling > 0 {
 		ws.stopWaiting(key) // its wave waits for its own, not for room
 	} else {
-		w.grantNext(key, wv, st, now)
+		pc.grantNext(key, wv, st, now)
 	}
 	_, granted := ws.grants[key]
 	if !granted {
@@ -179,14 +184,14 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 		}
 		ws.waiting[key.Namespace][key] = true
 		if !st.Deadline.IsZero() {
-			w.queue.AddAfter(key, time.Until(st.Deadline)+time.Second)
+			pc.queue.AddAfter(key, time.Until(st.Deadline)+time.Second)
 		}
 	}
 	ws.mu.Unlock()
-	if !granted && w.hold(key, heldWave, d.Release) {
+	if !granted && pc.hold(key, heldWave, d.Release) {
 		why := fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users))
-		w.report.Event(objectRef(v), corev1.EventTypeNormal, "Held", why)
-		return false, w.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})
+		pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held", why)
+		return false, pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})
 	}
 	return granted, nil
 }
@@ -194,19 +199,19 @@ func (w *Watcher) joinWave(ctx context.Context, key workloadKey, v *view, d conf
 // grantNext grants the next of the wave's pending users leave to roll, the workloads
 // that failed before first, as many as the wave's size and MaxRolling allow, and
 // queues them; under the waves' lock.
-func (w *Watcher) grantNext(key workloadKey, wv *wave, st standing, now time.Time) {
+func (pc *pacer) grantNext(key workloadKey, wv *wave, st standing, now time.Time) {
 	pending := st.Pending
 	slices.SortStableFunc(pending, func(a, b int) int {
 		return boolOrder(st.users[a].Failed.IsZero(), st.users[b].Failed.IsZero())
 	})
-	for _, i := range pending[:w.room(key, min(wv.size, len(pending)))] {
+	for _, i := range pending[:pc.room(key, min(wv.size, len(pending)))] {
 		uk := keyOf(st.users[i])
-		w.waves.grants[uk] = grant{Grant: confighash.Grant{Release: st.in[i].Due, At: now}, source: wv.id.source}
-		w.waves.generation++
+		pc.waves.grants[uk] = grant{Grant: confighash.Grant{Release: st.in[i].Due, At: now}, source: wv.id.source}
+		pc.waves.generation++
 		if uk != key {
-			w.queue.Add(uk)
+			pc.queue.Add(uk)
 		}
-		w.queue.AddAfter(uk, w.cfg.WaveTimeout+time.Second) // to see it fail by taking too long
+		pc.queue.AddAfter(uk, pc.waveTimeout+time.Second) // to see it fail by taking too long
 	}
 }
 
@@ -231,52 +236,52 @@ type standing struct {
 // standing is where the users of the wave stand, from the memo while users it granted
 // still roll out and nothing changed (the waiting need no more); under the waves'
 // lock.
-func (w *Watcher) standing(wv *wave, now time.Time) standing {
-	at := w.memo().at
-	if deadline, ok := w.waves.memo.busy[wv.id]; ok && (deadline.IsZero() || now.Before(deadline)) {
+func (pc *pacer) standing(wv *wave, now time.Time) standing {
+	at := pc.memo().at
+	if deadline, ok := pc.waves.memo.busy[wv.id]; ok && (deadline.IsZero() || now.Before(deadline)) {
 		return standing{Standing: confighash.Standing{Rolling: 1, Deadline: deadline}}
 	}
-	st := w.stand(wv, now)
-	if st.Rolling > 0 && w.memo().at == at {
-		w.waves.memo.busy[wv.id] = st.Deadline
+	st := pc.stand(wv, now)
+	if st.Rolling > 0 && pc.memo().at == at {
+		pc.waves.memo.busy[wv.id] = st.Deadline
 	}
 	return st
 }
 
 // stand reads the users of a wave, has confighash.Stand classify them, and ends the
 // grants it says end; under the waves' lock.
-func (w *Watcher) stand(wv *wave, now time.Time) standing {
+func (pc *pacer) stand(wv *wave, now time.Time) standing {
 	st := standing{users: make([]*view, 0, len(wv.users)), in: make([]confighash.WaveUser, 0, len(wv.users))}
 	for _, u := range wv.users {
-		if in, ok := w.waveUser(u, now); ok {
+		if in, ok := pc.waveUser(u, now); ok {
 			st.users = append(st.users, u)
 			st.in = append(st.in, in)
 		}
 	}
-	st.Standing = confighash.Stand(st.in, now, w.cfg.WaveTimeout)
+	st.Standing = confighash.Stand(st.in, now, pc.waveTimeout)
 	for _, i := range st.Ended {
-		w.endGrant(keyOf(st.users[i]))
+		pc.endGrant(keyOf(st.users[i]))
 	}
 	return st
 }
 
 // waveUser reads what confighash.Stand needs of a user of a wave; false when its
 // decision fails; under the waves' lock.
-func (w *Watcher) waveUser(u *view, now time.Time) (confighash.WaveUser, bool) {
-	d, err := w.decider.decide(u, confighash.Pods{})
+func (pc *pacer) waveUser(u *view, now time.Time) (confighash.WaveUser, bool) {
+	d, err := pc.decider.decide(u, confighash.Pods{})
 	if err != nil {
 		return confighash.WaveUser{}, false
 	}
 	key := keyOf(u)
-	in := confighash.WaveUser{Released: u.Release != "" && u.Release == u.Hash, Status: u.Status, Failing: w.waves.failing[key].hash == u.Hash}
-	if g, ok := w.waves.grants[key]; ok {
+	in := confighash.WaveUser{Released: u.Release != "" && u.Release == u.Hash, Status: u.Status, Failing: pc.waves.failing[key].hash == u.Hash}
+	if g, ok := pc.waves.grants[key]; ok {
 		in.Grant = &g.Grant
 	}
 	if len(d.Held) > 0 {
 		in.Due, in.WindowOpen = d.Release, d.Pacing.Windows.Open(now)
-		in.HeldByHalt = w.markedWith(u, u.Held, d.Release)
+		in.HeldByHalt = pc.markedWith(u, u.Held, d.Release)
 	} else if in.Released {
-		in.FailureMarked = w.markedWith(u, u.Failed, u.Hash)
+		in.FailureMarked = pc.markedWith(u, u.Failed, u.Hash)
 	}
 	return in, true
 }

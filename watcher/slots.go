@@ -22,9 +22,9 @@ const DefaultPendingTimeout = 5 * time.Minute
 // room returns how many of the n workloads the namespace's wave would let roll may
 // roll now under MaxRolling. A namespace cut short waits for room (capped) until it
 // gets all it asks for. Under the waves' lock.
-func (w *Watcher) room(key workloadKey, n int) int {
-	ws := w.waves
-	if w.cfg.MaxRolling == 0 {
+func (pc *pacer) room(key workloadKey, n int) int {
+	ws := pc.waves
+	if pc.maxRolling == 0 {
 		return n
 	}
 	held, mine := 0, 0
@@ -36,13 +36,13 @@ func (w *Watcher) room(key workloadKey, n int) int {
 			}
 		}
 	}
-	free := w.cfg.MaxRolling - held
+	free := pc.maxRolling - held
 	others := len(ws.capped)
 	if _, waits := ws.capped[key.Namespace]; waits {
 		others--
 	}
 	if others > 0 {
-		share := max(1, w.cfg.MaxRolling/(others+1))
+		share := max(1, pc.maxRolling/(others+1))
 		free = min(free, share-mine)
 	}
 	if n <= max(free, 0) {
@@ -64,34 +64,34 @@ func (ws *waves) stopWaiting(key workloadKey) {
 
 // wakeCapped queues the namespaces that wait for room: there may be some now. Under
 // the waves' lock.
-func (w *Watcher) wakeCapped() {
-	for _, k := range w.waves.capped {
-		w.queue.Add(k)
+func (pc *pacer) wakeCapped() {
+	for _, k := range pc.waves.capped {
+		pc.queue.Add(k)
 	}
 }
 
 // pendingTooLong gives up the slot of a workload a wave let roll whose new pods have
 // been Pending since then for longer than PendingTimeout. It still counts in its
 // wave, which waits for it until it rolls out or times out.
-func (w *Watcher) pendingTooLong(v *view, since time.Time) {
-	if w.cfg.MaxRolling == 0 || since.IsZero() || time.Since(since) < w.cfg.PendingTimeout {
+func (pc *pacer) pendingTooLong(v *view, since time.Time) {
+	if pc.maxRolling == 0 || since.IsZero() || time.Since(since) < pc.pendingTimeout {
 		return
 	}
-	w.waves.mu.Lock()
-	a, ok := w.waves.grants[keyOf(v)]
+	pc.waves.mu.Lock()
+	a, ok := pc.waves.grants[keyOf(v)]
 	freed := ok && !a.slotFreed
 	if freed {
 		a.slotFreed = true
-		w.waves.grants[keyOf(v)] = a
-		w.wakeCapped()
+		pc.waves.grants[keyOf(v)] = a
+		pc.wakeCapped()
 	}
-	w.waves.mu.Unlock()
+	pc.waves.mu.Unlock()
 	if !freed {
 		return
 	}
-	w.cfg.Metrics.PendingTooLong()
-	w.report.Event(objectRef(v), corev1.EventTypeWarning, "PendingTooLong",
-		fmt.Sprintf("pods of its new template Pending for more than %v: its place among the --max-rolling workloads goes to others; its wave waits for it until --wave-timeout", w.cfg.PendingTimeout))
+	pc.metrics.PendingTooLong()
+	pc.report.Event(objectRef(v), corev1.EventTypeWarning, "PendingTooLong",
+		fmt.Sprintf("pods of its new template Pending for more than %v: its place among the --max-rolling workloads goes to others; its wave waits for it until --wave-timeout", pc.pendingTimeout))
 }
 
 // pendingSince returns when the oldest pod of the template still Pending was created,

@@ -6,7 +6,7 @@ import (
 )
 
 func TestNamespacesShareMaxRolling(t *testing.T) {
-	w := &Watcher{cfg: Config{MaxRolling: 4}, waves: newWaves()}
+	w := &pacer{maxRolling: 4, waves: newWaves()}
 	key := func(ns string, i int) workloadKey { return workloadKey{"Deployment", ns, fmt.Sprint(i)} }
 	admit := func(ns string, from, n int) {
 		for i := range n {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -105,7 +106,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return w.converged(ctx, key, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
-	case w.heldByFlapping(ctx, key, v, d):
+	case w.pacer.heldByFlapping(ctx, key, v, d):
 		return nil
 	case w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0:
 		// A pinned workload is left to the webhook, which makes its snapshots.
@@ -117,7 +118,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 // converged follows a workload that carries its decision: the snapshots its revisions
 // own, and the rollout a wave let it make.
 func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error {
-	w.unhold(key)
+	w.pacer.unhold(key)
 	w.recordLatency(key)
 	if err := w.report.unsay(ctx, v); err != nil {
 		return err
@@ -133,7 +134,7 @@ func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error
 			return err
 		}
 	}
-	return w.followRollout(ctx, v)
+	return w.pacer.followRollout(ctx, v)
 }
 
 // converge touches the workload, so that the webhook writes its decision.
@@ -386,4 +387,64 @@ func (w *Watcher) recreate(ctx context.Context, key workloadKey, v *view, d conf
 		return w.sync(ctx, key)
 	}
 	return err
+}
+
+// paced releases the workload's due change when its pacing lets it.
+func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	if release, err := w.pacer.paced(ctx, key, v, d); !release || err != nil {
+		return err
+	}
+	return w.release(ctx, key, v, d)
+}
+
+// release touches the workload with AnnotationRelease set to the hash it is due, so
+// the webhook rolls it, and clears the markers of a wave that halted; a Job it
+// recreates.
+func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	released := *v
+	released.Release = d.Release
+	due, err := w.decider.decide(&released, confighash.Pods{})
+	if err != nil {
+		return err
+	}
+	if v.Kind.Recreated() {
+		if err = w.recreate(ctx, key, v, due); err == nil {
+			w.pacer.unhold(key)
+		}
+		return err
+	}
+	if w.queue.NumRequeues(key) >= w.cfg.HealAfter {
+		return w.heal(ctx, key, v, due) // the webhook failed open on every release
+	}
+	w.tracking.pause(key, due.Policy.PausePeriod)
+	trig := triggers(v, due.Record, w.sources)
+	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil}
+	maps.Copy(others, w.jobs.runMark(v, due))
+	if due.Hash != v.Hash {
+		others = withStatus(others, rolled(trig, due.Policy.PausePeriod))
+	}
+	admitted, err := w.workloads.touch(ctx, v, trig, others)
+	if err = w.verify(key, v, due, trig, nil, admitted, err); err == nil {
+		w.pacer.unhold(key)
+	}
+	return err
+}
+
+// forget drops all the watcher keeps of a workload that is gone.
+func (w *Watcher) forget(key workloadKey) {
+	w.tracking.forget(key)
+	w.letGo(key)
+}
+
+// leave drops what the watcher keeps of a workload it leaves as it is, but the
+// version it was last warned of: it is warned once per version until it goes.
+func (w *Watcher) leave(key workloadKey) {
+	w.tracking.forgetAllButWarned(key)
+	w.letGo(key)
+}
+
+func (w *Watcher) letGo(key workloadKey) {
+	w.decider.forget(key)
+	w.snapshots.forget(key)
+	w.pacer.forget(key)
 }

@@ -162,18 +162,16 @@ type Watcher struct {
 	queue     workqueue.TypedRateLimitingInterface[workloadKey]
 	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
 	touchInterval time.Duration
-	// tracking is what the watcher remembers of each workload, waves what it keeps of
-	// the waves under way.
+	// tracking is what the watcher remembers of each workload.
 	tracking *tracking
-	waves    *waves
+	// pacer paces releases: windows, waves, halts, --max-rolling, flapping.
+	pacer *pacer
 	// proofs find out what running pods hold; revisions reads a workload's revisions.
 	proofs    *proofs
 	revisions *revisionReader
 	// jobs recreates Jobs and starts CronJobs' runs.
-	jobs *jobs
-	// flapping holds the users of sources that keep changing.
-	flapping *flapBreaker
-	decider  *decider
+	jobs    *jobs
+	decider *decider
 	// report tells what the watcher did.
 	report *reporter
 	// relists read a namespace again when its mode rises above one some of its
@@ -211,8 +209,6 @@ func New(cfg Config) (*Watcher, error) {
 			})}),
 		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
 		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
-		waves:         newWaves(),
-		flapping:      newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. What was kept as keys alone
@@ -242,12 +238,16 @@ func New(cfg Config) (*Watcher, error) {
 	w.report = newReporter(cfg.Events, cfg.Alerts, w.workloads, cfg.Log)
 	w.revisions = &revisionReader{client: cfg.Client, workloads: w.workloads, reads: cfg.Reads}
 	w.proofs = &proofs{sources: w.sources, written: newDataWrites(), revisions: w.revisions, reads: cfg.Reads}
+	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
+	w.pacer = &pacer{sources: w.sources, workloads: w.workloads, decider: w.decider, reads: cfg.Reads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
+		pauseEnd: w.tracking.pauseEnd, unreached: w.tracking.unreached,
+		threshold: cfg.WaveThreshold, waveTimeout: cfg.WaveTimeout, pendingTimeout: cfg.PendingTimeout, maxRolling: cfg.MaxRolling,
+		waves: newWaves(), flapping: newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet)}
 	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}
 	w.snapshots = &snapshots{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, revisions: w.revisions,
 		queue: w.queue, metrics: cfg.Metrics, log: cfg.Log, every: cfg.SnapshotSweep,
 		owned: map[workloadKey]ownership{}, candidates: map[types.UID]bool{}, from: map[string]string{}}
-	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.sourceChanged(nil, obj, initial) },
 		UpdateFunc: func(old, obj any) { w.sourceChanged(old, obj, false) },

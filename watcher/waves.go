@@ -113,23 +113,23 @@ func (ws *waves) setHeld(key workloadKey, reason heldReason) map[string]int {
 
 // hold notes why the workload is held and reports whether that is news for this
 // release: an Event is due.
-func (w *Watcher) hold(key workloadKey, reason heldReason, release string) bool {
-	ws := w.waves
+func (pc *pacer) hold(key workloadKey, reason heldReason, release string) bool {
+	ws := pc.waves
 	ws.mu.Lock()
 	counts := ws.setHeld(key, reason)
 	news := ws.noted[key] != string(reason)+release
 	ws.noted[key] = string(reason) + release
 	ws.mu.Unlock()
 	if counts != nil {
-		w.cfg.Metrics.Held(counts)
+		pc.metrics.Held(counts)
 	}
-	w.tracking.unreached(key) // held is not slow: no convergence latency
+	pc.unreached(key) // held is not slow: no convergence latency
 	return news
 }
 
 // unhold forgets the workload's hold, once released or no longer due.
-func (w *Watcher) unhold(key workloadKey) {
-	ws := w.waves
+func (pc *pacer) unhold(key workloadKey) {
+	ws := pc.waves
 	ws.mu.Lock()
 	counts := ws.setHeld(key, "")
 	delete(ws.noted, key)
@@ -137,73 +137,49 @@ func (w *Watcher) unhold(key workloadKey) {
 	ws.stopWaiting(key)
 	ws.mu.Unlock()
 	if counts != nil {
-		w.cfg.Metrics.Held(counts)
+		pc.metrics.Held(counts)
 	}
-}
-
-// forget drops all the watcher keeps of a workload that is gone.
-func (w *Watcher) forget(key workloadKey) {
-	w.tracking.forget(key)
-	w.letGo(key)
-}
-
-// leave drops what the watcher keeps of a workload it leaves as it is, but the
-// version it was last warned of: it is warned once per version until it goes.
-func (w *Watcher) leave(key workloadKey) {
-	w.tracking.forgetAllButWarned(key)
-	w.letGo(key)
-}
-
-func (w *Watcher) letGo(key workloadKey) {
-	w.decider.forget(key)
-	w.snapshots.forget(key)
-	w.unhold(key)
-	w.waves.mu.Lock()
-	w.endGrant(key)
-	delete(w.waves.marked, key)
-	w.waves.generation++
-	w.waves.mu.Unlock()
 }
 
 // endGrant ends a wave's leave for the workload to roll, if it had one, and wakes the
 // namespaces whose next wave waited for the room; under the waves' lock.
-func (w *Watcher) endGrant(key workloadKey) bool {
-	if _, ok := w.waves.grants[key]; !ok {
+func (pc *pacer) endGrant(key workloadKey) bool {
+	if _, ok := pc.waves.grants[key]; !ok {
 		return false
 	}
-	delete(w.waves.grants, key)
-	delete(w.waves.failing, key)
-	w.waves.generation++
-	w.wakeCapped()
+	delete(pc.waves.grants, key)
+	delete(pc.waves.failing, key)
+	pc.waves.generation++
+	pc.wakeCapped()
 	return true
 }
 
 // wakeWaiting queues the workloads of the namespace that wait for a wave: theirs may
 // come. Under the waves' lock.
-func (w *Watcher) wakeWaiting(namespace string) {
-	for key := range w.waves.waiting[namespace] {
-		w.queue.Add(key)
+func (pc *pacer) wakeWaiting(namespace string) {
+	for key := range pc.waves.waiting[namespace] {
+		pc.queue.Add(key)
 	}
 }
 
 // progressed checks again a workload a wave let roll, whose rollout moved on, and the
 // workloads of its namespace that wait for a wave: theirs may come.
-func (w *Watcher) progressed(v *view) {
-	w.waves.mu.Lock()
-	defer w.waves.mu.Unlock()
-	if _, ok := w.waves.grants[keyOf(v)]; ok {
-		w.queue.Add(keyOf(v))
+func (pc *pacer) progressed(v *view) {
+	pc.waves.mu.Lock()
+	defer pc.waves.mu.Unlock()
+	if _, ok := pc.waves.grants[keyOf(v)]; ok {
+		pc.queue.Add(keyOf(v))
 	}
-	w.wakeWaiting(v.Namespace)
+	pc.wakeWaiting(v.Namespace)
 }
 
 // memo returns the memo of the current generations, emptied if any moved since it was
 // filled; under the waves' lock. What is computed from the cache after it was taken
 // goes in only if no generation moved meanwhile.
-func (w *Watcher) memo() *waveMemo {
-	now := generations{w.workloads.generation.Load(), w.sources.Generation(), w.waves.generation, w.workloads.namespaces.Load()}
-	if w.waves.memo.at != now || w.waves.memo.users == nil {
-		w.waves.memo = waveMemo{at: now, users: map[waveID][]*view{}, busy: map[waveID]time.Time{}}
+func (pc *pacer) memo() *waveMemo {
+	now := generations{pc.workloads.generation.Load(), pc.sources.Generation(), pc.waves.generation, pc.workloads.namespaces.Load()}
+	if pc.waves.memo.at != now || pc.waves.memo.users == nil {
+		pc.waves.memo = waveMemo{at: now, users: map[waveID][]*view{}, busy: map[waveID]time.Time{}}
 	}
-	return &w.waves.memo
+	return &pc.waves.memo
 }

@@ -37,7 +37,6 @@ func BenchmarkWaveWake(b *testing.B) {
 			w := &Watcher{
 				cfg:     Config{Key: key, Pacing: confighash.Pacing{WaveSize: 10}, WaveTimeout: time.Minute},
 				sources: mustSources(b, client),
-				waves:   newWaves(),
 			}
 			gate := modes{"ns": confighash.ModeOptedIn}
 			if w.workloads, err = newWorkloads(client, nil, nil, gate, watches.Door{Gate: modes{}}, confighash.Kinds{confighash.Deployment}, confighash.Vocabulary{}, NoopRecorder{}, w.cfg.Log); err != nil {
@@ -45,6 +44,7 @@ func BenchmarkWaveWake(b *testing.B) {
 			}
 			w.report = newReporter(record.NewFakeRecorder(users), nil, w.workloads, w.cfg.Log)
 			w.decider = &decider{key: key, pacing: w.cfg.Pacing, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
+			pc := &pacer{sources: w.sources, workloads: w.workloads, decider: w.decider, waveTimeout: time.Minute, waves: newWaves()}
 			go func() { _ = w.sources.Run(b.Context()) }()
 			w.workloads.byKind[confighash.Deployment.Kind].Run(b.Context())
 			if !cache.WaitForCacheSync(b.Context().Done(), w.sources.Synced, w.workloads.byKind[confighash.Deployment.Kind].HasSynced) {
@@ -62,7 +62,7 @@ func BenchmarkWaveWake(b *testing.B) {
 					b.Fatalf("%s: held %v, %v; want it due the ConfigMap", v.Name, d.Held, err)
 				}
 				if i < 10 {
-					w.waves.grants[keyOf(v)] = grant{Grant: confighash.Grant{Release: d.Release, At: time.Now()}, source: d.Held[0]}
+					pc.waves.grants[keyOf(v)] = grant{Grant: confighash.Grant{Release: d.Release, At: time.Now()}, source: d.Held[0]}
 					continue
 				}
 				waiting = append(waiting, due{v, d})
@@ -70,10 +70,10 @@ func BenchmarkWaveWake(b *testing.B) {
 			for b.Loop() {
 				w.workloads.generation.Add(1) // the status that woke them
 				for _, u := range waiting {
-					wv := w.waveOf(u.v, u.d)
-					w.waves.mu.Lock()
-					st := w.standing(wv, time.Now())
-					w.waves.mu.Unlock()
+					wv := pc.waveOf(u.v, u.d)
+					pc.waves.mu.Lock()
+					st := pc.standing(wv, time.Now())
+					pc.waves.mu.Unlock()
 					if st.Rolling == 0 {
 						b.Fatal("the wave's released users do not roll")
 					}
