@@ -19,7 +19,7 @@ import (
 // (rule 13, issue 52): a tenant's create and delete loop grew every replica without end.
 
 func TestWhatIsKeptOfAWorkloadGoesWithIt(t *testing.T) {
-	w := &Watcher{decider: &decider{later: newLaterRecords()}, tracking: newTracking(time.Second, time.Second), pacer: &pacer{waves: newWaves(), metrics: NoopRecorder{}},
+	w := &Watcher{decider: &decider{later: newLaterRecords()}, tracking: newTracking(time.Second, time.Second, 0), pacer: &pacer{waves: newWaves(), metrics: NoopRecorder{}},
 		snapshots: &snapshots{owned: map[workloadKey]ownership{}}}
 	for i := range 10_000 {
 		v := &view{Namespace: "churn", Name: fmt.Sprintf("web-%d", i), Kind: &confighash.Deployment}

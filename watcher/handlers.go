@@ -31,7 +31,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 		return // metadata only
 	}
 	w.cfg.Metrics.SourceChanged(d.Source.Kind)
-	if w.workloads.gate.Mode(d.Namespace()) == confighash.ModeOff {
+	if w.workloads.mode(d.Namespace()) == confighash.ModeOff {
 		return
 	}
 	if w.restarts != nil {
@@ -52,7 +52,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 func (w *Watcher) enqueueSpread(views []*view) {
 	now := time.Now()
 	for i, v := range views {
-		w.enqueue(v, w.tracking.changeReached(keyOf(v), now)+time.Duration(i)*w.touchInterval)
+		w.enqueue(v, w.tracking.changeReached(keyOf(v), now)+time.Duration(i)*w.tracking.spacing)
 	}
 }
 
@@ -99,29 +99,23 @@ func (w *Watcher) enqueue(v *view, after time.Duration) {
 func (w *Watcher) resync() {
 	drifted, queued := 0, 0
 	now := time.Now()
-	for _, in := range w.workloads.byKind {
-		for _, obj := range in.List() {
-			v, ok := obj.(*view)
-			if !ok || !w.workloads.acts(v) {
-				continue
-			}
-			// The pause of the last leader's rollout, which its status tells.
-			if end := saidPauseEnd(v, now); !end.IsZero() {
-				w.tracking.pausedUntil(keyOf(v), end)
-			}
-			d, err := w.decider.decide(v, confighash.Pods{})
-			drift := err != nil || !d.Converged || len(d.Held) > 0
-			// A pinned one is checked too: its snapshots' owners are known in memory
-			// only, and the garbage collector may have taken one meanwhile. So is a
-			// CronJob whose Job is due and was not started.
-			if !drift && len(v.Pins) == 0 && !v.RunDue {
-				continue
-			}
-			w.enqueue(v, time.Duration(queued)*w.touchInterval)
-			queued++
-			if drift {
-				drifted++
-			}
+	for _, v := range w.workloads.all() {
+		// The pause of the last leader's rollout, which its status tells.
+		if end := saidPauseEnd(v, now); !end.IsZero() {
+			w.tracking.pausedUntil(keyOf(v), end)
+		}
+		d, err := w.decider.decide(v, confighash.Pods{})
+		drift := err != nil || !d.Converged || len(d.Held) > 0
+		// A pinned one is checked too: its snapshots' owners are known in memory
+		// only, and the garbage collector may have taken one meanwhile. So is a
+		// CronJob whose Job is due and was not started.
+		if !drift && len(v.Pins) == 0 && !v.RunDue {
+			continue
+		}
+		w.enqueue(v, time.Duration(queued)*w.tracking.spacing)
+		queued++
+		if drift {
+			drifted++
 		}
 	}
 	w.cfg.Metrics.Resynced(drifted)

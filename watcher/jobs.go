@@ -54,6 +54,9 @@ const (
 	jobAgain                    // no recreation was under way: the Job is synced as any other
 )
 
+// recreatesFinished reports whether the Job is recreated once it has finished too.
+func (j *jobs) recreatesFinished(v *view) bool { return v.RecreateFinished || j.recreateFinished }
+
 // pending reports whether the Job's recreation may be under way.
 func (j *jobs) pending(key workloadKey) bool { return j.recreations.has(key) }
 

@@ -74,6 +74,12 @@ func newRestartsOf(w *Watcher, door watches.Door) (*restarts, error) {
 	return newRestarts(w.cfg.Client, door, w.cfg.Vocabulary, rules, w.cfg.QuietPeriod, w.cfg.WaveTimeout, w.cfg.MaxRolling, w.report, w.cfg.Metrics, w.cfg.Log)
 }
 
+// informers are the sets of informers restarts reads, to be read again with the
+// workloads' when confighash starts acting on more of a namespace.
+func (r *restarts) informers() map[string]*watches.Informers {
+	return map[string]*watches.Informers{"restarted pods": r.pods, "budgets": r.disruptions.budgets}
+}
+
 // newRestarts watches the pods labelled for restart in place in the namespaces.
 func newRestarts(client kubernetes.Interface, door watches.Door, vocabulary confighash.Vocabulary, rules podRules,
 	quiet, timeout time.Duration, maxRolling int, report *reporter, metrics Recorder, log zerolog.Logger) (*restarts, error) {

@@ -127,7 +127,7 @@ func (sn *snapshots) sweepList(ctx context.Context, s *sweep, kind confighash.So
 // confighash, old enough, and held and named by nothing. It reports false when the
 // calls ran out before it could tell.
 func (sn *snapshots) sweepOne(ctx context.Context, s *sweep, kind confighash.SourceKind, item *metav1.PartialObjectMetadata) bool {
-	if time.Since(item.CreationTimestamp.Time) < sn.every || sn.workloads.gate.Mode(item.Namespace) == confighash.ModeOff ||
+	if time.Since(item.CreationTimestamp.Time) < sn.every || sn.workloads.mode(item.Namespace) == confighash.ModeOff ||
 		!confighash.Sealed(sn.key, kind, item.Namespace, item.Name, item.Annotations) || sn.ownerHolds(kind, item) {
 		delete(sn.candidates, item.UID)
 		return true

@@ -65,7 +65,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 	}
 	if !w.sources.Covers(key.Namespace) || !w.workloads.acts(v) {
 		w.leave(key)
-		if !v.Deleting && w.workloads.gate.Mode(v.Namespace) != confighash.ModeOff {
+		if !v.Deleting && w.workloads.mode(v.Namespace) != confighash.ModeOff {
 			// A typo may be what keeps it from opting in: told once per version, all
 			// that is kept of it.
 			w.warnAboutAnnotations(key, v, nil, "")
@@ -358,7 +358,7 @@ func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confi
 		// count has nothing to say about them.
 		w.leave(key)
 		return nil
-	case v.Finished && !v.RecreateFinished && !w.jobs.recreateFinished:
+	case v.Finished && !w.jobs.recreatesFinished(v):
 		if w.tracking.warnOnce(key, v.ResourceVersion) {
 			w.report.Event(objectRef(v), corev1.EventTypeNormal, "NotRecreated",
 				confighash.ChangedData(v.Record, d.Record)+"; the Job has finished, so it is left as it is (annotate it "+confighash.AnnotationRecreateFinished+`: "true" to recreate it)`)

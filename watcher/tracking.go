@@ -12,8 +12,8 @@ import (
 // restart, the workloads and their statuses say the rest.
 type tracking struct {
 	// quiet and max time the check after changes: once none came for quiet, and at
-	// most max after the first.
-	quiet, max time.Duration
+	// most max after the first; spacing spaces the touches of one fan-out.
+	quiet, max, spacing time.Duration
 
 	mu sync.Mutex
 	of map[workloadKey]*tracked
@@ -44,8 +44,8 @@ func (p changed) due(quiet, max time.Duration) time.Time {
 	return due
 }
 
-func newTracking(quiet, max time.Duration) *tracking {
-	return &tracking{quiet: quiet, max: max, of: map[workloadKey]*tracked{}}
+func newTracking(quiet, max, spacing time.Duration) *tracking {
+	return &tracking{quiet: quiet, max: max, spacing: spacing, of: map[workloadKey]*tracked{}}
 }
 
 // with runs f on the workload's entry under the lock, and drops the entry if f leaves

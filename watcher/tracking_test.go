@@ -6,7 +6,7 @@ import (
 )
 
 func TestAChangeIsCheckedOnceQuietAndAtMostTheDebounceAfterTheFirst(t *testing.T) {
-	c := newTracking(100*time.Millisecond, time.Second)
+	c := newTracking(100*time.Millisecond, time.Second, 0)
 	key := workloadKey{"Deployment", "ns", "web"}
 	t0 := time.Unix(1000, 0)
 	if wait := c.changeReached(key, t0); wait != 100*time.Millisecond {

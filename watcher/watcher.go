@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -156,33 +155,25 @@ func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" +
 
 // Watcher touches the workloads whose used sources changed.
 type Watcher struct {
-	cfg       Config
+	cfg Config
+	// sources and workloads are the caches every capability reads; queue, the
+	// workloads to check; tracking, what is remembered of each between checks.
 	sources   *sourcecache.Cache
 	workloads *workloads
 	queue     workqueue.TypedRateLimitingInterface[workloadKey]
-	// touchInterval spaces the touches of one fan-out: 1/TouchRate.
-	touchInterval time.Duration
-	// tracking is what the watcher remembers of each workload.
-	tracking *tracking
-	// pacer paces releases: windows, waves, halts, --max-rolling, flapping.
-	pacer *pacer
-	// proofs find out what running pods hold; revisions reads a workload's revisions.
-	proofs    *proofs
-	revisions *revisionReader
-	// jobs recreates Jobs and starts CronJobs' runs.
-	jobs    *jobs
+	tracking  *tracking
+	// decider decides as the webhook does; report tells what the watcher did.
 	decider *decider
-	// report tells what the watcher did.
-	report *reporter
-	// relists read a namespace again when its mode rises above one some of its
-	// workloads were kept as their key alone under.
-	relists *watches.Relists
-	// snapshots owns and sweeps pinned workloads' snapshots.
+	report  *reporter
+	// The capabilities: pacer paces releases (windows, waves, halts, --max-rolling,
+	// flapping); proofs find out what running pods hold; jobs recreates Jobs and
+	// starts CronJobs' runs; snapshots owns and sweeps pinned workloads' snapshots;
+	// restarts restarts pods in place, nil unless InPlace.
+	pacer     *pacer
+	proofs    *proofs
+	jobs      *jobs
 	snapshots *snapshots
-	// csi is set when the sources cache keeps SecretProviderClasses.
-	csi bool
-	// restarts restarts pods in place; nil unless InPlace.
-	restarts *restarts
+	restarts  *restarts
 }
 
 // New returns a Watcher; Run starts its caches and Lead its work.
@@ -201,26 +192,18 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w := &Watcher{
 		cfg: cfg,
-		csi: csi != nil,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[workloadKey](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[workloadKey]{DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[workloadKey]{
 				Name: "confighash-watcher", Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[workloadKey]{Queue: newFairQueue[workloadKey]()}),
 			})}),
-		touchInterval: time.Duration(float64(time.Second) / cfg.TouchRate),
-		tracking:      newTracking(cfg.QuietPeriod, cfg.Debounce),
+		tracking: newTracking(cfg.QuietPeriod, cfg.Debounce, time.Duration(float64(time.Second)/cfg.TouchRate)),
 	}
 	// A namespace confighash starts acting in has its opted-in workloads checked: they
 	// have no hash yet, or one that may be out of date. What was kept as keys alone
 	// there is read again first.
 	checkNamespace := func(ns string) {
-		w.workloads.namespaces.Add(1)
-		switch {
-		case w.workloads.kept.rose(ns):
-			w.relists.Add(ns, slices.Collect(maps.Keys(w.workloads.byKind))...)
-		case w.relists.Needed(ns):
-			w.relists.Add(ns)
-		default:
+		if w.workloads.modeChanged(ns) {
 			w.enqueueSpread(w.workloads.inNamespace(ns, nil))
 		}
 	}
@@ -236,8 +219,8 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w.report = newReporter(cfg.Events, cfg.Alerts, w.workloads, cfg.Log)
-	w.revisions = &revisionReader{client: cfg.Client, workloads: w.workloads, reads: cfg.Reads}
-	w.proofs = &proofs{sources: w.sources, written: newDataWrites(), revisions: w.revisions, reads: cfg.Reads}
+	revisions := &revisionReader{client: cfg.Client, workloads: w.workloads, reads: cfg.Reads}
+	w.proofs = &proofs{sources: w.sources, written: newDataWrites(), revisions: revisions, reads: cfg.Reads}
 	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 	w.pacer = &pacer{sources: w.sources, workloads: w.workloads, decider: w.decider, reads: cfg.Reads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		pauseEnd: w.tracking.pauseEnd, unreached: w.tracking.unreached,
@@ -245,7 +228,7 @@ func New(cfg Config) (*Watcher, error) {
 		waves: newWaves(), flapping: newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet)}
 	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}
-	w.snapshots = &snapshots{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, revisions: w.revisions,
+	w.snapshots = &snapshots{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, revisions: revisions,
 		queue: w.queue, metrics: cfg.Metrics, log: cfg.Log, every: cfg.SnapshotSweep,
 		owned: map[workloadKey]ownership{}, candidates: map[types.UID]bool{}, from: map[string]string{}}
 	if err := w.sources.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -260,38 +243,34 @@ func New(cfg Config) (*Watcher, error) {
 		if w.restarts, err = newRestartsOf(w, door); err != nil {
 			return nil, err
 		}
-		sets["restarted pods"], sets["budgets"] = w.restarts.pods, w.restarts.disruptions.budgets
+		maps.Copy(sets, w.restarts.informers())
 	}
-	for kind, in := range w.workloads.byKind {
-		if err := in.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-			AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
-			UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
-			// Its sync finds it gone, and forgets what was kept of it.
-			DeleteFunc: func(obj any) {
-				if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = gone.Obj
-				}
-				if v, ok := obj.(*view); ok {
-					w.queue.Add(keyOf(v))
-				}
-			},
-		}); err != nil {
-			return nil, err
-		}
-		sets[kind] = in
+	if err := w.workloads.handle(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { w.workloadChanged(nil, obj, initial) },
+		UpdateFunc: func(old, obj any) { w.workloadChanged(old, obj, false) },
+		// Its sync finds it gone, and forgets what was kept of it.
+		DeleteFunc: func(obj any) {
+			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			if v, ok := obj.(*view); ok {
+				w.queue.Add(keyOf(v))
+			}
+		},
+	}); err != nil {
+		return nil, err
 	}
-	w.relists = watches.NewRelists(sets, cfg.Log)
+	w.workloads.relistWith(sets, cfg.Log)
 	return w, nil
 }
 
 // Run runs the caches until ctx is done. Standbys run them too, so that failover
 // finds them warm.
 func (w *Watcher) Run(ctx context.Context) error {
-	w.workloads.gate.Run(ctx)
-	go func() { _ = w.sources.Run(ctx) }()
 	w.workloads.run(ctx)
+	go func() { _ = w.sources.Run(ctx) }()
 	w.restarts.run(ctx)
-	go w.relists.Run(ctx, w.workloads.relisted, func(ns string) {
+	go w.workloads.relist(ctx, func(ns string) {
 		w.cfg.Log.Info().Str("namespace", ns).Msg("namespace read again: confighash now acts on more of it")
 		w.enqueueSpread(w.workloads.inNamespace(ns, nil))
 	})
@@ -302,7 +281,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // Synced reports whether every cache has listed once.
 func (w *Watcher) Synced() bool {
-	return w.sources.Synced() && w.workloads.gate.HasSynced() && w.restarts.synced() && w.workloads.synced()
+	return w.sources.Synced() && w.restarts.synced() && w.workloads.synced()
 }
 
 // Unwatched returns the resources the watcher would cache, of workloads or of the
@@ -314,7 +293,7 @@ func (w *Watcher) Unwatched() []schema.GroupVersionResource {
 			missing = append(missing, k.GroupVersion().WithResource(k.Resource))
 		}
 	}
-	if w.cfg.Vocabulary.CSI && !w.csi {
+	if w.cfg.Vocabulary.CSI && !w.sources.Keeps(confighash.SecretProviderClass) {
 		missing = append(missing, sourcecache.PodStatuses)
 	}
 	return missing

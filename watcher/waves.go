@@ -177,7 +177,8 @@ func (pc *pacer) progressed(v *view) {
 // filled; under the waves' lock. What is computed from the cache after it was taken
 // goes in only if no generation moved meanwhile.
 func (pc *pacer) memo() *waveMemo {
-	now := generations{pc.workloads.generation.Load(), pc.sources.Generation(), pc.waves.generation, pc.workloads.namespaces.Load()}
+	workloads, namespaces := pc.workloads.generations()
+	now := generations{workloads, pc.sources.Generation(), pc.waves.generation, namespaces}
 	if pc.waves.memo.at != now || pc.waves.memo.users == nil {
 		pc.waves.memo = waveMemo{at: now, users: map[waveID][]*view{}, busy: map[waveID]time.Time{}}
 	}

@@ -45,9 +45,11 @@ type workloads struct {
 	// cluster; reads lists the cluster's namespaces.
 	watched []string
 	reads   *bounded.Reader
-	// kept reads a namespace again when its mode rises above one some of its objects
-	// were kept as their key alone under.
-	kept *keptKeys
+	// kept and relists read a namespace again when its mode rises above one some of
+	// its objects were kept as their key alone under: relists, every set of informers
+	// of the namespace, the sources' and the restarted pods' too.
+	kept    *keptKeys
+	relists *watches.Relists
 	// generation moves whenever an informer takes in an object, before it holds it,
 	// and when a relist swaps a store in; namespaces when a namespace's mode or pacing
 	// changes. Waves' memos hold while neither moves.
@@ -121,15 +123,19 @@ func workloadInformers(client kubernetes.Interface, dyn dynamic.Interface, door 
 	return informers, nil
 }
 
-// run starts the informers; each starts once the namespaces' modes are known: what
-// confighash does not act on is kept as its key alone.
+// run starts the gate and the informers; each informer starts once the namespaces'
+// modes are known: what confighash does not act on is kept as its key alone.
 func (w *workloads) run(ctx context.Context) {
+	w.gate.Run(ctx)
 	for _, in := range w.byKind {
 		in.Run(ctx)
 	}
 }
 
 func (w *workloads) synced() bool {
+	if !w.gate.HasSynced() {
+		return false
+	}
 	for _, in := range w.byKind {
 		if !in.HasSynced() {
 			return false
@@ -142,6 +148,54 @@ func (w *workloads) synced() bool {
 func (w *workloads) watches(kind string) bool {
 	_, ok := w.byKind[kind]
 	return ok
+}
+
+// handle adds the handler to the informers of every kind.
+func (w *workloads) handle(h cache.ResourceEventHandler) error {
+	for _, in := range w.byKind {
+		if err := in.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mode is the namespace's mode.
+func (w *workloads) mode(namespace string) confighash.Mode { return w.gate.Mode(namespace) }
+
+// generations are the counts of the changes of the workloads, and of the namespaces'
+// modes and pacing.
+func (w *workloads) generations() (workloads, namespaces uint64) {
+	return w.generation.Load(), w.namespaces.Load()
+}
+
+// modeChanged counts a change of the namespace's mode or pacing, and reports whether
+// its workloads are to be checked now. Where confighash now acts on more than it kept
+// there, they are read again first, then checked (relist).
+func (w *workloads) modeChanged(namespace string) bool {
+	w.namespaces.Add(1)
+	switch {
+	case w.kept.rose(namespace):
+		w.relists.Add(namespace, slices.Collect(maps.Keys(w.byKind))...)
+	case w.relists.Needed(namespace):
+		w.relists.Add(namespace)
+	default:
+		return true
+	}
+	return false
+}
+
+// relistWith reads these sets of informers of a namespace again, with the workloads',
+// when confighash starts acting on more of it.
+func (w *workloads) relistWith(sets map[string]*watches.Informers, log zerolog.Logger) {
+	maps.Copy(sets, w.byKind)
+	w.relists = watches.NewRelists(sets, log)
+}
+
+// relist reads namespaces again as they are asked for, until ctx is done; done is told
+// of each namespace read.
+func (w *workloads) relist(ctx context.Context, done func(namespace string)) {
+	w.relists.Run(ctx, w.relisted, done)
 }
 
 // relisted counts a set of informers swapped in by a relist: a workload kind's moves
