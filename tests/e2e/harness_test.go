@@ -111,7 +111,8 @@ func startBinary(t testing.TB, c *cluster.Cluster, binary string, args ...string
 			t.Logf("%s log:\n%s", args[0], cluster.LogTail(p.logPath, 40))
 		}
 	})
-	ready, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	// A minute: a watcher started after the flood test's floods lists a GiB first.
+	ready, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := cluster.WaitHTTP(ready, p.ops+"/readyz"); err != nil {
 		t.Fatalf("%s not ready: %v", args[0], err)
