@@ -357,15 +357,11 @@ func (d Decision) Carried(s State) bool {
 // gated reports whether only the watcher releases the workload's changes: waves or
 // windows apply to it, or a source that counts is paced in waves.
 func (d *Decision) gated(sources map[SourceRef]Source) bool {
-	if d.Pacing.Gated() {
-		return true
-	}
+	sourceWaves := false
 	for _, o := range d.Observations {
-		if o.Counts && sources[o.SourceRef].WaveSize > 0 {
-			return true
-		}
+		sourceWaves = sourceWaves || o.Counts && sources[o.SourceRef].WaveSize > 0
 	}
-	return false
+	return gates(d.Pacing, sourceWaves)
 }
 
 // patternNames returns what the policy's name patterns are matched against: the

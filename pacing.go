@@ -52,8 +52,9 @@ func parsePinning(text string) (Pinning, error) {
 	return PinOff, nil
 }
 
-// Gated reports whether the watcher releases the workload's changes.
-func (p Pacing) Gated() bool { return p.WaveSize > 0 || p.Windows != nil }
+// Gated reports whether the watcher releases the workload's changes: a hold of the
+// table gates them (Holds).
+func (p Pacing) Gated() bool { return gates(p, false) }
 
 // RollsAt is the first moment, from now, that a change may roll: the windows open and
 // the pause period after the workload's last rollout, which ends at pausedUntil, over.

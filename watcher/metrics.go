@@ -182,7 +182,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, res := range []TouchResult{TouchConverged, TouchNotConverged, TouchHealed, TouchAdopted, TouchRecreated, TouchStarted, TouchGivenUp, TouchError} {
 		r.touches.WithLabelValues(string(res))
 	}
-	for _, reason := range heldReasons {
+	for _, reason := range confighash.CountedHolds() {
 		r.held.WithLabelValues(string(reason))
 	}
 	for _, how := range []confighash.RestartMode{confighash.RestartInPlace, confighash.RestartReload} {
@@ -217,7 +217,7 @@ func (r *PrometheusRecorder) RestartingControllers(underWay, waiting int) {
 }
 
 func (r *PrometheusRecorder) Held(counts map[string]int) {
-	for _, reason := range heldReasons {
+	for _, reason := range confighash.CountedHolds() {
 		r.held.WithLabelValues(string(reason)).Set(float64(counts[string(reason)]))
 	}
 }

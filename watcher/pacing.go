@@ -64,7 +64,7 @@ func (pc *pacer) paced(ctx context.Context, key workloadKey, v *view, d configha
 	now := time.Now()
 	if pc.heldByHalt(v, d) {
 		// Its marker's removal, or the next change of the source, wakes it.
-		pc.hold(key, heldHalted, d.Release)
+		pc.hold(key, confighash.HoldHalted, d.Release)
 		return false, nil
 	}
 	if at := d.Pacing.RollsAt(now, pc.pauseEnd(key)); at.After(now) {
@@ -75,7 +75,7 @@ func (pc *pacer) paced(ctx context.Context, key workloadKey, v *view, d configha
 				pc.wakeWaiting(key.Namespace)
 			}
 			pc.waves.mu.Unlock()
-			if pc.hold(key, heldWindow, d.Release) {
+			if pc.hold(key, confighash.HoldWindow, d.Release) {
 				pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held",
 					fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, at.UTC().Format(time.RFC3339)))
 				if err := pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at,
@@ -188,7 +188,7 @@ func (pc *pacer) joinWave(ctx context.Context, key workloadKey, v *view, d confi
 		}
 	}
 	ws.mu.Unlock()
-	if !granted && pc.hold(key, heldWave, d.Release) {
+	if !granted && pc.hold(key, confighash.HoldWave, d.Release) {
 		why := fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users))
 		pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held", why)
 		return false, pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})

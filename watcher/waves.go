@@ -12,19 +12,6 @@ import (
 // workloads and their statuses, in the API server, say the rest after a restart.
 // Where each user of a wave stands is confighash.Stand's to say.
 
-// heldReason is why a due change has not been released.
-type heldReason string
-
-const (
-	heldWindow heldReason = "window" // outside its rollout window
-	heldWave   heldReason = "wave"   // waiting for its wave
-	heldHalted heldReason = "halted" // its wave halted on a failure
-	// heldFlapping: a source whose change is due keeps changing (flapping.go).
-	heldFlapping heldReason = "flapping"
-)
-
-var heldReasons = []heldReason{heldWindow, heldWave, heldHalted, heldFlapping}
-
 // waves is what the watcher keeps of the waves under way, under one lock.
 type waves struct {
 	mu sync.Mutex
@@ -36,8 +23,8 @@ type waves struct {
 	capped  map[string]workloadKey
 	// held is why each held workload is held, and heldBy how many are held for each
 	// reason; noted, the hold an Event was sent for.
-	held   map[workloadKey]heldReason
-	heldBy map[heldReason]int
+	held   map[workloadKey]confighash.HoldReason
+	heldBy map[confighash.HoldReason]int
 	noted  map[workloadKey]string
 	// marked is the hash of the marker last written on a workload, until the cache
 	// shows it.
@@ -85,13 +72,13 @@ type grant struct {
 
 func newWaves() *waves {
 	return &waves{grants: map[workloadKey]grant{}, waiting: map[string]map[workloadKey]bool{}, capped: map[string]workloadKey{},
-		held: map[workloadKey]heldReason{}, heldBy: map[heldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}, failing: map[workloadKey]failing{},
+		held: map[workloadKey]confighash.HoldReason{}, heldBy: map[confighash.HoldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}, failing: map[workloadKey]failing{},
 		halting: map[waveID]bool{}}
 }
 
 // setHeld notes why the workload is held, none to forget it, and returns how many are
 // held by reason when that changed; under the waves' lock.
-func (ws *waves) setHeld(key workloadKey, reason heldReason) map[string]int {
+func (ws *waves) setHeld(key workloadKey, reason confighash.HoldReason) map[string]int {
 	was, ok := ws.held[key]
 	if ok && was == reason || !ok && reason == "" {
 		return nil
@@ -113,7 +100,7 @@ func (ws *waves) setHeld(key workloadKey, reason heldReason) map[string]int {
 
 // hold notes why the workload is held and reports whether that is news for this
 // release: an Event is due.
-func (pc *pacer) hold(key workloadKey, reason heldReason, release string) bool {
+func (pc *pacer) hold(key workloadKey, reason confighash.HoldReason, release string) bool {
 	ws := pc.waves
 	ws.mu.Lock()
 	counts := ws.setHeld(key, reason)

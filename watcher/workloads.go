@@ -51,9 +51,9 @@ type workloads struct {
 	// of the namespace, the sources' and the restarted pods' too.
 	kept    *keptKeys
 	relists *watches.Relists
-	// generation moves whenever an informer takes in an object, before it holds it,
-	// and when a relist swaps a store in; namespaces when a namespace's mode or pacing
-	// changes. Waves' memos hold while neither moves.
+	// generation moves whenever an informer takes in an object, before it holds it and
+	// again once it does, and when a relist swaps a store in; namespaces when a
+	// namespace's mode or pacing changes. Waves' memos hold while neither moves.
 	generation, namespaces atomic.Uint64
 }
 
@@ -152,9 +152,18 @@ func (w *workloads) watches(kind string) bool {
 }
 
 // handle adds the handler to the informers of every kind.
-func (w *workloads) handle(h cache.ResourceEventHandler) error {
+func (w *workloads) handle(h cache.ResourceEventHandlerDetailedFuncs) error {
+	// The generation moves again once the store holds the object, before the handler
+	// runs: a wave's memo filled between the transform's move and the store's update
+	// holds what the store showed before, and would hold it until the next change of
+	// any workload.
+	stored := cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { w.generation.Add(1); h.AddFunc(obj, initial) },
+		UpdateFunc: func(old, obj any) { w.generation.Add(1); h.UpdateFunc(old, obj) },
+		DeleteFunc: func(obj any) { w.generation.Add(1); h.DeleteFunc(obj) },
+	}
 	for _, in := range w.byKind {
-		if err := in.AddEventHandler(h); err != nil {
+		if err := in.AddEventHandler(stored); err != nil {
 			return err
 		}
 	}

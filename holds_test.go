@@ -1,0 +1,88 @@
+package confighash
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestEachHoldDoesWhatItsRowSays: for each row of Holds, a workload held by it alone.
+// A due change of a workload is held at admission (its old hash kept, the watcher to
+// release it) exactly where the row gates, and a pod of it restarted in place carries
+// what it needs to wait for the hold exactly where the row says InPlace. A row without
+// a case fails: a new hold comes with its case here.
+func TestEachHoldDoesWhatItsRowSays(t *testing.T) {
+	marker := Marker{Change: Trigger{SourceRef: SourceRef{ConfigMap, "cfg"}}, Hash: "v1:0"}.String()
+	cases := map[HoldReason]map[string]string{
+		HoldHalted:   {AnnotationHeld: marker}, // a marker alone, on a workload no wave gates
+		HoldWindow:   {AnnotationRolloutWindow: "Mon 09:00-10:00 UTC"},
+		HoldWave:     {AnnotationWaveSize: "5"},
+		HoldFlapping: {}, // the watcher's breaker, from its flags alone
+		HoldPause:    {AnnotationPausePeriod: "10m"},
+	}
+	// What a restart in place carries to wait for each hold.
+	waits := func(r Restart) map[HoldReason]bool {
+		return map[HoldReason]bool{HoldWindow: r.Windows != nil, HoldWave: r.WaveSize > 0, HoldPause: r.PausePeriod > 0}
+	}
+	for _, h := range Holds {
+		t.Run(string(h.Reason), func(t *testing.T) {
+			annotations, ok := cases[h.Reason]
+			if !ok {
+				t.Fatalf("hold %s has no case here: add one", h.Reason)
+			}
+			workload := map[string]string{AnnotationInject: "true"}
+			for k, v := range annotations {
+				workload[k] = v
+			}
+			cfg := SourceRef{ConfigMap, "cfg"}
+			w := newWorld(t, workload, envFrom("cfg"), cmSource("cfg", "1"))
+			w.admit(Pods{Fresh: true})
+			w.sources[cfg] = cmSource("cfg", "2")
+			d := w.admit(Pods{})
+			if held := len(d.Held) > 0; held != (h.Gates != nil) {
+				t.Errorf("a due change held at admission: %v; the row gates: %v", held, h.Gates != nil)
+			}
+
+			pod := inPlacePod(annotations, "cfg")
+			r, err := RestartOf(Input{Key: testKey, Namespace: pod.Namespace, State: Vocabulary{}.Read(PodWorkload(pod)), Mode: ModeOptedIn},
+				listedSources(map[SourceRef]Source{cfg: cmSource("cfg", "2")}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := waits(r)[h.Reason]; got != h.InPlace {
+				t.Errorf("a restart in place waits for it: %v; the row says %v", got, h.InPlace)
+			}
+		})
+	}
+}
+
+// TestHoldsAreAskedInOneOrder: the watcher and explain ask a gated workload's holds in
+// the table's order, a halt before the window before the wave; the metric's values are
+// the counted rows, each once.
+func TestHoldsAreAskedInOneOrder(t *testing.T) {
+	var order []HoldReason
+	for _, h := range Holds {
+		order = append(order, h.Reason)
+	}
+	if i, j, k := slices.Index(order, HoldHalted), slices.Index(order, HoldWindow), slices.Index(order, HoldWave); !(i < j && j < k) {
+		t.Errorf("holds in the order %v, want halted, window, wave", order)
+	}
+	counted := CountedHolds()
+	if len(slices.Compact(slices.Sorted(slices.Values(counted)))) != len(counted) {
+		t.Errorf("counted holds %v: each once", counted)
+	}
+	for _, want := range []HoldReason{HoldHalted, HoldWindow, HoldWave, HoldFlapping} {
+		if !slices.Contains(counted, want) {
+			t.Errorf("counted holds %v: %s missing, a value of confighash_watcher_held_workloads", counted, want)
+		}
+	}
+	// A window that gates is one the watcher waits for: RollsAt says when it opens.
+	p := Pacing{}
+	if p.Gated() {
+		t.Error("no pacing gates")
+	}
+	p.Windows, _ = ParseWindows("daily 00:00-00:01 UTC")
+	if !p.Gated() || !p.RollsAt(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC), time.Time{}).After(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)) {
+		t.Error("a closed window gates and rolls when it opens")
+	}
+}
