@@ -1,7 +1,5 @@
 package watcher
 
-import "k8s.io/client-go/util/workqueue"
-
 // fairQueue is the order the workers take ready items in: one namespace after
 // another, in turn, and each namespace's in the order they became ready. With one
 // FIFO, a namespace with a backlog (a shared ConfigMap used by thousands of its
@@ -21,14 +19,6 @@ type namespaced interface {
 	comparable
 	namespace() string
 }
-
-func (k workloadKey) namespace() string { return k.Namespace }
-func (g podGroup) namespace() string    { return g.Namespace }
-
-var (
-	_ workqueue.Queue[workloadKey] = (*fairQueue[workloadKey])(nil)
-	_ workqueue.Queue[podGroup]    = (*fairQueue[podGroup])(nil)
-)
 
 func newFairQueue[K namespaced]() *fairQueue[K] { return &fairQueue[K]{items: map[string][]K{}} }
 

@@ -144,11 +144,6 @@ type dataWrites struct {
 	kept map[sourceIn]confighash.Written
 }
 
-type sourceIn struct {
-	namespace string
-	ref       confighash.SourceRef
-}
-
 func newDataWrites() *dataWrites { return &dataWrites{kept: map[sourceIn]confighash.Written{}} }
 
 // observe learns of a write of the source, prev being what it was; nil when it was

@@ -53,6 +53,8 @@ type podGroup struct {
 	UID       types.UID
 }
 
+func (g podGroup) namespace() string { return g.Namespace }
+
 // podRules are what the watcher says of each pod restarted in place: what it is to
 // carry now; whether its namespace's sources are all known; what its workload's
 // rollout says of it; and how that workload is written, to roll it instead.

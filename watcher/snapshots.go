@@ -316,19 +316,6 @@ func (sn *snapshots) snapshotsOf(ctx context.Context, namespace string, kind con
 	return objects(pointers(l)), nil
 }
 
-// secretsIn is the Secrets of the namespace, to read bounded.
-func secretsIn(namespace string) bounded.Resource {
-	return bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("secrets"), Namespace: namespace}
-}
-
-func pointers[T any](items []T) []*T {
-	out := make([]*T, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out
-}
-
 // naming returns the pinned workloads of the namespace whose templates name the
 // snapshot: another workload may share it, and not own it yet.
 func (sn *snapshots) naming(namespace string, kind confighash.SourceKind, snapshot string) []*view {

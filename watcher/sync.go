@@ -12,7 +12,6 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
-	"github.com/confighash/confighash/sourcecache"
 )
 
 // The worker loop and the sync: a workload taken from the queue is decided as the
@@ -40,8 +39,6 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	w.queue.Forget(key)
 	return true
 }
-
-func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
 
 // errNotConverged means the touch was admitted without the webhook's hash: the
 // webhook failed open.
@@ -256,33 +253,6 @@ func (w *Watcher) recordLatency(key workloadKey) {
 	if d, ok := w.tracking.converged(key); ok {
 		w.cfg.Metrics.Converged(d)
 	}
-}
-
-// triggers names the sources whose entry the workload has not recorded yet, at the
-// version the cache holds, so the webhook reads at least that version. When only
-// deletions drifted it names every existing source, so the touch still changes the
-// annotation.
-func triggers(v *view, want confighash.Record, sources *sourcecache.Cache) []confighash.Trigger {
-	recorded := make(map[confighash.RecordEntry]bool, len(v.Record))
-	for _, e := range v.Record {
-		recorded[e] = true
-	}
-	var drifted, all []confighash.Trigger
-	for _, e := range want {
-		d, ok := sources.Lookup(v.Namespace, e.SourceRef)
-		if !ok {
-			continue
-		}
-		t := confighash.Trigger{SourceRef: e.SourceRef, ResourceVersion: d.ResourceVersion}
-		all = append(all, t)
-		if !recorded[e] {
-			drifted = append(drifted, t)
-		}
-	}
-	if len(drifted) == 0 {
-		return all
-	}
-	return drifted
 }
 
 // heal writes the hash and the record the webhook would have written, and says so.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"unique"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // view is what the watcher keeps of a workload: enough to find it from a source and to
@@ -132,3 +134,54 @@ func upTo(text string, limit int) string {
 	}
 	return text
 }
+
+// workloadKey names a workload in the queue.
+type workloadKey struct {
+	Kind, Namespace, Name string
+}
+
+func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" + k.Name }
+
+func keyOf(v *view) workloadKey { return workloadKey{v.Kind.Kind, v.Namespace, v.Name} }
+
+func objectRef(v *view) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: v.Kind.Kind, APIVersion: v.Kind.GroupVersion().String(),
+		Namespace: v.Namespace, Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion,
+	}
+}
+
+// triggers names the sources whose entry the workload has not recorded yet, at the
+// version the cache holds, so the webhook reads at least that version. When only
+// deletions drifted it names every existing source, so the touch still changes the
+// annotation.
+func triggers(v *view, want confighash.Record, sources *sourcecache.Cache) []confighash.Trigger {
+	recorded := make(map[confighash.RecordEntry]bool, len(v.Record))
+	for _, e := range v.Record {
+		recorded[e] = true
+	}
+	var drifted, all []confighash.Trigger
+	for _, e := range want {
+		d, ok := sources.Lookup(v.Namespace, e.SourceRef)
+		if !ok {
+			continue
+		}
+		t := confighash.Trigger{SourceRef: e.SourceRef, ResourceVersion: d.ResourceVersion}
+		all = append(all, t)
+		if !recorded[e] {
+			drifted = append(drifted, t)
+		}
+	}
+	if len(drifted) == 0 {
+		return all
+	}
+	return drifted
+}
+
+// sourceIn is a source of a namespace.
+type sourceIn struct {
+	namespace string
+	ref       confighash.SourceRef
+}
+
+func (k workloadKey) namespace() string { return k.Namespace }

@@ -27,9 +27,6 @@ import (
 	"github.com/confighash/confighash/watches"
 )
 
-// FieldManager owns the watcher's writes.
-const FieldManager = "confighash-watcher"
-
 // Config configures a Watcher.
 type Config struct {
 	Client  kubernetes.Interface
@@ -145,13 +142,6 @@ func (c *Config) defaults() error {
 // DefaultWaveTimeout is how long a released workload may take to roll out: the
 // Deployment controller's own default progress deadline.
 const DefaultWaveTimeout = 10 * time.Minute
-
-// workloadKey names a workload in the queue.
-type workloadKey struct {
-	Kind, Namespace, Name string
-}
-
-func (k workloadKey) String() string { return k.Kind + " " + k.Namespace + "/" + k.Name }
 
 // Watcher touches the workloads whose used sources changed.
 type Watcher struct {

@@ -31,6 +31,9 @@ import (
 	"github.com/confighash/confighash/watches"
 )
 
+// FieldManager owns the watcher's writes.
+const FieldManager = "confighash-watcher"
+
 // workloads are the watcher's port to the workloads: its informers of each kind, which
 // every capability reads, and its one write of a workload, a merge patch of
 // confighash.dev/ annotations and of the pod template's hash (the write set of
@@ -406,13 +409,6 @@ func hashPatch(kind *confighash.Kind, hash string, metadata map[string]any) map[
 		nested = map[string]any{kind.TemplatePath[i]: nested}
 	}
 	return map[string]any{"metadata": metadata, kind.TemplatePath[0]: nested}
-}
-
-func objectRef(v *view) *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		Kind: v.Kind.Kind, APIVersion: v.Kind.GroupVersion().String(),
-		Namespace: v.Namespace, Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion,
-	}
 }
 
 // Served reports whether the API server serves the resource, as a CRD is once
