@@ -54,9 +54,9 @@ type workloads struct {
 	// of the namespace, the sources' and the restarted pods' too.
 	kept    *keptKeys
 	relists *watches.Relists
-	// generation moves whenever an informer takes in an object, before it holds it and
-	// again once it does, and when a relist swaps a store in; namespaces when a
-	// namespace's mode or pacing changes. Waves' memos hold while neither moves.
+	// generation moves whenever an informer's store takes in an object, and when a
+	// relist swaps a store in; namespaces when a namespace's mode or pacing changes.
+	// Waves' memos hold while neither moves.
 	generation, namespaces atomic.Uint64
 }
 
@@ -65,13 +65,8 @@ type workloads struct {
 // serves it.
 func newWorkloads(client kubernetes.Interface, dyn dynamic.Interface, reads *bounded.Reader, gate namespaces.Gate, door watches.Door, kinds confighash.Kinds, vocabulary confighash.Vocabulary, metrics Recorder, log zerolog.Logger) (*workloads, error) {
 	w := &workloads{gate: gate, client: client, dynamic: dyn, watched: door.Namespaces, reads: reads, toView: viewTransform(vocabulary, kinds), metrics: metrics, kept: newKeptKeys(gate)}
-	kept := w.kept.transform(w.toView)
-	counted := func(obj any) (any, error) {
-		w.generation.Add(1)
-		return kept(obj)
-	}
 	var err error
-	w.byKind, err = workloadInformers(client, dyn, door, kinds, counted, log)
+	w.byKind, err = workloadInformers(client, dyn, door, kinds, w.kept.transform(w.toView), log)
 	return w, err
 }
 
@@ -156,10 +151,10 @@ func (w *workloads) watches(kind string) bool {
 
 // handle adds the handler to the informers of every kind.
 func (w *workloads) handle(h cache.ResourceEventHandlerDetailedFuncs) error {
-	// The generation moves again once the store holds the object, before the handler
-	// runs: a wave's memo filled between the transform's move and the store's update
-	// holds what the store showed before, and would hold it until the next change of
-	// any workload.
+	// The generation moves once the store holds the object, before the handler runs:
+	// a memo filled from the store before then is let go, and the users the handler
+	// wakes read the store anew. Moved when the object is taken in, before the store
+	// holds it, a memo filled in between held until the next change of any workload.
 	stored := cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { w.generation.Add(1); h.AddFunc(obj, initial) },
 		UpdateFunc: func(old, obj any) { w.generation.Add(1); h.UpdateFunc(old, obj) },

@@ -19,6 +19,8 @@ var ruleRow = regexp.MustCompile(`(?m)^\| (\d+) \| ([^|]+) \|`)
 // of a comment or a paragraph.
 var ruleCitation = regexp.MustCompile(`\b[Rr]ules?[\s/]+(\d+(?:(?:,|,? and)[\s/]+\d+)*)\b`)
 
+var number = regexp.MustCompile(`\d+`)
+
 // TestRuleCitationsNameARule: every "rule N" in the code and the docs is a row of
 // ARCHITECTURE.md's rules table, numbered in order, where an engineer who clones the
 // repository reads it; none cites a document the repository does not have.
@@ -54,7 +56,7 @@ func TestRuleCitationsNameARule(t *testing.T) {
 			t.Errorf("%s cites a rule of DESIGN: the repository's rules are ARCHITECTURE.md's, cited as (rule N)", rel)
 		}
 		for _, m := range ruleCitation.FindAllStringSubmatch(string(text), -1) {
-			for _, field := range regexp.MustCompile(`\d+`).FindAllString(m[1], -1) {
+			for _, field := range number.FindAllString(m[1], -1) {
 				n, _ := strconv.Atoi(field)
 				if _, ok := rules[n]; !ok {
 					t.Errorf("%s cites rule %d: ARCHITECTURE.md has no such rule", rel, n)
