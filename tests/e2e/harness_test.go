@@ -523,11 +523,20 @@ func certSerial(t testing.TB, certPEM []byte) string {
 // testDebounce keeps tests short; the default is 1s.
 const testDebounce = "300ms"
 
-// watcherArgs runs `confighash watcher` with a short debounce and fast leader election;
-// extra flags win.
+// The watchers' leases in tests ride out an API server that answers slowly for a few
+// seconds on a loaded machine: a renew deadline of 1.5 s once lost a lease mid-test.
+// A test that kills a watcher and starts the next passes fastLease, so that the
+// killed one's lease expires in 2 s.
+var (
+	testLease = []string{"--leader-elect-lease-duration=10s", "--leader-elect-renew-deadline=7s", "--leader-elect-retry-period=500ms"}
+	fastLease = []string{"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms"}
+)
+
+// watcherArgs runs `confighash watcher` with a short debounce and testLease; extra
+// flags win.
 func watcherArgs(extra ...string) []string {
-	return append([]string{"watcher", "--debounce=" + testDebounce, "--touch-rate=1000", "--heal-after=2",
-		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=300ms"}, extra...)
+	args := append([]string{"watcher", "--debounce=" + testDebounce, "--touch-rate=1000", "--heal-after=2"}, testLease...)
+	return append(args, extra...)
 }
 
 // startWatcher runs the watcher with watcherArgs and waits until it leads.

@@ -227,7 +227,7 @@ func TestAJobRecreationStoppedInTheMiddleIsFinishedOnce(t *testing.T) {
 	}
 	for i, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
-			w := startWatcher(t, c)
+			w := startWatcher(t, c, fastLease...)
 			lift := denyWhile(t, c, ns, step.group, step.resource, step.op, step.expression, step.probe)
 			setKey(t, c, ns, ref, "k", fmt.Sprint(i+1))
 			var stoppedAt *batchv1.Job
@@ -237,7 +237,7 @@ func TestAJobRecreationStoppedInTheMiddleIsFinishedOnce(t *testing.T) {
 			})
 			w.kill()
 			lift()
-			w = startWatcher(t, c)
+			w = startWatcher(t, c, fastLease...)
 			now := waitRecreated(t, c, ns, "batch", job.UID, 30*time.Second)
 			waitFor(t, 30*time.Second, "the record to be deleted", func() bool { return !recordExists() })
 			waitQuiet(t, w)
@@ -459,7 +459,7 @@ func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
 		w.stop(t)
 	})
 	t.Run("a watcher killed before it started the Job", func(t *testing.T) {
-		w := startWatcher(t, c)
+		w := startWatcher(t, c, fastLease...)
 		probe := fixtures.Job("probe", map[string]string{"cronjob.kubernetes.io/instantiate": "manual"}, fixtures.PlainTemplate())
 		lift := denyWhile(t, c, ns, "batch", "jobs", admissionregistrationv1.Create, `object.metadata.?annotations.orValue({})[?'cronjob.kubernetes.io/instantiate'].orValue('') != 'manual'`, func() bool {
 			_, err := c.Client.BatchV1().Jobs(ns).Create(t.Context(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -470,7 +470,7 @@ func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
 		waitFor(t, 30*time.Second, "the CronJob to roll", func() bool { return hashOf("runs") != before })
 		w.kill()
 		lift()
-		w = startWatcher(t, c)
+		w = startWatcher(t, c, fastLease...)
 		expectRun(t, w, 2, before)
 	})
 }
