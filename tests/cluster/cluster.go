@@ -65,6 +65,10 @@ type Options struct {
 	// 193 of 2,000 new Deployments unobserved after 5 minutes; raised, it competes for
 	// the CPU with everything else, which slows a small test down.
 	Large bool
+	// Controllers, when set, are the only controllers the controller-manager runs (its
+	// --controllers), for a test that reads the work of a few and would be slowed by
+	// the others'.
+	Controllers []string
 	// RealNode, when set, places the control plane for a real node (tests/node) instead
 	// of kwok's fake one: the API server listens on the node network's host address and
 	// gives Services its range. No fake node is started.
@@ -201,7 +205,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--use-service-account-credentials=false",
 		"--profiling=false",
 	}
-	if opts.RealNode == nil {
+	switch {
+	case len(opts.Controllers) > 0:
+		controllerManager = append(controllerManager, "--controllers="+strings.Join(opts.Controllers, ","))
+	case opts.RealNode == nil:
 		// kwok's node heartbeats can lag on a loaded machine; the node lifecycle
 		// controller would then mark every pod not ready. It has nothing to do there.
 		// A real node needs it: it lifts the taint a new node is registered with.
