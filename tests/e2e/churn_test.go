@@ -35,10 +35,13 @@ type churnSample struct {
 	elapsed   time.Duration
 }
 
-// churn runs cycles in samples steps, against a watcher started with watcherFlags, and
-// returns each step's sizes, the first taken before any cycle.
-func churn(tb testing.TB, c *cluster.Cluster, cycles, samples int, watcherFlags ...string) []churnSample {
+// churn runs cycles in samples steps, against a watcher started with watcherFlags, on a
+// control plane of its own, and returns each step's sizes, the first taken before any
+// cycle. Its controllers are the rollout's, and the garbage collector, which deletes
+// each deleted Deployment's ReplicaSet.
+func churn(tb testing.TB, cycles, samples int, watcherFlags ...string) []churnSample {
 	tb.Helper()
+	c := isolatedCluster(tb, "deployment", "replicaset", "garbagecollector")
 	wh := startWebhook(tb, c, benchLogLevel, "--profiling")
 	w := startBenchWatcher(tb, c, append([]string{"--profiling"}, watcherFlags...)...)
 	ns := labeledNamespace(tb, c)
@@ -141,8 +144,7 @@ func logChurn(tb testing.TB, samples []churnSample) {
 // its window (5 minutes, the whole of this run; 10 s here), and client-go's caches of
 // recent Events hold the last 1,024 of each; what grows after is what nothing lets go of.
 func TestChurnLeavesNothingBehind(t *testing.T) {
-	c := cluster.Require(t, testCluster)
-	samples := churn(t, c, 2000, 20, "--flap-window=10s")
+	samples := churn(t, 2000, 20, "--flap-window=10s")
 	t.Log("| cycles | elapsed | webhook RSS MiB | webhook heap MiB | watcher RSS MiB | watcher heap MiB |")
 	logChurn(t, samples)
 	for _, name := range []string{"webhook", "watcher"} {
@@ -154,7 +156,6 @@ func TestChurnLeavesNothingBehind(t *testing.T) {
 
 // BenchmarkScenarioChurn is the churn scenario of `make bench`: 100,000 cycles.
 func BenchmarkScenarioChurn(b *testing.B) {
-	c := cluster.Require(b, testCluster)
 	const cycles = 100_000
 	scenario(b, bench.Scenario{
 		Name: "churn", Title: "A tenant's create and delete loop",
@@ -162,7 +163,7 @@ func BenchmarkScenarioChurn(b *testing.B) {
 		Load: fmt.Sprintf("%d cycles, each: a ConfigMap, a Deployment matching it by a pattern (Reloader's reload regular expression), its record rewritten in a later form, "+
 			"the ConfigMap changed, a pod labelled for restart in place using it; then all three deleted", cycles),
 	}, func(s *bench.Scenario) {
-		samples := churn(b, c, cycles, 100)
+		samples := churn(b, cycles, 100)
 		logChurn(b, samples)
 		last := samples[len(samples)-1]
 		s.Add("cycles a second", float64(cycles)/last.elapsed.Seconds(), "cycles/s")

@@ -65,7 +65,7 @@ var floodLeases = []string{"--leader-elect-lease-duration=60s", "--leader-elect-
 // door, 60 labelled pods of 1.2 MB in a namespace not acted in took the watcher from
 // 44 to 202 MiB.
 func TestAFloodOfEveryWatchedKindCostsOnlyItsBound(t *testing.T) {
-	c := floodCluster(t)
+	c := isolatedCluster(t, "deployment", "replicaset") // the rollout of a change elsewhere
 	// Every kind of the list is served: the CSI driver's pod statuses and Argo's
 	// Rollouts too, their CRDs installed before the watcher starts.
 	if err := c.InstallSecretsStoreCRDs(t.Context()); err != nil {
@@ -163,22 +163,22 @@ func TestAFloodOfEveryWatchedKindCostsOnlyItsBound(t *testing.T) {
 	}
 }
 
-// floodCluster starts a control plane of the flood's own, stopped at the test's end:
-// deleting its GiB from the shared one took 160 s, and the tests after it would run
-// while it went. Its controller-manager runs only the controllers the test reads the
-// work of, a rollout's ReplicaSets, and those a start waits for: a StatefulSet's or a
-// DaemonSet's controller copies each 1 MiB template into a ControllerRevision, a
-// second flood that measures nothing of confighash.
-func floodCluster(t *testing.T) *cluster.Cluster {
-	t.Helper()
-	cluster.Require(t, testCluster) // skipped where -short starts no control plane
-	c, err := cluster.Start(context.Background(), cluster.Options{Controllers: []string{"deployment", "replicaset", "serviceaccount", "serviceaccount-token"}})
+// isolatedCluster starts a control plane of the test's own, stopped at its end, whose
+// controller-manager runs only the controllers named, and those a start waits for. A
+// flood deleted from the shared one took 160 s, during which the tests after it would
+// run; and each controller the test does not read the work of is load that measures
+// nothing of confighash: a StatefulSet's or a DaemonSet's copies each 1 MiB template
+// of the flood into a ControllerRevision.
+func isolatedCluster(tb testing.TB, controllers ...string) *cluster.Cluster {
+	tb.Helper()
+	cluster.Require(tb, testCluster) // skipped where -short starts no control plane
+	c, err := cluster.Start(context.Background(), cluster.Options{Controllers: append(controllers, "serviceaccount", "serviceaccount-token")})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if err := c.Stop(); err != nil {
-			t.Error(err)
+			tb.Error(err)
 		}
 	})
 	return c
