@@ -2,7 +2,6 @@ package confighash
 
 import (
 	"errors"
-	"fmt"
 )
 
 // MaxAnnotationBytes is the API server's bound on an object's annotations, keys and
@@ -54,28 +53,6 @@ func bytesApart(annotations map[string]string, aside []string) int {
 		}
 	}
 	return n
-}
-
-// fits returns ErrAnnotationsTooLarge when writing the decision on a workload whose
-// other annotations take others would go over the API server's bound.
-func (d *Decision) fits(others AnnotationBytes) error {
-	if others.Metadata+recordBytesAtMost(d.Record) <= MaxAnnotationBytes/2 && others.Template <= MaxAnnotationBytes/2 {
-		return nil // far from the bound: the record is not rendered to be measured
-	}
-	meta := others.Metadata + entryBytes(AnnotationSources, d.Record.Text(d.Form)) + entryBytes(AnnotationAdopted, d.Adopted)
-	template := others.Template + entryBytes(AnnotationHash, d.Hash)
-	if len(d.Pins) > 0 {
-		template += entryBytes(AnnotationPinned, d.Pins.String())
-	}
-	switch {
-	case meta > MaxAnnotationBytes-touchReserve:
-		return fmt.Errorf("%w: with its sources record the workload's annotations would take %d bytes, over the %d the API server allows less %d kept for the watcher; it is left unhashed",
-			ErrAnnotationsTooLarge, meta, MaxAnnotationBytes, touchReserve)
-	case template > MaxAnnotationBytes:
-		return fmt.Errorf("%w: with the hash its pod template's annotations would take %d bytes, over the %d the API server allows; it is left unhashed",
-			ErrAnnotationsTooLarge, template, MaxAnnotationBytes)
-	}
-	return nil
 }
 
 func entryBytes(key, value string) int {

@@ -131,3 +131,40 @@ func Reloading(c *corev1.Container, r Reload, volumes []string) corev1.Volume {
 	}
 	return corev1.Volume{Name: state, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))}}}
 }
+
+// RestartMode is how a change of a workload's data reaches its pods.
+type RestartMode uint8
+
+// The modes.
+const (
+	// RestartRollout replaces the pods: the pod template's hash changes. The default.
+	RestartRollout RestartMode = iota
+	// RestartInPlace restarts each pod's containers where it runs.
+	RestartInPlace
+	// RestartReload tells each pod's app to reload its files (see Reload), and
+	// restarts it in place where its data does not all reach it as files.
+	RestartReload
+)
+
+func (m RestartMode) String() string { return [...]string{"rollout", "in-place", "reload"}[m] }
+
+// PodByPod reports whether the mode reaches the pods one by one, where they run,
+// rather than through the pod template.
+func (m RestartMode) PodByPod() bool { return m != RestartRollout }
+
+// ParseRestartMode reads AnnotationRestart: "in-place", "rollout" ("" too), or a
+// reload, "signal:SIGHUP" or "http:8080/-/reload" (see ParseReload).
+func ParseRestartMode(text string) (RestartMode, Reload, error) {
+	text = strings.TrimSpace(text)
+	switch text {
+	case "", "rollout":
+		return RestartRollout, Reload{}, nil
+	case "in-place":
+		return RestartInPlace, Reload{}, nil
+	}
+	r, err := ParseReload(text)
+	if err != nil {
+		return RestartRollout, Reload{}, fmt.Errorf("restart %q: want in-place, rollout, signal:SIGHUP or http:8080/-/reload: %w", text, err)
+	}
+	return RestartReload, r, nil
+}

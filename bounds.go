@@ -1,10 +1,7 @@
 package confighash
 
 import (
-	"fmt"
-	"regexp"
 	"regexp/syntax"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -27,67 +24,6 @@ const (
 	// maxPatterns is how many name patterns a workload may have, in all its lists.
 	maxPatterns = 16
 )
-
-// entries returns the non-empty, trimmed entries of a comma-separated list, at most
-// MaxSources of them: a longer list names too many sources.
-func (r *policyReader) entries(annotation, value string) []string {
-	var out []string
-	for field := range strings.SplitSeq(value, ",") {
-		entry := strings.TrimSpace(field)
-		if entry == "" {
-			continue
-		}
-		if len(out) == MaxSources {
-			r.overBound(annotation, value, fmt.Sprintf("the list has more than the %d entries allowed", MaxSources))
-			break
-		}
-		out = append(out, entry)
-	}
-	return out
-}
-
-// overBound records that the workload's annotations are over a bound on what they may
-// make confighash read: it is then left as it is, never hashed from what fits
-// (rule 9).
-func (r *policyReader) overBound(annotation, value, reason string) {
-	if r.over == "" {
-		r.over = fmt.Sprintf("annotation %s: %s", annotation, reason)
-	}
-	r.problem(annotation, value, reason+"; the workload is left as it is")
-}
-
-// pattern compiles a name pattern, within the bounds on its length, its program and
-// the number of a workload's patterns.
-func (r *policyReader) pattern(annotation, entry string, kind SourceKind) (NamePattern, bool) {
-	if len(entry) > maxPatternBytes {
-		r.problem(annotation, entry, fmt.Sprintf("a pattern may be %d bytes long at most; ignored", maxPatternBytes))
-		return NamePattern{}, false
-	}
-	if r.compiled == maxPatterns {
-		r.overBound(annotation, entry, fmt.Sprintf("a workload may have %d name patterns at most", maxPatterns))
-		return NamePattern{}, false
-	}
-	// Parsed first, and sized from the parse before it is compiled: parsing keeps
-	// repetitions as counts, compiling expands them.
-	text := "^(?:" + entry + ")$"
-	re, err := syntax.Parse(text, syntax.Perl)
-	if err != nil {
-		r.problem(annotation, entry, "not a valid regular expression: "+err.Error())
-		return NamePattern{}, false
-	}
-	size := programSize(re)
-	if size > maxPatternSize {
-		r.problem(annotation, entry, fmt.Sprintf("the pattern is too complex (over %d instructions compiled); ignored", maxPatternSize))
-		return NamePattern{}, false
-	}
-	expr, err := regexp.Compile(text)
-	if err != nil {
-		r.problem(annotation, entry, "not a valid regular expression: "+err.Error())
-		return NamePattern{}, false
-	}
-	r.compiled++
-	return NamePattern{Kind: kind, Expr: expr, size: size}, true
-}
 
 // programSize bounds from above the instructions an expression compiles to, without
 // compiling it; past maxPatternSize it stops counting.

@@ -5,156 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-
-	corev1 "k8s.io/api/core/v1"
 )
-
-// Mode is how confighash acts in a namespace.
-type Mode int
-
-// The modes.
-const (
-	ModeOff     Mode = iota // not at all
-	ModeOptedIn             // on the workloads that opt in
-	ModeEvery               // on every workload that does not opt out
-)
-
-// State is what confighash reads of a workload: its policy, the sources its pod
-// template uses, and what confighash last wrote on it.
-type State struct {
-	Policy   Policy
-	Problems []Problem
-	// References are the pod template's, unless the workload opts out.
-	References []Reference
-	// Record is the sources record, nil when the workload has none; RecordErr, why it
-	// could not be read.
-	Record    Record
-	RecordErr error
-	// Form is the form of Record's digests.
-	Form Form
-	// Hash is the hash on the pod template; Adopted, the hash the workload was adopted
-	// at while its pod template carries none.
-	Hash    string
-	Adopted string
-	// Pins are the snapshots its pod template names (AnnotationPinned).
-	Pins Pins
-	// Release is the hash the watcher last released a gated workload to roll to
-	// (AnnotationRelease).
-	Release string
-	// Held and Failed are the markers of a halted wave: the change it holds the
-	// workload for, or that failed in it (AnnotationHeld, AnnotationFailed). One that
-	// cannot be read is none: it holds nothing.
-	Held, Failed Marker
-	// Others are the bytes of its annotations apart from those the webhook writes,
-	// when they are many (see annotationBytesOf).
-	Others AnnotationBytes
-}
-
-// Read reads a workload's state, its annotations in this vocabulary.
-func (v Vocabulary) Read(w *Workload) State {
-	s := State{Hash: w.Template.Annotations[AnnotationHash], Adopted: w.Annotations[AnnotationAdopted],
-		Release: w.Annotations[AnnotationRelease], Others: annotationBytesOf(w)}
-	s.Held, _ = ParseMarker(w.Annotations[AnnotationHeld])
-	s.Failed, _ = ParseMarker(w.Annotations[AnnotationFailed])
-	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
-	s.Pins = TemplatePins(w.Template)
-	if !s.Policy.OptOut {
-		s.References = References(w.Template)
-	}
-	if text, ok := w.Annotations[AnnotationSources]; ok {
-		s.Record, s.RecordErr = ParseRecord(text)
-		s.Form = RecordForm(text)
-	}
-	return s
-}
-
-// PolicyIn returns the workload's policy as it applies in a namespace of this mode,
-// and whether confighash acts on the workload there.
-func (s State) PolicyIn(mode Mode) (Policy, bool) {
-	switch mode {
-	case ModeOff:
-		return s.Policy, false
-	case ModeEvery:
-		p := s.Policy.ForEveryWorkload()
-		return p, p.Enabled()
-	}
-	return s.Policy, s.Policy.Enabled()
-}
-
-// met reports whether confighash has met the workload before: it carries a record, a
-// hash or an adoption.
-func (s State) met() bool {
-	return s.Record != nil || s.RecordErr != nil || s.Hash != "" || s.Adopted != ""
-}
-
-// Equal reports whether two states are the same, and so get the same decision.
-func (s State) Equal(o State) bool {
-	return s.Policy.Equal(o.Policy) && slices.Equal(s.Problems, o.Problems) &&
-		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
-		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) && s.Form == o.Form &&
-		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
-		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed && s.Others == o.Others
-}
-
-func errorText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// Pods is what is known of the data the workload's pods hold.
-type Pods struct {
-	// Fresh is set when the pods that will run are created after this admission: a new
-	// workload, or a changed pod template. They read the current data.
-	Fresh bool
-	// Proven tells, for sources new to the record, whether the running pods provably
-	// hold their current data (see Running.Holds). A source it does not name is
-	// unproven: the webhook knows nothing of the running pods, the watcher finds out.
-	Proven map[SourceRef]bool
-}
-
-// Sources is how the decision sees the ConfigMaps and Secrets of the workload's
-// namespace: the webhook's reads, the watcher's cache, explain's listing.
-type Sources interface {
-	// Names lists the names of the namespace's sources of a kind, for name patterns.
-	Names(kind SourceKind) ([]string, error)
-	// Read returns the sources as they are now; one missing from the map is absent.
-	Read(refs []SourceRef) (map[SourceRef]Source, error)
-}
-
-// Input is what the decision takes.
-type Input struct {
-	Key Key
-	// Namespace is the workload's: digests are bound to it (FormNamespaced).
-	Namespace string
-	State     State
-	// Mode is how confighash acts in the workload's namespace.
-	Mode Mode
-	Pods Pods
-	// Pacing is how changes roll in the workload's namespace, its annotations aside.
-	Pacing Pacing
-	// RemakeSnapshots asks for the snapshots of the pins kept, too, where the source
-	// still holds their data: the watcher found one gone (AnnotationRemakeSnapshots).
-	RemakeSnapshots bool
-	// Previous is the object an update replaces, nil for none; Template, the pod
-	// template the update brings.
-	Previous *Previous
-	Template *corev1.PodTemplateSpec
-	// Unpinned decides the workload as if it were not pinned, this once: its
-	// namespace holds as many snapshots as it may.
-	Unpinned bool
-	// Touched are the sources a touch of the watcher names as changed (its trigger
-	// annotation), none for any other write.
-	Touched []SourceRef
-	// InPlace is set where pods can be restarted in place (AnnotationRestart):
-	// elsewhere, a workload that asks for it rolls.
-	InPlace bool
-	// Writes is the newest form a record may be written in: a due rollout switches a
-	// record to it, and a new record starts in it. FormShared while a component that
-	// reads no other may still run (rule 12); a record is never switched back.
-	Writes Form
-}
 
 // Decision is what a workload must carry, and whether it does.
 type Decision struct {
@@ -210,11 +61,6 @@ var ErrTooManySources = errors.New("too many sources")
 // ErrSourceTooLarge is returned by Decide for a workload that uses a source of more
 // than MaxSourceKeys keys.
 var ErrSourceTooLarge = errors.New("source too large")
-
-// MaxSources is how many sources one workload may use or name. A workload with more is
-// left as it is, with a warning, rather than hashed from a partial list: each source
-// costs a read at every admission (rule 9).
-const MaxSources = 256
 
 // Decide decides what a workload must carry, for an update from what it replaces too;
 // see decide.
@@ -413,19 +259,6 @@ func usedOrNamed(refs, candidates []Reference) []Reference {
 	return out
 }
 
-// MayUse reports whether the source may count for the workload: its pod template
-// references it, or its policy names it or has a name pattern that matches it, as
-// usedOrNamed has it for every source at once. A workload past MaxSources is left as it
-// is, so none counts.
-func (s State) MayUse(ref SourceRef) bool {
-	if len(s.References)+len(s.Policy.Include) > MaxSources {
-		return false
-	}
-	_, referenced := slices.BinarySearchFunc(s.References, ref, func(r Reference, t SourceRef) int { return r.Compare(t) })
-	return referenced || slices.Contains(s.Policy.Include, ref) ||
-		slices.ContainsFunc(s.Policy.Patterns, func(p NamePattern) bool { return p.Matches(ref) })
-}
-
 // observe returns the observations of the used or named sources: whether each exists,
 // whether it counts, and its digest when it exists. Sources missing from the map are
 // absent.
@@ -442,4 +275,90 @@ func (p Policy) observe(dig digester, used, candidates []Reference, sources map[
 		obs[i] = o
 	}
 	return obs
+}
+
+// fits returns ErrAnnotationsTooLarge when writing the decision on a workload whose
+// other annotations take others would go over the API server's bound.
+func (d *Decision) fits(others AnnotationBytes) error {
+	if others.Metadata+recordBytesAtMost(d.Record) <= MaxAnnotationBytes/2 && others.Template <= MaxAnnotationBytes/2 {
+		return nil // far from the bound: the record is not rendered to be measured
+	}
+	meta := others.Metadata + entryBytes(AnnotationSources, d.Record.Text(d.Form)) + entryBytes(AnnotationAdopted, d.Adopted)
+	template := others.Template + entryBytes(AnnotationHash, d.Hash)
+	if len(d.Pins) > 0 {
+		template += entryBytes(AnnotationPinned, d.Pins.String())
+	}
+	switch {
+	case meta > MaxAnnotationBytes-touchReserve:
+		return fmt.Errorf("%w: with its sources record the workload's annotations would take %d bytes, over the %d the API server allows less %d kept for the watcher; it is left unhashed",
+			ErrAnnotationsTooLarge, meta, MaxAnnotationBytes, touchReserve)
+	case template > MaxAnnotationBytes:
+		return fmt.Errorf("%w: with the hash its pod template's annotations would take %d bytes, over the %d the API server allows; it is left unhashed",
+			ErrAnnotationsTooLarge, template, MaxAnnotationBytes)
+	}
+	return nil
+}
+
+// heldBack returns the record next with the entries that would roll the workload
+// (whose part of the hash differs from prev's) kept as prev has them, and those
+// sources: the changes are recorded when released, not before. ok is false when that
+// does not give prev's hash, which the rules of next make impossible: the workload
+// then rolls rather than carry a hash its record does not explain.
+func heldBack(key Key, prev, next Record) (kept Record, held []SourceRef, ok bool) {
+	old := make(map[SourceRef]RecordEntry, len(prev))
+	for _, e := range prev {
+		old[e.SourceRef] = e
+	}
+	kept = make(Record, 0, len(next))
+	for _, e := range next {
+		p, had := old[e.SourceRef]
+		if e.hashed() == (had && p.hashed()) && (!e.hashed() || e.Digest == p.Digest) {
+			kept = append(kept, e)
+			continue
+		}
+		held = append(held, e.SourceRef)
+		if had {
+			kept = append(kept, p)
+		}
+	}
+	return kept, held, kept.Hash(key) == prev.Hash(key)
+}
+
+// form returns the form the decision starts in: the record's, or the form written
+// (writes) for a workload without a readable record, which has no digests to keep.
+func (s State) form(writes Form) Form {
+	if s.Record == nil || s.RecordErr != nil {
+		return writes
+	}
+	return s.Form
+}
+
+// namespaced returns a record about to roll out, and the observations, in
+// FormNamespaced unless the input writes FormShared: a due rollout writes the new form, so that switching rolls nothing
+// by itself. Each digest of a rolled record is of its source's current data, digested
+// again in the new form, but for data a pinned workload returned from (Declining),
+// which is no longer at hand: such a record stays in its form until a later rollout.
+func (in Input) namespaced(rolled Record, observations []Observation, form Form, sources map[SourceRef]Source) (Record, []Observation, Form) {
+	if form == FormNamespaced || in.Writes == FormShared {
+		return rolled, observations, form
+	}
+	g := digester{in.Key, in.Namespace, FormNamespaced}
+	now := slices.Clone(observations)
+	for i, o := range now {
+		if o.Present {
+			now[i].Digest = g.digest(o.Reference, sources[o.SourceRef])
+		}
+	}
+	out := slices.Clone(rolled)
+	for i, e := range out {
+		if !e.Seen {
+			continue
+		}
+		j, ok := slices.BinarySearchFunc(observations, e.SourceRef, func(o Observation, ref SourceRef) int { return o.Compare(ref) })
+		if !ok || e.Declining || !observations[j].Present || observations[j].Digest != e.Digest {
+			return rolled, observations, form
+		}
+		out[i].Digest = now[j].Digest
+	}
+	return out, now, FormNamespaced
 }

@@ -172,31 +172,6 @@ func appendSection(entries []entry, section byte, sums Sums) []entry {
 	return entries
 }
 
-// hashPrefix versions the workload hash written on pod templates.
-const hashPrefix = "v1:"
-
-// workloadHash is the keyed hash over the sorted (kind, name, digest) list of the
-// entries that count.
-func workloadHash(key Key, entries []RecordEntry) string {
-	var hashed []RecordEntry
-	for _, e := range entries {
-		if e.hashed() {
-			hashed = append(hashed, e)
-		}
-	}
-	msg := make([]byte, 0, 64*(len(hashed)+1))
-	msg = append(msg, workloadPrefix...)
-	msg = binary.AppendUvarint(msg, uint64(len(hashed)))
-	for _, e := range hashed {
-		msg = appendString(msg, string(e.Kind))
-		msg = appendString(msg, e.Name)
-		msg = append(msg, e.Digest[:]...)
-	}
-	var sum [sha256.Size]byte
-	key.sum(msg, &sum)
-	return hashPrefix + hex.EncodeToString(sum[:])
-}
-
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)

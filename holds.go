@@ -70,3 +70,7 @@ func CountedHolds() []HoldReason {
 	}
 	return out
 }
+
+// Gated reports whether the watcher releases the workload's changes: a hold of the
+// table gates them (Holds).
+func (p Pacing) Gated() bool { return gates(p, false) }

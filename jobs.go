@@ -8,40 +8,6 @@ import (
 	"time"
 )
 
-// A Job's pod template cannot change once it is made, so a change of what it uses
-// recreates it: the watcher deletes it and makes it again, the same spec under the
-// same name, and the webhook hashes the new one at its creation. The watcher writes
-// down each recreation first, in a Secret in the Job's namespace, so that one it was
-// stopped in the middle of is finished, never done twice.
-const (
-	// AnnotationRecreatedFrom is on a Job the watcher made in place of another: the
-	// UID of that one.
-	AnnotationRecreatedFrom = Domain + "/recreated-from"
-	// AnnotationRecreateFinished, "true" on a Job, recreates it even once it has
-	// finished (Complete or Failed); by default a finished Job is left alone.
-	AnnotationRecreateFinished = Domain + "/recreate-finished"
-	// LabelRecreationOf is on the record of a recreation under way: the Job's name.
-	// AnnotationReplaces on it holds the UID of the Job it replaces.
-	LabelRecreationOf  = Domain + "/recreation-of"
-	AnnotationReplaces = Domain + "/replaces"
-	// RecreationType is the type of a recreation's record, a Secret: a Job's spec
-	// may hold values as secret as those it reads.
-	RecreationType = Domain + "/recreation"
-	// RecreationJobKey holds the new Job, as JSON, in the record.
-	RecreationJobKey = "job"
-)
-
-// A CronJob whose data changed gets the new data at its next run; one annotated
-// AnnotationRunOnChange "true" (or all, with the watcher's --run-cronjobs-on-change)
-// also starts a Job at once, as Reloader does. The watcher's touch that rolls it marks
-// it AnnotationRunDue, and the mark is removed once the Job, named after the CronJob
-// and its new hash, exists: a Job is started once per change, also when the watcher
-// stops in between.
-const (
-	AnnotationRunOnChange = Domain + "/run-on-change"
-	AnnotationRunDue      = Domain + "/run-due"
-)
-
 // RunName is the name of the Job a CronJob starts for the data of its hash: a
 // CronJob's name is at most 52 characters, so this one is at most 63.
 func RunName(cronJob, hash string) string {
@@ -73,8 +39,6 @@ func RecreationSealed(key Key, namespace, name, replaces string, job []byte, ann
 // on another record. A record without them was written by an earlier release, which
 // wrote none: it is read as before (rule 12).
 const (
-	AnnotationSealedAt     = Domain + "/sealed-at"
-	AnnotationSealedAtSeal = Domain + "/sealed-at-seal"
 	// RecreationFresh is how long a record is acted on after it was sealed: a
 	// failover or a restart finishes a recreation within minutes.
 	RecreationFresh = time.Hour

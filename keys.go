@@ -3,6 +3,7 @@ package confighash
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -120,4 +121,31 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// Problem is a bad annotation value. The annotation is ignored; every other setting
+// still applies. Adapters surface it as an admission warning or an Event.
+type Problem struct {
+	Annotation string
+	Value      string
+	Reason     string
+}
+
+func (p Problem) Error() string {
+	value := p.Value
+	if len(value) > problemValueBytes {
+		value = value[:problemValueBytes] + "..."
+	}
+	return fmt.Sprintf("annotation %s=%q: %s", p.Annotation, value, p.Reason)
+}
+
+// problemValueBytes is how much of a bad value a problem quotes.
+const problemValueBytes = 64
+
+// maxProblems is how many problems are reported one by one; the rest are counted.
+const maxProblems = 10
+
+func isTrue(v string) bool {
+	b, _ := strconv.ParseBool(strings.TrimSpace(v))
+	return b
 }

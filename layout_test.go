@@ -1,10 +1,18 @@
 package confighash_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/build"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -130,4 +138,125 @@ func TestEveryInformerIsOpenedThroughTheDoor(t *testing.T) {
 func isIdent(e ast.Expr, name string) bool {
 	id, ok := e.(*ast.Ident)
 	return ok && id.Name == name
+}
+
+// TestTheDomainsFilesStandOnFloors: each file of the domain uses only names that files
+// below it declare, so that it reads from the ground up (ARCHITECTURE.md, "The domain,
+// floor by floor"). A name used below the file that declares it moves down, or its user
+// moves up; a loop of files is refused here with the names that close it.
+func TestTheDomainsFilesStandOnFloors(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := slices.Collect(maps.Values(pkgs["confighash"].Files))
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	pkg, err := (&types.Config{Importer: compiledImporter(t, fset)}).Check(module, fset, files, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// uses[a][b] are the names of b that a uses.
+	uses := map[string]map[string][]string{}
+	for id, obj := range info.Uses {
+		method := false
+		if f, ok := obj.(*types.Func); ok {
+			method = f.Signature().Recv() != nil
+		}
+		if obj.Pkg() != pkg || obj.Parent() != pkg.Scope() && !method {
+			continue // another package's, a local, or a field
+		}
+		a, b := filepath.Base(fset.File(id.Pos()).Name()), filepath.Base(fset.File(obj.Pos()).Name())
+		if a == b {
+			continue
+		}
+		if uses[a] == nil {
+			uses[a] = map[string][]string{}
+		}
+		if !slices.Contains(uses[a][b], obj.Name()) {
+			uses[a][b] = append(uses[a][b], obj.Name())
+		}
+	}
+	for _, loop := range loops(uses) {
+		var why []string
+		for _, a := range loop {
+			for _, b := range loop {
+				if names := uses[a][b]; names != nil {
+					slices.Sort(names)
+					if len(names) > 4 {
+						names = append(names[:4], fmt.Sprintf("%d more", len(names)-4))
+					}
+					why = append(why, fmt.Sprintf("%s uses %s of %s", a, strings.Join(names, ", "), b))
+				}
+			}
+		}
+		t.Errorf("the domain's files %v use each other, so none stands on the others:\n\t%s", loop, strings.Join(why, "\n\t"))
+	}
+}
+
+// loops returns the sets of files that reach each other through uses, each of more
+// than one file (Tarjan's strongly connected components).
+func loops(uses map[string]map[string][]string) [][]string {
+	index, low, onStack := map[string]int{}, map[string]int{}, map[string]bool{}
+	var stack []string
+	var out [][]string
+	var visit func(a string)
+	visit = func(a string) {
+		index[a], low[a] = len(index), len(index)
+		stack = append(stack, a)
+		onStack[a] = true
+		for _, b := range slices.Sorted(maps.Keys(uses[a])) {
+			if _, seen := index[b]; !seen {
+				visit(b)
+				low[a] = min(low[a], low[b])
+			} else if onStack[b] {
+				low[a] = min(low[a], index[b])
+			}
+		}
+		if low[a] != index[a] {
+			return
+		}
+		var loop []string
+		for {
+			b := stack[len(stack)-1]
+			stack, onStack[b] = stack[:len(stack)-1], false
+			loop = append(loop, b)
+			if b == a {
+				break
+			}
+		}
+		if len(loop) > 1 {
+			slices.Sort(loop)
+			out = append(out, loop)
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(uses)) {
+		if _, seen := index[a]; !seen {
+			visit(a)
+		}
+	}
+	return out
+}
+
+// compiledImporter imports the domain's dependencies from the build cache's export
+// data, which go list compiles once: type-checking them from source takes 40 s.
+func compiledImporter(t *testing.T, fset *token.FileSet) types.Importer {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -export: %v", err)
+	}
+	exports := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		if path, file, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			exports[path] = file
+		}
+	}
+	return importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		file, ok := exports[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(file)
+	})
 }

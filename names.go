@@ -92,3 +92,106 @@ const (
 	// name); the annotation of the same name holds the name whole.
 	LabelSnapshotOf = Domain + "/snapshot-of"
 )
+
+// A Job's pod template cannot change once it is made, so a change of what it uses
+// recreates it: the watcher deletes it and makes it again, the same spec under the
+// same name, and the webhook hashes the new one at its creation. The watcher writes
+// down each recreation first, in a Secret in the Job's namespace, so that one it was
+// stopped in the middle of is finished, never done twice.
+const (
+	// AnnotationRecreatedFrom is on a Job the watcher made in place of another: the
+	// UID of that one.
+	AnnotationRecreatedFrom = Domain + "/recreated-from"
+	// AnnotationRecreateFinished, "true" on a Job, recreates it even once it has
+	// finished (Complete or Failed); by default a finished Job is left alone.
+	AnnotationRecreateFinished = Domain + "/recreate-finished"
+	// LabelRecreationOf is on the record of a recreation under way: the Job's name.
+	// AnnotationReplaces on it holds the UID of the Job it replaces.
+	LabelRecreationOf  = Domain + "/recreation-of"
+	AnnotationReplaces = Domain + "/replaces"
+	// RecreationType is the type of a recreation's record, a Secret: a Job's spec
+	// may hold values as secret as those it reads.
+	RecreationType = Domain + "/recreation"
+	// RecreationJobKey holds the new Job, as JSON, in the record.
+	RecreationJobKey = "job"
+)
+
+// A CronJob whose data changed gets the new data at its next run; one annotated
+// AnnotationRunOnChange "true" (or all, with the watcher's --run-cronjobs-on-change)
+// also starts a Job at once, as Reloader does. The watcher's touch that rolls it marks
+// it AnnotationRunDue, and the mark is removed once the Job, named after the CronJob
+// and its new hash, exists: a Job is started once per change, also when the watcher
+// stops in between.
+const (
+	AnnotationRunOnChange = Domain + "/run-on-change"
+	AnnotationRunDue      = Domain + "/run-due"
+)
+
+// AnnotationSealedAt is when the watcher sealed a recreation's record, and
+// AnnotationSealedAtSeal a seal over that time and the record's own seal (see
+// RecordFresh).
+const (
+	AnnotationSealedAt     = Domain + "/sealed-at"
+	AnnotationSealedAtSeal = Domain + "/sealed-at-seal"
+)
+
+// stakater/Reloader's annotations, read as aliases of confighash's own when
+// Vocabulary.Reloader is set, so that workloads annotated for Reloader keep working
+// unchanged. docs/migrating-from-reloader.md maps each one.
+const (
+	// ReloaderAuto "true" opts in like AnnotationInject; "false" opts out, winning
+	// over every opt-in of either vocabulary.
+	ReloaderAuto = "reloader.stakater.com/auto"
+	// ReloaderConfigMapAuto and ReloaderSecretAuto opt in for one kind of source.
+	ReloaderConfigMapAuto = "configmap.reloader.stakater.com/auto"
+	ReloaderSecretAuto    = "secret.reloader.stakater.com/auto"
+	// ReloaderConfigMapReload and ReloaderSecretReload name sources to hash, used or
+	// not: each entry is a regular expression matched against whole names.
+	ReloaderConfigMapReload = "configmap.reloader.stakater.com/reload"
+	ReloaderSecretReload    = "secret.reloader.stakater.com/reload"
+	// ReloaderConfigMapExclude and ReloaderSecretExclude name sources never to hash.
+	ReloaderConfigMapExclude = "configmaps.exclude.reloader.stakater.com/reload"
+	ReloaderSecretExclude    = "secrets.exclude.reloader.stakater.com/reload"
+	// ReloaderSecretProviderClassExclude names SecretProviderClasses never to hash.
+	ReloaderSecretProviderClassExclude = "secretproviderclasses.exclude.reloader.stakater.com/reload"
+	// ReloaderSearch opts in, counting only used sources that carry ReloaderMatch.
+	ReloaderSearch = "reloader.stakater.com/search"
+	// ReloaderMatch and ReloaderIgnore on a source: AnnotationMatch and AnnotationIgnore.
+	ReloaderMatch  = "reloader.stakater.com/match"
+	ReloaderIgnore = "reloader.stakater.com/ignore"
+	// ReloaderPausePeriod is AnnotationPausePeriod.
+	ReloaderPausePeriod = "deployment.reloader.stakater.com/pause-period"
+	// ReloaderSecretProviderClassAuto and ReloaderSecretProviderClassReload are the
+	// typed auto and the named list of Secrets Store CSI SecretProviderClasses; they
+	// count when Vocabulary.CSI is set.
+	ReloaderSecretProviderClassAuto   = "secretproviderclass.reloader.stakater.com/auto"
+	ReloaderSecretProviderClassReload = "secretproviderclass.reloader.stakater.com/reload"
+)
+
+// Restart in place's names (see RestartMode).
+const (
+	// AnnotationRestart, on a workload, its pod template or a pod, says how a change of
+	// its data reaches its pods (see RestartMode).
+	AnnotationRestart = Domain + "/restart"
+	// AnnotationRestartToken is written on a pod restarted in place: the hash of the
+	// data its containers are to start with. A change of it restarts them.
+	AnnotationRestartToken = Domain + "/restart-token"
+
+	// RestarterName names the restarter's container and its volume in a pod.
+	RestarterName = "confighash-restarter"
+	// RestarterExitCode is the code the restarter exits with to restart its pod's
+	// containers: one no shell, signal or Go runtime exit gives.
+	RestarterExitCode = 86
+	// RestarterTokenDir is where the restarter reads the token, as RestarterTokenFile.
+	RestarterTokenDir  = "/var/run/confighash"
+	RestarterTokenFile = RestarterTokenDir + "/token"
+)
+
+// AnnotationSeal is on every object confighash makes that it later acts on: a
+// snapshot the webhook makes (SnapshotSeal of its kind, namespace and name) and the
+// record of a Job's recreation (RecreationSeal). Only a holder of the hash key can
+// write one, and it holds for that object alone, so the watcher deletes no object it
+// cannot prove confighash made: not a ConfigMap a user labelled as a snapshot, nor one
+// restored from a snapshot's YAML under another name or in another namespace; and it
+// makes no Job from a record it did not write.
+const AnnotationSeal = Domain + "/seal"

@@ -52,10 +52,6 @@ func parsePinning(text string) (Pinning, error) {
 	return PinOff, nil
 }
 
-// Gated reports whether the watcher releases the workload's changes: a hold of the
-// table gates them (Holds).
-func (p Pacing) Gated() bool { return gates(p, false) }
-
 // RollsAt is the first moment, from now, that a change may roll: the windows open and
 // the pause period after the workload's last rollout, which ends at pausedUntil, over.
 // A pause that outlasts a window defers the change to the next opening.
@@ -138,65 +134,4 @@ func JoinErrors(errs ...error) error {
 		return nil
 	}
 	return errors.New(strings.Join(msgs, "; "))
-}
-
-func parseWaveSize(text string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(text))
-	if err != nil || n < 0 {
-		return 0, strconv.ErrSyntax
-	}
-	return n, nil
-}
-
-// pacing reads the workload's AnnotationRolloutWindow and AnnotationWaveSize.
-func (r *policyReader) pacing() Pacing {
-	var out Pacing
-	if v, ok := r.get(AnnotationRolloutWindow); ok {
-		ws, err := ParseWindows(v)
-		if err != nil {
-			r.problem(AnnotationRolloutWindow, v, strings.TrimPrefix(err.Error(), ErrBadWindow.Error()+" "))
-		} else {
-			out.Windows = ws
-		}
-	}
-	if v, ok := r.get(AnnotationWaveSize); ok {
-		n, err := parseWaveSize(v)
-		if err != nil {
-			r.problem(AnnotationWaveSize, v, "want a number of workloads, such as 5")
-		}
-		out.WaveSize = n
-	}
-	if v, ok := r.get(AnnotationPin); ok {
-		pin, err := parsePinning(v)
-		if err != nil {
-			r.problem(AnnotationPin, v, "want true or false")
-		}
-		out.Pinning = pin
-	}
-	return out
-}
-
-// heldBack returns the record next with the entries that would roll the workload
-// (whose part of the hash differs from prev's) kept as prev has them, and those
-// sources: the changes are recorded when released, not before. ok is false when that
-// does not give prev's hash, which the rules of next make impossible: the workload
-// then rolls rather than carry a hash its record does not explain.
-func heldBack(key Key, prev, next Record) (kept Record, held []SourceRef, ok bool) {
-	old := make(map[SourceRef]RecordEntry, len(prev))
-	for _, e := range prev {
-		old[e.SourceRef] = e
-	}
-	kept = make(Record, 0, len(next))
-	for _, e := range next {
-		p, had := old[e.SourceRef]
-		if e.hashed() == (had && p.hashed()) && (!e.hashed() || e.Digest == p.Digest) {
-			kept = append(kept, e)
-			continue
-		}
-		held = append(held, e.SourceRef)
-		if had {
-			kept = append(kept, p)
-		}
-	}
-	return kept, held, kept.Hash(key) == prev.Hash(key)
 }

@@ -1,6 +1,8 @@
 package confighash
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -352,3 +354,51 @@ func parseEntry(f string) (RecordEntry, error) {
 	}
 	return e, nil
 }
+
+// MaxSources is how many sources one workload may use or name. A workload with more is
+// left as it is, with a warning, rather than hashed from a partial list: each source
+// costs a read at every admission (rule 9).
+const MaxSources = 256
+
+// hashPrefix versions the workload hash written on pod templates.
+const hashPrefix = "v1:"
+
+// workloadHash is the keyed hash over the sorted (kind, name, digest) list of the
+// entries that count.
+func workloadHash(key Key, entries []RecordEntry) string {
+	var hashed []RecordEntry
+	for _, e := range entries {
+		if e.hashed() {
+			hashed = append(hashed, e)
+		}
+	}
+	msg := make([]byte, 0, 64*(len(hashed)+1))
+	msg = append(msg, workloadPrefix...)
+	msg = binary.AppendUvarint(msg, uint64(len(hashed)))
+	for _, e := range hashed {
+		msg = appendString(msg, string(e.Kind))
+		msg = appendString(msg, e.Name)
+		msg = append(msg, e.Digest[:]...)
+	}
+	var sum [sha256.Size]byte
+	key.sum(msg, &sum)
+	return hashPrefix + hex.EncodeToString(sum[:])
+}
+
+// Form is the form of a record's digests. A workload keeps its record's form until
+// its next due rollout, which writes FormNamespaced: a switch of the encoding alone
+// rolls nothing.
+type Form int
+
+// The forms; the zero Form is the one written now.
+const (
+	// FormNamespaced digests are bound to the namespace (NamespacedDigest).
+	FormNamespaced Form = iota
+	// FormShared digests cover kind, name and data alone (SourceDigest): equal data in
+	// two namespaces has equal digests. Records were written in it before.
+	FormShared
+	// FormLater is a form a later release writes, which this one does not read: such a
+	// record is left alone, never healed or rewritten, until a source the workload
+	// uses changes (ErrLaterForm).
+	FormLater
+)

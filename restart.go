@@ -22,61 +22,6 @@ import (
 // downward API volume and exits with RestarterExitCode when the token changes, and
 // the pod's restart rule on that code restarts every container of the pod.
 
-const (
-	// AnnotationRestart, on a workload, its pod template or a pod, says how a change of
-	// its data reaches its pods (see RestartMode).
-	AnnotationRestart = Domain + "/restart"
-	// AnnotationRestartToken is written on a pod restarted in place: the hash of the
-	// data its containers are to start with. A change of it restarts them.
-	AnnotationRestartToken = Domain + "/restart-token"
-
-	// RestarterName names the restarter's container and its volume in a pod.
-	RestarterName = "confighash-restarter"
-	// RestarterExitCode is the code the restarter exits with to restart its pod's
-	// containers: one no shell, signal or Go runtime exit gives.
-	RestarterExitCode = 86
-	// RestarterTokenDir is where the restarter reads the token, as RestarterTokenFile.
-	RestarterTokenDir  = "/var/run/confighash"
-	RestarterTokenFile = RestarterTokenDir + "/token"
-)
-
-// RestartMode is how a change of a workload's data reaches its pods.
-type RestartMode uint8
-
-// The modes.
-const (
-	// RestartRollout replaces the pods: the pod template's hash changes. The default.
-	RestartRollout RestartMode = iota
-	// RestartInPlace restarts each pod's containers where it runs.
-	RestartInPlace
-	// RestartReload tells each pod's app to reload its files (see Reload), and
-	// restarts it in place where its data does not all reach it as files.
-	RestartReload
-)
-
-func (m RestartMode) String() string { return [...]string{"rollout", "in-place", "reload"}[m] }
-
-// PodByPod reports whether the mode reaches the pods one by one, where they run,
-// rather than through the pod template.
-func (m RestartMode) PodByPod() bool { return m != RestartRollout }
-
-// ParseRestartMode reads AnnotationRestart: "in-place", "rollout" ("" too), or a
-// reload, "signal:SIGHUP" or "http:8080/-/reload" (see ParseReload).
-func ParseRestartMode(text string) (RestartMode, Reload, error) {
-	text = strings.TrimSpace(text)
-	switch text {
-	case "", "rollout":
-		return RestartRollout, Reload{}, nil
-	case "in-place":
-		return RestartInPlace, Reload{}, nil
-	}
-	r, err := ParseReload(text)
-	if err != nil {
-		return RestartRollout, Reload{}, fmt.Errorf("restart %q: want in-place, rollout, signal:SIGHUP or http:8080/-/reload: %w", text, err)
-	}
-	return RestartReload, r, nil
-}
-
 // Restarter returns the sidecar that restarts a pod's containers when its token
 // changes, and the downward API volume it reads the token from. It runs image's
 // confighash with no credentials, as an unprivileged user, and asks for little.
@@ -118,24 +63,6 @@ func Restarter(image string) (corev1.Container, corev1.Volume) {
 // LabelRestart marks the pods the webhook gave a restarter, with the value "in-place":
 // the watcher watches those alone.
 const LabelRestart = AnnotationRestart
-
-// restart reads AnnotationRestart, from the pod template alone: the pods must carry
-// it for the webhook to give them the restarter.
-func (r *policyReader) restart() RestartMode {
-	v, ok := r.template[AnnotationRestart]
-	if said, onMetadata := r.metadata[AnnotationRestart]; onMetadata && (!ok || said != v) {
-		r.problem(AnnotationRestart, said, "read on the pod template, whose pods carry it: put it there")
-	}
-	if !ok {
-		return RestartRollout
-	}
-	mode, reload, err := ParseRestartMode(v)
-	if err != nil {
-		r.problem(AnnotationRestart, v, strings.TrimPrefix(err.Error(), fmt.Sprintf("restart %q: ", strings.TrimSpace(v))))
-	}
-	r.reload = reload
-	return mode
-}
 
 // PodWorkload reads a pod as the unit of restart in place: a workload of its own
 // whose pod template is the pod, so that its annotations, which its own template gave

@@ -6,15 +6,6 @@ import (
 	"encoding/hex"
 )
 
-// AnnotationSeal is on every object confighash makes that it later acts on: a
-// snapshot the webhook makes (SnapshotSeal of its kind, namespace and name) and the
-// record of a Job's recreation (RecreationSeal). Only a holder of the hash key can
-// write one, and it holds for that object alone, so the watcher deletes no object it
-// cannot prove confighash made: not a ConfigMap a user labelled as a snapshot, nor one
-// restored from a snapshot's YAML under another name or in another namespace; and it
-// makes no Job from a record it did not write.
-const AnnotationSeal = Domain + "/seal"
-
 // The prefixes separate seals from each other and from every other use of the key.
 const (
 	snapshotSealPrefix   = "confighash.dev/snapshot-seal/v1\x00"

@@ -1,6 +1,10 @@
 package confighash
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // A wave rolls one change of a source through its users a few at a time: the watcher
 // grants the next few leave to roll once those granted before have rolled out, and
@@ -111,3 +115,11 @@ func Stand(users []WaveUser, now time.Time, timeout time.Duration) Standing {
 // Halts reports whether the wave halts: a user it released failed, and none still
 // rolls, so that one halt names every failure of the wave.
 func (st Standing) Halts() bool { return len(st.Failed) > 0 && st.Rolling == 0 }
+
+func parseWaveSize(text string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(text))
+	if err != nil || n < 0 {
+		return 0, strconv.ErrSyntax
+	}
+	return n, nil
+}
