@@ -81,58 +81,88 @@ var informerMakers = regexp.MustCompile(`^(New\w*Informer|NewSharedInformerFacto
 // before any review has to find it.
 func TestEveryInformerIsOpenedThroughTheDoor(t *testing.T) {
 	for _, dir := range []string{".", "webhook", "watcher", "sourcecache", "namespaces", "certs", "alert", "bounded", "restarter", "cmd/confighash"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, path := range files {
+		files := map[string]*ast.File{}
+		for _, path := range paths {
 			if strings.HasSuffix(path, "_test.go") || strings.HasPrefix(path, "cmd/confighash/explain") {
 				continue // explain runs as its user, not as a component
 			}
-			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-			if err != nil {
+			if files[path], err = parser.ParseFile(token.NewFileSet(), path, nil, 0); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// A recipe is a package-level var whose functions make informers (a table of
+		// constructors by kind): only a function that opens the door may read one.
+		recipes := map[string]bool{}
+		for _, f := range files {
 			for _, decl := range f.Decls {
+				if gen, ok := decl.(*ast.GenDecl); ok && gen.Tok == token.VAR {
+					for _, spec := range gen.Specs {
+						if makes, _ := opens(spec); len(makes) > 0 {
+							for _, name := range spec.(*ast.ValueSpec).Names {
+								recipes[name.Name] = true
+							}
+						}
+					}
+				}
+			}
+		}
+		for _, path := range slices.Sorted(maps.Keys(files)) {
+			for _, decl := range files[path].Decls {
 				fn, ok := decl.(*ast.FuncDecl)
 				if !ok || fn.Body == nil {
 					continue
 				}
-				var makes []string
-				door, lists, watches := false, false, false
+				makes, door := opens(fn.Body)
 				ast.Inspect(fn.Body, func(n ast.Node) bool {
-					switch n := n.(type) {
-					case *ast.CallExpr:
-						if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
-							switch {
-							case informerMakers.MatchString(sel.Sel.Name):
-								makes = append(makes, sel.Sel.Name)
-							case sel.Sel.Name == "List" && len(n.Args) == 2:
-								lists = true // a client's: a store's List takes none
-							case sel.Sel.Name == "Open" || sel.Sel.Name == "Informer" && isIdent(sel.X, "watches") || sel.Sel.Name == "List" && len(n.Args) == 6 || sel.Sel.Name == "Names" && len(n.Args) == 5:
-								door = true
-							}
-						}
-					case *ast.SelectorExpr:
-						watches = watches || n.Sel.Name == "Watch"
-					case *ast.CompositeLit:
-						if sel, ok := n.Type.(*ast.SelectorExpr); ok && isIdent(sel.X, "cache") && sel.Sel.Name == "ListWatch" {
-							makes = append(makes, "cache.ListWatch")
-						}
+					if id, ok := n.(*ast.Ident); ok && recipes[id.Name] {
+						makes = append(makes, id.Name)
 					}
 					return true
 				})
-				// A list beside a watch is an informer's, which the door opens; a list
-				// alone goes through Door.List.
-				if lists && !watches {
-					makes = append(makes, "List")
-				}
 				if len(makes) > 0 && !door {
 					t.Errorf("%s: %s makes %v without the door: open it through watches.Door.Open or watches.Informer, or list through watches.Door.List or Names, from a kind registered in watches.Kinds", path, fn.Name.Name, makes)
 				}
 			}
 		}
 	}
+}
+
+// opens returns the informers, lists and watches the code makes, and whether it hands
+// them to the door.
+func opens(code ast.Node) (makes []string, door bool) {
+	lists, watches := false, false
+	ast.Inspect(code, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
+				switch {
+				case informerMakers.MatchString(sel.Sel.Name):
+					makes = append(makes, sel.Sel.Name)
+				case sel.Sel.Name == "List" && len(n.Args) == 2:
+					lists = true // a client's: a store's List takes none
+				case sel.Sel.Name == "Open" || sel.Sel.Name == "Informer" && isIdent(sel.X, "watches") || sel.Sel.Name == "List" && len(n.Args) == 6 || sel.Sel.Name == "Names" && len(n.Args) == 5:
+					door = true
+				}
+			}
+		case *ast.SelectorExpr:
+			watches = watches || n.Sel.Name == "Watch"
+		case *ast.CompositeLit:
+			if sel, ok := n.Type.(*ast.SelectorExpr); ok && isIdent(sel.X, "cache") && sel.Sel.Name == "ListWatch" {
+				makes = append(makes, "cache.ListWatch")
+			}
+		}
+		return true
+	})
+	// A list beside a watch is an informer's, which the door opens; a list alone goes
+	// through Door.List.
+	if lists && !watches {
+		makes = append(makes, "List")
+	}
+	return makes, door
 }
 
 func isIdent(e ast.Expr, name string) bool {

@@ -20,8 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	appsinformers "k8s.io/client-go/informers/apps/v1"
-	batchinformers "k8s.io/client-go/informers/batch/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -79,28 +77,9 @@ func workloadInformers(client kubernetes.Interface, dyn dynamic.Interface, door 
 	informers := map[string]*watches.Informers{}
 	for _, k := range kinds {
 		var newInformer func(ns string) cache.SharedIndexInformer
-		switch k.Kind {
-		case confighash.Deployment.Kind:
-			newInformer = func(ns string) cache.SharedIndexInformer {
-				return appsinformers.NewDeploymentInformer(client, ns, 0, indexers)
-			}
-		case confighash.StatefulSet.Kind:
-			newInformer = func(ns string) cache.SharedIndexInformer {
-				return appsinformers.NewStatefulSetInformer(client, ns, 0, indexers)
-			}
-		case confighash.DaemonSet.Kind:
-			newInformer = func(ns string) cache.SharedIndexInformer {
-				return appsinformers.NewDaemonSetInformer(client, ns, 0, indexers)
-			}
-		case confighash.CronJob.Kind:
-			newInformer = func(ns string) cache.SharedIndexInformer {
-				return batchinformers.NewCronJobInformer(client, ns, 0, indexers)
-			}
-		case confighash.Job.Kind:
-			newInformer = func(ns string) cache.SharedIndexInformer {
-				return batchinformers.NewJobInformer(client, ns, 0, indexers)
-			}
-		default:
+		if typed, ok := typedInformers[k.GroupVersionKind]; ok {
+			newInformer = func(ns string) cache.SharedIndexInformer { return typed(client, ns, indexers) }
+		} else {
 			served, err := Served(client, k.GroupVersion().WithResource(k.Resource))
 			if err != nil {
 				log.Warn().Err(err).Str("kind", k.Kind).Msg("cannot tell whether the kind is served; watching without it until it is")
@@ -352,16 +331,9 @@ func (w *workloads) patch(ctx context.Context, v *view, patch map[string]any) (*
 	}
 	opts := metav1.PatchOptions{FieldManager: FieldManager}
 	var obj runtime.Object
-	switch v.Kind.Kind {
-	case confighash.Deployment.Kind:
-		obj, err = w.client.AppsV1().Deployments(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
-	case confighash.StatefulSet.Kind:
-		obj, err = w.client.AppsV1().StatefulSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
-	case confighash.DaemonSet.Kind:
-		obj, err = w.client.AppsV1().DaemonSets(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
-	case confighash.CronJob.Kind:
-		obj, err = w.client.BatchV1().CronJobs(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, body, opts)
-	default:
+	if typed, ok := typedPatches[v.Kind.GroupVersionKind]; ok {
+		obj, err = typed(ctx, w.client, v.Namespace, v.Name, body, opts)
+	} else {
 		obj, err = w.resource(v).Patch(ctx, v.Name, types.MergePatchType, body, opts)
 	}
 	if apierrors.IsNotFound(err) {
