@@ -79,11 +79,6 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
 }
 
-// selectors parses the namespace selectors.
-func (c *common) selectors() (namespaces.Selectors, error) {
-	return parseSelectors(c.namespaceSelector, c.everySelector)
-}
-
 // parseSelectors parses --namespace-selector and --every-workload-namespace-selector.
 func parseSelectors(optedInFlag, everyFlag string) (namespaces.Selectors, error) {
 	optedIn, err := labels.Parse(optedInFlag)
@@ -102,35 +97,46 @@ func parseSelectors(optedInFlag, everyFlag string) (namespaces.Selectors, error)
 	return s, nil
 }
 
-// scope parses the kinds and the source filter.
-func (c *common) scope() (confighash.Kinds, sourcecache.Filter, error) {
+// settings are what the webhook and the watcher must be given the same of: the
+// namespaces they act in, the kinds and sources, the pacing and the vocabulary.
+type settings struct {
+	selectors  namespaces.Selectors
+	kinds      confighash.Kinds
+	sources    sourcecache.Filter
+	pacing     confighash.Pacing
+	vocabulary confighash.Vocabulary
+}
+
+// settings parses the flags both components share.
+func (c *common) settings() (settings, error) {
+	selectors, err := parseSelectors(c.namespaceSelector, c.everySelector)
+	if err != nil {
+		return settings{}, err
+	}
 	kinds, err := confighash.ParseKinds(c.kinds, c.extraKinds)
 	if err != nil {
-		return nil, sourcecache.Filter{}, fmt.Errorf("--kinds, --extra-kind: %w", err)
+		return settings{}, fmt.Errorf("--kinds, --extra-kind: %w", err)
 	}
-	selector, err := labels.Parse(c.sourceLabelSelector)
+	sourceLabels, err := labels.Parse(c.sourceLabelSelector)
 	if err != nil {
-		return nil, sourcecache.Filter{}, fmt.Errorf("--source-label-selector: %w", err)
+		return settings{}, fmt.Errorf("--source-label-selector: %w", err)
 	}
-	return kinds, sourcecache.Filter{Labels: selector, Ignored: confighash.SourceKinds(c.ignored)}, nil
-}
-
-// pacing parses --rollout-window and --wave-size.
-func (c *common) pacing() (confighash.Pacing, error) {
-	p, err := confighash.ParsePacing(c.rolloutWindow, "", strconv.FormatBool(c.pinByDefault))
+	pacing, err := confighash.ParsePacing(c.rolloutWindow, "", strconv.FormatBool(c.pinByDefault))
 	if err != nil {
-		return confighash.Pacing{}, fmt.Errorf("--rollout-window: %w", err)
+		return settings{}, fmt.Errorf("--rollout-window: %w", err)
 	}
 	if c.waveSize < 0 {
-		return confighash.Pacing{}, fmt.Errorf("--wave-size must be 0 or more, got %d", c.waveSize)
+		return settings{}, fmt.Errorf("--wave-size must be 0 or more, got %d", c.waveSize)
 	}
-	p.WaveSize = c.waveSize
-	return p, nil
-}
-
-// vocabulary is which annotations workloads and sources are read in.
-func (c *common) vocabulary() confighash.Vocabulary {
-	return confighash.Vocabulary{Reloader: c.reloaderAnnotations, CSI: c.csiIntegration, Ignored: confighash.SourceKinds(c.ignored)}
+	pacing.WaveSize = c.waveSize
+	ignored := confighash.SourceKinds(c.ignored)
+	return settings{
+		selectors:  selectors,
+		kinds:      kinds,
+		sources:    sourcecache.Filter{Labels: sourceLabels, Ignored: ignored},
+		pacing:     pacing,
+		vocabulary: confighash.Vocabulary{Reloader: c.reloaderAnnotations, CSI: c.csiIntegration, Ignored: ignored},
+	}, nil
 }
 
 // parse parses the command line; done is set when it only asked for help.

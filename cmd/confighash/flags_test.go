@@ -129,11 +129,8 @@ func TestReloaderFormsOfSharedFlagsMeanTheSame(t *testing.T) {
 					t.Errorf("--%s = %q, want %q", name, got, want)
 				}
 			}
-			if _, err := cfg.selectors(); err != nil {
-				t.Errorf("selectors: %v", err)
-			}
-			if _, _, err := cfg.scope(); err != nil {
-				t.Errorf("scope: %v", err)
+			if _, err := cfg.settings(); err != nil {
+				t.Errorf("settings: %v", err)
 			}
 		})
 	}

@@ -176,15 +176,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: watcher.FieldManager})
 
-	selectors, err := cfg.selectors()
-	if err != nil {
-		return err
-	}
-	kinds, filter, err := cfg.scope()
-	if err != nil {
-		return err
-	}
-	pacing, err := cfg.pacing()
+	set, err := cfg.settings()
 	if err != nil {
 		return err
 	}
@@ -193,10 +185,10 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	wcfg := watcher.Config{
-		Client: client, Dynamic: dyn, Metadata: meta, SnapshotSweep: cfg.snapshotSweep, Key: e.key, Vocabulary: cfg.vocabulary(),
+		Client: client, Dynamic: dyn, Metadata: meta, SnapshotSweep: cfg.snapshotSweep, Key: e.key, Vocabulary: set.vocabulary,
 		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
-		Watched: cfg.watched, NamespaceSelectors: selectors, Kinds: kinds, Sources: filter,
-		Pacing: pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
+		Watched: cfg.watched, NamespaceSelectors: set.selectors, Kinds: set.kinds, Sources: set.sources,
+		Pacing: set.pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, InPlace: cfg.restartInPlace && inPlaceServed(ctx, client, log),
 		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
 		Events: events, Metrics: recorder, Over: overs.Over, Log: log,

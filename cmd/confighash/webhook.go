@@ -151,22 +151,14 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	kinds, filter, err := cfg.scope()
-	if err != nil {
-		return err
-	}
-	selectors, err := cfg.selectors()
-	if err != nil {
-		return err
-	}
-	pacing, err := cfg.pacing()
+	set, err := cfg.settings()
 	if err != nil {
 		return err
 	}
 	// A namespace confighash starts acting in is read again where it was kept as keys
 	// alone; until then, reviews there read live.
 	var relists *watches.Relists
-	gate, err := namespaces.NewGate(client, selectors, cfg.watched, func(ns string) {
+	gate, err := namespaces.NewGate(client, set.selectors, cfg.watched, func(ns string) {
 		if relists != nil && relists.Needed(ns) {
 			relists.Add(ns)
 		}
@@ -183,7 +175,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	sources, err := sourcecache.New(client, door, filter, cached)
+	sources, err := sourcecache.New(client, door, set.sources, cached)
 	if err != nil {
 		return err
 	}
@@ -215,9 +207,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		func() float64 { return boolGauge(lease.Readable()) })); err != nil {
 		return err
 	}
-	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, door, filter, recorder, csi), webhook.NewVersions(meta, door, filter, webhook.Timeout, recorder), recorder)
+	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, door, set.sources, recorder, csi), webhook.NewVersions(meta, door, set.sources, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
-		Key: e.key, Vocabulary: cfg.vocabulary(), Kinds: kinds, Reader: reader, Gate: gate, Pacing: pacing, Metrics: recorder, Log: log,
+		Key: e.key, Vocabulary: set.vocabulary, Kinds: set.kinds, Reader: reader, Gate: gate, Pacing: set.pacing, Metrics: recorder, Log: log,
 		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, Writes: lease.Writes, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
 		RestarterImage: restarterImage,
 	})
