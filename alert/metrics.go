@@ -1,6 +1,9 @@
 package alert
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/confighash/confighash/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Recorder records what happened to alerts, by sink.
 type Recorder interface {
@@ -27,23 +30,18 @@ var _ Recorder = (*PrometheusRecorder)(nil)
 
 // NewPrometheusRecorder registers the alert metrics with reg.
 func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, error) {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "confighash", Subsystem: "alerts", Name: name, Help: help}, []string{"sink"})
-	}
+	m := metrics.On(reg)
 	r := &PrometheusRecorder{
-		sent:    counter("sent_total", "Alerts the sink accepted."),
-		failed:  counter("failed_total", "Alerts not sent: the sink refused them, or could not be reached, after the retries."),
-		dropped: counter("dropped_total", "Alerts dropped before sending: the queue was full, the sink slower than the changes."),
+		sent:    m.CounterVec("confighash_alerts_sent_total", "Alerts the sink accepted.", "sink"),
+		failed:  m.CounterVec("confighash_alerts_failed_total", "Alerts not sent: the sink refused them, or could not be reached, after the retries.", "sink"),
+		dropped: m.CounterVec("confighash_alerts_dropped_total", "Alerts dropped before sending: the queue was full, the sink slower than the changes.", "sink"),
 	}
 	for _, c := range []*prometheus.CounterVec{r.sent, r.failed, r.dropped} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
 		for _, s := range Sinks {
 			c.WithLabelValues(string(s))
 		}
 	}
-	return r, nil
+	return r, m.Err()
 }
 
 func (r *PrometheusRecorder) Sent(s Sink)    { r.sent.WithLabelValues(string(s)).Inc() }

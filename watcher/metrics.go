@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/metrics"
 )
 
 // Recorder records the watcher's metrics.
@@ -105,74 +106,26 @@ var _ Recorder = (*PrometheusRecorder)(nil)
 
 // NewPrometheusRecorder registers the watcher's metrics with reg.
 func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, error) {
+	m := metrics.On(reg)
 	r := &PrometheusRecorder{
-		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "source_changes_total",
-			Help: "Changes of ConfigMap or Secret data, existence or counting annotations seen, by kind.",
-		}, []string{"kind"}),
-		touches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "touches_total",
-			Help: "Writes to workloads by result: converged (the webhook wrote the hash), not_converged (it did not: retried), healed (the watcher wrote it), adopted (a workload, or sources that started to count, recorded without a rollout), error.",
-		}, []string{"result"}),
-		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "convergence_seconds",
-			Help:    "Time from a change reaching a workload to the workload carrying the new hash.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}),
-		drifted: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "drifted_workloads",
-			Help: "Workloads found not converged at the last resync (start or leadership change).",
-		}),
-		depth: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "queue_depth",
-			Help: "Workloads waiting to be checked or touched.",
-		}),
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "held_workloads",
-			Help: "Workloads with a configuration change due and not rolled yet, by reason: window (outside their rollout window), wave (waiting for their wave), halted (their wave halted on a failure), flapping (a source whose change is due keeps changing).",
-		}, []string{"reason"}),
-		flapping: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "flapping_sources_total",
-			Help: "Sources that changed more than --flap-limit times within --flap-window: their users were held at their current revision until the source was quiet (held_workloads{reason=\"flapping\"}).",
-		}),
-		halts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "wave_halts_total",
-			Help: "Waves halted because a workload they rolled failed.",
-		}),
-		pending: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "pending_too_long_total",
-			Help: "Workloads a wave let roll whose new pods stayed Pending longer than --pending-timeout: their --max-rolling slot went to others.",
-		}),
-		relists: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "workload_relists_total",
-			Help: "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all).",
-		}),
-		sweepCalls: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "snapshot_sweep_requests_total",
-			Help: "API calls the sweeps of snapshots made: lists, reads of revisions and deletes, at most 200 a sweep.",
-		}),
-		swept: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "snapshots_swept_total",
-			Help: "Snapshots of pinned workloads deleted because nothing owned or named them: a create refused after the webhook made them, or pins that moved on before the watcher saw them.",
-		}),
-		restarted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "pods_restarted_in_place_total",
-			Help: "Pods told to restart their containers in place (how=in-place), or their app to reload its files (how=reload), for new data.",
-		}, []string{"how"}),
-		restartHalts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "restart_halts_total",
-			Help: "Pods restarted in place that did not come back: the rest of their controller's pods, and its wave, are held.",
-		}),
-		restarting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "confighash", Subsystem: "watcher", Name: "controllers_restarting_in_place",
-			Help: "Controllers whose pods are being restarted in place (state=under_way), and those waiting for their wave or for room under --max-rolling (state=waiting).",
-		}, []string{"state"}),
+		changes:      m.CounterVec("confighash_watcher_source_changes_total", "Changes of ConfigMap or Secret data, existence or counting annotations seen, by kind.", "kind"),
+		touches:      m.CounterVec("confighash_watcher_touches_total", "Writes to workloads by result: converged (the webhook wrote the hash), not_converged (it did not: retried), healed (the watcher wrote it), adopted (a workload, or sources that started to count, recorded without a rollout), error.", "result"),
+		convergence:  m.Histogram("confighash_watcher_convergence_seconds", "Time from a change reaching a workload to the workload carrying the new hash.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+		drifted:      m.Gauge("confighash_watcher_drifted_workloads", "Workloads found not converged at the last resync (start or leadership change)."),
+		depth:        m.Gauge("confighash_watcher_queue_depth", "Workloads waiting to be checked or touched."),
+		held:         m.GaugeVec("confighash_watcher_held_workloads", "Workloads with a configuration change due and not rolled yet, by reason: window (outside their rollout window), wave (waiting for their wave), halted (their wave halted on a failure), flapping (a source whose change is due keeps changing).", "reason"),
+		flapping:     m.Counter("confighash_watcher_flapping_sources_total", "Sources that changed more than --flap-limit times within --flap-window: their users were held at their current revision until the source was quiet (held_workloads{reason=\"flapping\"})."),
+		halts:        m.Counter("confighash_watcher_wave_halts_total", "Waves halted because a workload they rolled failed."),
+		pending:      m.Counter("confighash_watcher_pending_too_long_total", "Workloads a wave let roll whose new pods stayed Pending longer than --pending-timeout: their --max-rolling slot went to others."),
+		relists:      m.Counter("confighash_watcher_workload_relists_total", "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all)."),
+		sweepCalls:   m.Counter("confighash_watcher_snapshot_sweep_requests_total", "API calls the sweeps of snapshots made: lists, reads of revisions and deletes, at most 200 a sweep."),
+		swept:        m.Counter("confighash_watcher_snapshots_swept_total", "Snapshots of pinned workloads deleted because nothing owned or named them: a create refused after the webhook made them, or pins that moved on before the watcher saw them."),
+		restarted:    m.CounterVec("confighash_watcher_pods_restarted_in_place_total", "Pods told to restart their containers in place (how=in-place), or their app to reload its files (how=reload), for new data.", "how"),
+		restartHalts: m.Counter("confighash_watcher_restart_halts_total", "Pods restarted in place that did not come back: the rest of their controller's pods, and its wave, are held."),
+		restarting:   m.GaugeVec("confighash_watcher_controllers_restarting_in_place", "Controllers whose pods are being restarted in place (state=under_way), and those waiting for their wave or for room under --max-rolling (state=waiting).", "state"),
 	}
-	for _, c := range []prometheus.Collector{r.changes, r.touches, r.convergence, r.drifted, r.depth, r.held, r.flapping, r.halts, r.pending, r.relists, r.swept, r.sweepCalls,
-		r.restarted, r.restartHalts, r.restarting} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := m.Err(); err != nil {
+		return nil, err
 	}
 	// Every series exists from the start, at zero, so that rate() and increase()
 	// see the first event and alerts need no absent().

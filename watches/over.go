@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/confighash/confighash/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -17,14 +18,13 @@ type Overs struct {
 
 // NewOvers registers the component's count of objects over their bound with reg.
 func NewOvers(reg prometheus.Registerer, component string, log zerolog.Logger) (*Overs, error) {
+	m := metrics.On(reg)
 	o := &Overs{
-		count: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: component, Name: "objects_over_bound_total",
-			Help: "Objects of a tenant's kind read over their kind's bound in bytes, by kind: kept as their key alone and not acted on (docs/security.md).",
-		}, []string{"kind"}),
+		count: m.CounterVec("confighash_"+component+"_objects_over_bound_total",
+			"Objects of a tenant's kind read over their kind's bound in bytes, by kind: kept as their key alone and not acted on (docs/security.md).", "kind"),
 		log: log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
 	}
-	if err := reg.Register(o.count); err != nil {
+	if err := m.Err(); err != nil {
 		return nil, err
 	}
 	for _, k := range Kinds {

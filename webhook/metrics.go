@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/metrics"
 )
 
 // Recorder records the webhook's metrics.
@@ -82,45 +83,19 @@ var _ Recorder = (*PrometheusRecorder)(nil)
 
 // NewPrometheusRecorder registers the webhook's metrics with reg.
 func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, error) {
+	m := metrics.On(reg)
 	r := &PrometheusRecorder{
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "admission_duration_seconds",
-			Help:    "Time to admit one workload, by operation.",
-			Buckets: admissionBuckets,
-		}, []string{"operation"}),
-		mutations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "mutations_total",
-			Help: "Workload admissions by kind and result: patched, unchanged, skipped (not opted in), error (allowed unchanged).",
-		}, []string{"kind", "result"}),
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "source_reads_total",
-			Help: "ConfigMaps and Secrets read during admission, by kind and where from: cache or live.",
-		}, []string{"kind", "from"}),
-		versions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "version_reads_total",
-			Help: "Consistent metadata-only GETs of a source's current version, sent to prove the cache current for a create or update; admissions that read the same source at the same time share one.",
-		}, []string{"kind"}),
-		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "bad_requests_total",
-			Help: "Requests refused before admission, by reason.",
-		}, []string{"reason"}),
-		panics: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "panics_total",
-			Help: "Panics recovered while handling a request; the request was allowed unchanged.",
-		}),
-		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "snapshots_capped_total",
-			Help: "Pinned workloads admitted unpinned because their namespace's snapshots were at their cap, by the cap reached: count or bytes.",
-		}, []string{"limit"}),
-		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "confighash", Subsystem: "webhook", Name: "admissions_shed_total",
-			Help: "Admissions answered at once, allowed unchanged and unread (429 when the uid was not in the first bytes), because the admissions in flight were at their bound, by the bound reached: count or bytes.",
-		}, []string{"limit"}),
+		duration:    m.HistogramVec("confighash_webhook_admission_duration_seconds", "Time to admit one workload, by operation.", admissionBuckets, "operation"),
+		mutations:   m.CounterVec("confighash_webhook_mutations_total", "Workload admissions by kind and result: patched, unchanged, skipped (not opted in), error (allowed unchanged).", "kind", "result"),
+		reads:       m.CounterVec("confighash_webhook_source_reads_total", "ConfigMaps and Secrets read during admission, by kind and where from: cache or live.", "kind", "from"),
+		versions:    m.CounterVec("confighash_webhook_version_reads_total", "Consistent metadata-only GETs of a source's current version, sent to prove the cache current for a create or update; admissions that read the same source at the same time share one.", "kind"),
+		badRequests: m.CounterVec("confighash_webhook_bad_requests_total", "Requests refused before admission, by reason.", "reason"),
+		panics:      m.Counter("confighash_webhook_panics_total", "Panics recovered while handling a request; the request was allowed unchanged."),
+		capped:      m.CounterVec("confighash_webhook_snapshots_capped_total", "Pinned workloads admitted unpinned because their namespace's snapshots were at their cap, by the cap reached: count or bytes.", "limit"),
+		shed:        m.CounterVec("confighash_webhook_admissions_shed_total", "Admissions answered at once, allowed unchanged and unread (429 when the uid was not in the first bytes), because the admissions in flight were at their bound, by the bound reached: count or bytes.", "limit"),
 	}
-	for _, c := range []prometheus.Collector{r.duration, r.mutations, r.reads, r.versions, r.badRequests, r.panics, r.capped, r.shed} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := m.Err(); err != nil {
+		return nil, err
 	}
 	// Every series exists from the start, at zero, so that rate() and increase()
 	// see the first event and alerts need no absent().

@@ -29,6 +29,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/metrics"
 	"github.com/confighash/confighash/watcher"
 	"github.com/confighash/confighash/watches"
 )
@@ -166,8 +167,11 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	leader := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "confighash", Subsystem: "watcher", Name: "leader", Help: "1 while this replica leads."})
-	reg.MustRegister(leader)
+	m := metrics.On(reg)
+	leader := m.Gauge("confighash_watcher_leader", "1 while this replica leads.")
+	if err := m.Err(); err != nil {
+		return err
+	}
 	// client-go keeps three caches of recent Events, by object and reason, to merge
 	// repeats: 4,096 entries each by default, a few MiB that a tenant's create and delete
 	// loop fills. A thousand is enough to merge what repeats.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/certs"
+	"github.com/confighash/confighash/metrics"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
 	"github.com/confighash/confighash/watches"
@@ -147,7 +148,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	serving, err := cfg.servingCertificate(e, newCertMetrics(reg))
+	certMetrics, err := newCertMetrics(reg)
+	if err != nil {
+		return err
+	}
+	serving, err := cfg.servingCertificate(e, certMetrics)
 	if err != nil {
 		return err
 	}
@@ -202,9 +207,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	restarterImage := cfg.restarter(ctx, client, cfg.restartInPlace && inPlaceServed(ctx, client, log), log)
 	lease := webhook.NewWatcherLease(client, cfg.namespace, cfg.watcherLease, log)
-	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "confighash", Subsystem: "webhook", Name: "watcher_lease_readable",
-		Help: "1 once the watcher's leader Lease has been read (or found absent), 0 while it cannot be: the webhook then writes the record form every release reads."},
-		func() float64 { return boolGauge(lease.Readable()) })); err != nil {
+	m := metrics.On(reg)
+	m.GaugeFunc("confighash_webhook_watcher_lease_readable",
+		"1 once the watcher's leader Lease has been read (or found absent), 0 while it cannot be: the webhook then writes the record form every release reads.",
+		func() float64 { return boolGauge(lease.Readable()) })
+	if err := m.Err(); err != nil {
 		return err
 	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, door, set.sources, recorder, csi), webhook.NewVersions(meta, door, set.sources, webhook.Timeout, recorder), recorder)
@@ -350,19 +357,13 @@ type certMetrics struct {
 	expiry  prometheus.Gauge
 }
 
-func newCertMetrics(reg prometheus.Registerer) *certMetrics {
-	m := &certMetrics{
-		reloads: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "confighash", Name: "certificate_loads_total",
-			Help: "Serving certificates loaded, the first one included.",
-		}),
-		expiry: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "confighash", Name: "certificate_expiry_timestamp_seconds",
-			Help: "Expiry of the serving certificate in use, as a Unix time.",
-		}),
+func newCertMetrics(reg prometheus.Registerer) (*certMetrics, error) {
+	m := metrics.On(reg)
+	c := &certMetrics{
+		reloads: m.Counter("confighash_certificate_loads_total", "Serving certificates loaded, the first one included."),
+		expiry:  m.Gauge("confighash_certificate_expiry_timestamp_seconds", "Expiry of the serving certificate in use, as a Unix time."),
 	}
-	reg.MustRegister(m.reloads, m.expiry)
-	return m
+	return c, m.Err()
 }
 
 func (m *certMetrics) loaded(leaf *x509.Certificate) {
