@@ -114,18 +114,18 @@ func Explain(in ExplainInput) (e Explanation) {
 	return e
 }
 
-// heldWhy says why a change due has not rolled, as the watcher decides it.
+// heldWhy says why a change due has not rolled, as the watcher decides it: the first
+// hold of the table that holds it, in its words.
 func heldWhy(d Decision, state State, now time.Time, e *Explanation) string {
-	changed := ListRefs(d.Held) + " changed"
+	facts, reason := HoldFacts{Failed: state.Held.Change, Windows: d.Pacing.Windows}, HoldWave
 	switch {
 	case state.Held.Hash == d.Release:
-		return fmt.Sprintf("%s; its wave halted when the rollout of %s failed: it rolls at the next change of that source, or when resumed (confighash resume, or remove %s)", changed, state.Held.Change, AnnotationHeld)
+		reason = HoldHalted
 	case !d.Pacing.Windows.Open(now):
-		opens := d.Pacing.Windows.NextOpen(now)
-		e.NextOpening = &opens
-		return fmt.Sprintf("%s; outside its rollout window (%s): it rolls when the window opens, at %s", changed, d.Pacing.Windows, opens.UTC().Format(time.RFC3339))
+		reason, facts.Opens = HoldWindow, d.Pacing.Windows.NextOpen(now)
+		e.NextOpening = &facts.Opens
 	}
-	return changed + "; the watcher rolls it in its wave, once the workloads before it have rolled out"
+	return ListRefs(d.Held) + " changed; " + HoldOf(reason).Told(facts)
 }
 
 // unknownKey stands for the hash key where it is not known: digests and hashes made

@@ -55,7 +55,7 @@ func keylessVerdict(in ExplainInput, state State, d Decision, status Status) (ve
 	}
 	switch {
 	case !state.Held.IsZero():
-		return VerdictHeld, fmt.Sprintf("its wave halted when the rollout of %s failed: it rolls at the next change of that source, or when resumed (confighash resume, or remove %s)", state.Held.Change, AnnotationHeld)
+		return VerdictHeld, HoldOf(HoldHalted).Told(HoldFacts{Failed: state.Held.Change})
 	case len(changed) == 0 && len(unknowns) > 0:
 		return VerdictUnknown, "the sources that count and could be read were last written before the workload's last admission, which hashed them; " + unknown + ", so whether a rollout is due is not known"
 	case len(changed) == 0:

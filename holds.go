@@ -1,10 +1,17 @@
 package confighash
 
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
 // A hold keeps a due change from rolling. Every hold is a row of Holds: the decision
 // reads which of them gate a workload's changes, so that every admission keeps its old
 // hash (gated), the watcher which it counts and says, restarts in place which they
-// wait for, and explain the order to ask them in. A new hold is a row, its test
-// (holds_test.go) and its docs (CONTRIBUTING.md, "Adding a hold").
+// wait for, and explain the order to ask them in; explain and the watcher's Events
+// tell each in its row's words. A new hold is a row, its test (holds_test.go) and its
+// docs (CONTRIBUTING.md, "Adding a hold").
 
 // HoldReason names a hold.
 type HoldReason string
@@ -37,16 +44,47 @@ type Hold struct {
 	// Counted: the watcher counts the workloads it holds, a value of the metric
 	// confighash_watcher_held_workloads{reason}.
 	Counted bool
+	// Says is how the hold is told, for people: why it holds a change, and when the
+	// change rolls. explain's verdict and the watcher's Event both read it. Nil for a
+	// hold explain learns of from the status the watcher writes.
+	Says func(HoldFacts) (why, rolls string)
+}
+
+// HoldFacts are what a hold's words tell of it: the change whose rollout failed, for
+// a halt; the rollout windows and when they next open, for a window.
+type HoldFacts struct {
+	Failed  Trigger
+	Windows Windows
+	Opens   time.Time
 }
 
 // Holds are the holds in the order the watcher and explain ask them: a halted wave,
 // the window, the wave; then those the watcher alone keeps.
 var Holds = []Hold{
-	{Reason: HoldHalted, Counted: true},
-	{Reason: HoldWindow, Gates: func(p Pacing, _ bool) bool { return p.Windows != nil }, InPlace: true, Counted: true},
-	{Reason: HoldWave, Gates: func(p Pacing, sourceWaves bool) bool { return p.WaveSize > 0 || sourceWaves }, InPlace: true, Counted: true},
+	{Reason: HoldHalted, Counted: true, Says: func(f HoldFacts) (string, string) {
+		return fmt.Sprintf("its wave halted when the rollout of %s failed", f.Failed),
+			fmt.Sprintf("at the next change of that source, or when resumed (confighash resume, or remove %s)", AnnotationHeld)
+	}},
+	{Reason: HoldWindow, Gates: func(p Pacing, _ bool) bool { return p.Windows != nil }, InPlace: true, Counted: true, Says: func(f HoldFacts) (string, string) {
+		return fmt.Sprintf("outside its rollout window (%s)", f.Windows), "when the window opens, at " + f.Opens.UTC().Format(time.RFC3339)
+	}},
+	{Reason: HoldWave, Gates: func(p Pacing, sourceWaves bool) bool { return p.WaveSize > 0 || sourceWaves }, InPlace: true, Counted: true, Says: func(HoldFacts) (string, string) {
+		return "waiting for its wave", "once the workloads before it have rolled out"
+	}},
 	{Reason: HoldFlapping, Counted: true},
 	{Reason: HoldPause, InPlace: true},
+}
+
+// HoldOf is the row of the reason.
+func HoldOf(reason HoldReason) Hold {
+	i := slices.IndexFunc(Holds, func(h Hold) bool { return h.Reason == reason })
+	return Holds[i]
+}
+
+// Told is the hold in one sentence: "why: it rolls when".
+func (h Hold) Told(f HoldFacts) string {
+	why, rolls := h.Says(f)
+	return why + ": it rolls " + rolls
 }
 
 // gates reports whether a hold of the table gates the changes of a workload of this

@@ -2,6 +2,7 @@ package confighash
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,5 +85,41 @@ func TestHoldsAreAskedInOneOrder(t *testing.T) {
 	p.Windows, _ = ParseWindows("daily 00:00-00:01 UTC")
 	if !p.Gated() || !p.RollsAt(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC), time.Time{}).After(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)) {
 		t.Error("a closed window gates and rolls when it opens")
+	}
+}
+
+// TestAHoldIsToldInItsRowsWords: explain tells each hold it sees in the decision in the
+// words of its row, which the watcher's Event reads too; every hold that gates has words.
+func TestAHoldIsToldInItsRowsWords(t *testing.T) {
+	windows, err := ParseWindows("Mon 09:00-10:00 UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, time.December, 1, 12, 0, 0, 0, time.UTC) // a Tuesday
+	change := Trigger{SourceRef: SourceRef{ConfigMap, "cfg"}, ResourceVersion: "42"}
+	held := Decision{Held: []SourceRef{{ConfigMap, "cfg"}}, Release: "v1:1"}
+	inWindow := held
+	inWindow.Pacing.Windows = windows
+	cases := []struct {
+		reason HoldReason
+		d      Decision
+		state  State
+		facts  HoldFacts
+	}{
+		{HoldHalted, held, State{Held: Marker{Change: change, Hash: "v1:1"}}, HoldFacts{Failed: change}},
+		{HoldWindow, inWindow, State{}, HoldFacts{Windows: windows, Opens: windows.NextOpen(now)}},
+		{HoldWave, held, State{}, HoldFacts{}},
+	}
+	for _, c := range cases {
+		got := heldWhy(c.d, c.state, now, &Explanation{})
+		why, rolls := HoldOf(c.reason).Says(c.facts)
+		if !strings.Contains(got, why) || !strings.Contains(got, rolls) {
+			t.Errorf("explain tells a %s hold as %q, want the row's words %q and %q", c.reason, got, why, rolls)
+		}
+	}
+	for _, h := range Holds {
+		if h.Gates != nil && h.Says == nil {
+			t.Errorf("hold %s gates and has no words: explain could not tell it", h.Reason)
+		}
 	}
 }

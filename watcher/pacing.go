@@ -76,10 +76,9 @@ func (pc *pacer) paced(ctx context.Context, key workloadKey, v *view, d configha
 			}
 			pc.waves.mu.Unlock()
 			if pc.hold(key, confighash.HoldWindow, d.Release) {
-				pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held",
-					fmt.Sprintf("%s: outside its rollout window (%s); rolls when it opens, at %s", changedList(d.Held), d.Pacing.Windows, at.UTC().Format(time.RFC3339)))
-				if err := pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at,
-					Why: fmt.Sprintf("%s: outside its rollout window (%s)", changedList(d.Held), d.Pacing.Windows)}); err != nil {
+				why, rolls := confighash.HoldOf(confighash.HoldWindow).Says(confighash.HoldFacts{Windows: d.Pacing.Windows, Opens: at})
+				pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held", changedList(d.Held)+": "+why+"; rolls "+rolls)
+				if err := pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at, Why: changedList(d.Held) + ": " + why}); err != nil {
 					return false, err
 				}
 			}
