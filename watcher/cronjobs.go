@@ -77,7 +77,7 @@ func (j *jobs) startRun(ctx context.Context, v *view) error {
 	}
 	if started {
 		j.metrics.Touch(TouchStarted)
-		j.report.Event(objectRef(v), corev1.EventTypeNormal, "Started", "started Job "+job.Name+" with the new data")
+		j.report.EventOn(v, corev1.EventTypeNormal, "Started", "started Job "+job.Name+" with the new data")
 	}
 	return nil
 }

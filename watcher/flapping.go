@@ -268,7 +268,7 @@ func (pc *pacer) heldByFlapping(ctx context.Context, key workloadKey, v *view, d
 	}
 	said := strings.Join(says, "; ")
 	if pc.hold(key, confighash.HoldFlapping, said) {
-		pc.report.Event(objectRef(v), corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
+		pc.report.EventOn(v, corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
 			"held at its current revision: %s; it rolls once, with the latest data, when no change has come for %s (or confighash resume)", said, pc.flapping.quiet))
 		pc.report.alert(alert.Held, v, due, said)
 	}

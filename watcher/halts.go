@@ -154,13 +154,13 @@ func (pc *pacer) halt(ctx context.Context, key workloadKey, h *haltWrites) error
 		if err := pc.mark(ctx, u, confighash.AnnotationHeld, confighash.Marker{Change: change, Hash: h.due[i]}, summary); err != nil {
 			return err
 		}
-		pc.report.Event(objectRef(u), corev1.EventTypeWarning, "Held", summary)
+		pc.report.EventOn(u, corev1.EventTypeWarning, "Held", summary)
 	}
 	for i, u := range h.failed {
 		if err := pc.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}, summary); err != nil {
 			return err
 		}
-		pc.report.Event(objectRef(u), corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
+		pc.report.EventOn(u, corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
 	}
 	for _, u := range h.failed {
 		pc.report.alert(alert.Halted, u, []confighash.Trigger{change}, summary)

@@ -107,7 +107,7 @@ func (j *jobs) recreate(ctx context.Context, key workloadKey, v *view, d configh
 	if err := j.carryOut(ctx, key, created); err != nil {
 		return jobLeft, err
 	}
-	j.report.Event(objectRef(v), corev1.EventTypeNormal, "Recreated", "recreated: "+confighash.ChangedData(v.Record, d.Record))
+	j.report.EventOn(v, corev1.EventTypeNormal, "Recreated", "recreated: "+confighash.ChangedData(v.Record, d.Record))
 	j.report.alert(alert.Rolled, v, trig, "")
 	return jobRecreated, nil
 }

@@ -77,7 +77,7 @@ func (pc *pacer) paced(ctx context.Context, key workloadKey, v *view, d configha
 			pc.waves.mu.Unlock()
 			if pc.hold(key, confighash.HoldWindow, d.Release) {
 				why, rolls := confighash.HoldOf(confighash.HoldWindow).Says(confighash.HoldFacts{Windows: d.Pacing.Windows, Opens: at})
-				pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held", changedList(d.Held)+": "+why+"; rolls "+rolls)
+				pc.report.EventOn(v, corev1.EventTypeNormal, "Held", changedList(d.Held)+": "+why+"; rolls "+rolls)
 				if err := pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Until: at, Why: changedList(d.Held) + ": " + why}); err != nil {
 					return false, err
 				}
@@ -189,7 +189,7 @@ func (pc *pacer) joinWave(ctx context.Context, key workloadKey, v *view, d confi
 	ws.mu.Unlock()
 	if !granted && pc.hold(key, confighash.HoldWave, d.Release) {
 		why := fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users))
-		pc.report.Event(objectRef(v), corev1.EventTypeNormal, "Held", why)
+		pc.report.EventOn(v, corev1.EventTypeNormal, "Held", why)
 		return false, pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})
 	}
 	return granted, nil

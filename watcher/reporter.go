@@ -51,6 +51,11 @@ func (r *reporter) Event(on runtime.Object, eventType, reason, message string) {
 	e.Str("reason", reason).Msg(message)
 }
 
+// EventOn sends the Event on the workload, and logs it.
+func (r *reporter) EventOn(v *view, eventType, reason, message string) {
+	r.Event(objectRef(v), eventType, reason, message)
+}
+
 func (r *reporter) Eventf(on runtime.Object, eventType, reason, format string, args ...any) {
 	r.Event(on, eventType, reason, fmt.Sprintf(format, args...))
 }

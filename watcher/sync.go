@@ -230,10 +230,10 @@ func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error, roll
 		return
 	}
 	if rollsInstead != "" {
-		w.report.Event(objectRef(v), corev1.EventTypeWarning, ReasonRollsInstead, confighash.AnnotationRestart+": "+rollsInstead)
+		w.report.EventOn(v, corev1.EventTypeWarning, ReasonRollsInstead, confighash.AnnotationRestart+": "+rollsInstead)
 	}
 	if v.NotPinned != "" {
-		w.report.Event(objectRef(v), corev1.EventTypeWarning, "NotPinned", "admitted unpinned: "+v.NotPinned)
+		w.report.EventOn(v, corev1.EventTypeWarning, "NotPinned", "admitted unpinned: "+v.NotPinned)
 	}
 	if len(v.Problems) == 0 && !tooMany {
 		return
@@ -245,7 +245,7 @@ func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error, roll
 	if tooMany {
 		msgs = append(msgs, "not hashed: "+err.Error())
 	}
-	w.report.Event(objectRef(v), corev1.EventTypeWarning, "BadAnnotation", strings.Join(msgs, "; "))
+	w.report.EventOn(v, corev1.EventTypeWarning, "BadAnnotation", strings.Join(msgs, "; "))
 }
 
 // recordLatency records the convergence latency of a workload a change reached.
@@ -270,7 +270,7 @@ func (w *Watcher) heal(ctx context.Context, key workloadKey, v *view, d configha
 		return err
 	}
 	w.cfg.Metrics.Touch(TouchHealed)
-	w.report.Event(objectRef(v), corev1.EventTypeWarning, "Healed", healed.Why)
+	w.report.EventOn(v, corev1.EventTypeWarning, "Healed", healed.Why)
 	w.report.alert(alert.Healed, v, trig, fmt.Sprintf("the webhook did not write the hash after %d touches", w.cfg.HealAfter))
 	w.recordLatency(key)
 	return nil
@@ -330,7 +330,7 @@ func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confi
 		return nil
 	case v.Finished && !w.jobs.recreatesFinished(v):
 		if w.tracking.warnOnce(key, v.ResourceVersion) {
-			w.report.Event(objectRef(v), corev1.EventTypeNormal, "NotRecreated",
+			w.report.EventOn(v, corev1.EventTypeNormal, "NotRecreated",
 				confighash.ChangedData(v.Record, d.Record)+"; the Job has finished, so it is left as it is (annotate it "+confighash.AnnotationRecreateFinished+`: "true" to recreate it)`)
 		}
 		w.leave(key)

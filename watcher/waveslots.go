@@ -90,7 +90,7 @@ func (pc *pacer) pendingTooLong(v *view, since time.Time) {
 		return
 	}
 	pc.metrics.PendingTooLong()
-	pc.report.Event(objectRef(v), corev1.EventTypeWarning, "PendingTooLong",
+	pc.report.EventOn(v, corev1.EventTypeWarning, "PendingTooLong",
 		fmt.Sprintf("pods of its new template Pending for more than %v: its place among the --max-rolling workloads goes to others; its wave waits for it until --wave-timeout", pc.pendingTimeout))
 }
 
