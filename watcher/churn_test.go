@@ -19,14 +19,17 @@ import (
 // (rule 13, issue 52): a tenant's create and delete loop grew every replica without end.
 
 func TestWhatIsKeptOfAWorkloadGoesWithIt(t *testing.T) {
-	w := &Watcher{decider: &decider{later: newLaterRecords()}, tracking: newTracking(time.Second, time.Second, 0), pacer: &pacer{waves: newWaves(), metrics: NoopRecorder{}},
-		snapshots: &snapshots{owned: map[workloadKey]ownership{}}}
+	report := newReporter(record.NewFakeRecorder(10), nil, nil, zerolog.Nop())
+	tracking := newTracking(time.Second, time.Second, 0)
+	w := &Watcher{decider: &decider{later: newLaterRecords()}, tracking: tracking, report: report,
+		pacer: &pacer{waves: newWaves(), metrics: NoopRecorder{}, report: report, unreached: tracking.unreached}, snapshots: &snapshots{owned: map[workloadKey]ownership{}}}
 	for i := range 10_000 {
 		v := &view{Namespace: "churn", Name: fmt.Sprintf("web-%d", i), Kind: &confighash.Deployment}
 		v.RecordErr = fmt.Errorf("record: %w", confighash.ErrLaterForm)
 		w.decider.sourceChanged(v, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"})
 		w.snapshots.noteOwned(v)
-		w.tracking.warnOnce(keyOf(v), "1")
+		w.report.said.news(keyOf(v), "warning", "1")
+		w.pacer.hold(keyOf(v), confighash.HoldWindow, "v1:1")
 		w.forget(keyOf(v)) // its sync, once the informers saw it deleted
 	}
 	if n := len(w.decider.later.changed); n != 0 {
@@ -36,7 +39,10 @@ func TestWhatIsKeptOfAWorkloadGoesWithIt(t *testing.T) {
 		t.Errorf("10,000 pinned workloads made and deleted: %d owners found kept", n)
 	}
 	if n := len(w.tracking.of); n != 0 {
-		t.Errorf("10,000 workloads warned of and deleted: %d kept", n)
+		t.Errorf("10,000 workloads deleted: %d tracked", n)
+	}
+	if n := len(report.said.of); n != 0 {
+		t.Errorf("10,000 workloads warned of, held and deleted: what was told of %d kept", n)
 	}
 }
 
@@ -92,8 +98,8 @@ func TestWhatIsKeptOfAGroupRestartedInPlaceGoesWithIt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(r.told) != 0 || len(r.reloads) != 0 {
-		t.Errorf("200 groups restarted in place, then deleted: %d Events told and %d reloads kept", len(r.told), len(r.reloads))
+	if len(r.report.said.of) != 0 || len(r.reloads) != 0 {
+		t.Errorf("200 groups restarted in place, then deleted: %d Events told and %d reloads kept", len(r.report.said.of), len(r.reloads))
 	}
 }
 

@@ -31,11 +31,11 @@ type reporter struct {
 	log       zerolog.Logger
 	alerts    Alerter // nil: no one
 	workloads *workloads
-	settings  *badSettings
+	said      *said
 }
 
 func newReporter(events record.EventRecorder, alerts Alerter, workloads *workloads, log zerolog.Logger) *reporter {
-	return &reporter{events: events, log: log, alerts: alerts, workloads: workloads, settings: newBadSettings()}
+	return &reporter{events: events, log: log, alerts: alerts, workloads: workloads, said: newSaid()}
 }
 
 // Event sends the Event and logs it.
@@ -100,39 +100,80 @@ func (r *reporter) alert(what alert.What, v *view, trig []confighash.Trigger, re
 // once for each new set of problems; "" forgets it. Workloads are told through their
 // own problems (BadAnnotation).
 func (r *reporter) badSetting(ref corev1.ObjectReference, problems string) {
-	if r.settings.news(ref, problems) {
+	if problems == "" {
+		r.said.unsaid(ref, "BadSetting")
+		return
+	}
+	if r.said.news(ref, "BadSetting", problems) {
 		r.Event(&ref, corev1.EventTypeWarning, "BadSetting", "ignored, the rest stands: "+problems)
 	}
 }
 
-// badSettings are, per object, the problems last told.
-type badSettings struct {
-	mu   sync.Mutex
-	told map[corev1.ObjectReference]string
-	// entries is the size of told, read without the lock on the path every decision
+// news notes what is told of the subject on the topic, and reports whether it is news
+// to tell: each capability tells its news once (said).
+func (r *reporter) news(subject any, topic, what string) bool { return r.said.news(subject, topic, what) }
+
+// unsaid forgets what was told of the subject on the topic: its next news is told.
+func (r *reporter) unsaid(subject any, topic string) { r.said.unsaid(subject, topic) }
+
+// forget forgets all that was told of the subject, gone.
+func (r *reporter) forget(subject any) { r.said.forget(subject) }
+
+// said is what the reporter last told of each subject, by topic, so that each news is
+// told once: an object's bad settings, a workload's hold and its warnings, a pod
+// group's restarts in place. A subject is a comparable key (workloadKey, podGroup, an
+// object reference); what owns it forgets it when it goes (rule 13).
+type said struct {
+	mu sync.Mutex
+	of map[any]map[string]string
+	// subjects is the size of of, read without the lock on the path every decision
 	// takes.
-	entries atomic.Int64
+	subjects atomic.Int64
 }
 
-func newBadSettings() *badSettings {
-	return &badSettings{told: map[corev1.ObjectReference]string{}}
+func newSaid() *said { return &said{of: map[any]map[string]string{}} }
+
+// news notes what is told of the subject on the topic, and reports whether it differs
+// from what was: an Event is due.
+func (s *said) news(subject any, topic, what string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	topics := s.of[subject]
+	if topics == nil {
+		topics = map[string]string{}
+		s.of[subject] = topics
+		s.subjects.Store(int64(len(s.of)))
+	}
+	last, had := topics[topic]
+	topics[topic] = what
+	return !had || last != what
 }
 
-// news keeps the object's problems and reports whether they are news to tell.
-func (b *badSettings) news(ref corev1.ObjectReference, problems string) bool {
-	if problems == "" && b.entries.Load() == 0 {
-		return false
+// unsaid forgets what was told of the subject on the topic: its next news is told.
+func (s *said) unsaid(subject any, topic string) {
+	if s.subjects.Load() == 0 {
+		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	last, had := b.told[ref]
-	if problems == "" {
-		delete(b.told, ref)
-	} else {
-		b.told[ref] = problems
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if topics := s.of[subject]; topics != nil {
+		delete(topics, topic)
+		if len(topics) == 0 {
+			delete(s.of, subject)
+			s.subjects.Store(int64(len(s.of)))
+		}
 	}
-	b.entries.Store(int64(len(b.told)))
-	return problems != "" && (!had || last != problems)
+}
+
+// forget forgets all that was told of the subject, gone.
+func (s *said) forget(subject any) {
+	if s.subjects.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.of, subject)
+	s.subjects.Store(int64(len(s.of)))
 }
 
 // namespaceRef names a Namespace for an Event kept in that namespace, where its

@@ -32,7 +32,7 @@ func TestBadSettingsAreToldOncePerSetOfProblems(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("Events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if n := r.settings.entries.Load(); n != 1 {
+	if n := r.said.subjects.Load(); n != 1 {
 		t.Errorf("%d objects remembered, want 1", n)
 	}
 }

@@ -39,10 +39,8 @@ type restarts struct {
 	metrics        Recorder
 	log            zerolog.Logger
 
-	// told holds the token each group was last told an Event of a reason for, reloads
-	// the reloads under way, slots the groups under way. Only lead's one goroutine
-	// uses them.
-	told    map[told]string
+	// reloads are the reloads under way, slots the groups under way. Only lead's one
+	// goroutine uses them. What each group was told is the reporter's (said).
 	reloads reloadWaits
 	slots   *restartSlots
 }
@@ -86,7 +84,7 @@ func (r *restarts) informers() map[string]*watches.Informers {
 func newRestarts(client kubernetes.Interface, door watches.Door, vocabulary confighash.Vocabulary, rules podRules,
 	quiet, timeout time.Duration, maxRolling int, report *reporter, metrics Recorder, log zerolog.Logger) (*restarts, error) {
 	r := &restarts{client: client, podRules: rules, quiet: quiet, timeout: timeout, report: report, metrics: metrics, log: log,
-		told: map[told]string{}, reloads: reloadWaits{}, slots: newRestartSlots(maxRolling),
+		reloads: reloadWaits{}, slots: newRestartSlots(maxRolling),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[podGroup](), workqueue.TypedRateLimitingQueueConfig[podGroup]{
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[podGroup]{Name: "confighash-restarts",
 				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[podGroup]{Queue: newFairQueue[podGroup]()})})})}
@@ -232,26 +230,12 @@ func (r *restarts) haltIfFailed(g podGroup, p *podView, token string) bool {
 // tell sends an Event on a pod of the group, or its workload, once per group, token
 // and reason, and reports whether it did.
 func (r *restarts) tell(g podGroup, on *corev1.ObjectReference, token, eventType, reason, message string) bool {
-	key := told{g, reason}
-	seen := r.told[key] == token
-	r.told[key] = token
-	if !seen {
-		r.report.Event(on, eventType, reason, message)
+	if !r.report.news(g, reason, token) {
+		return false
 	}
-	return !seen
+	r.report.Event(on, eventType, reason, message)
+	return true
 }
 
 // forget drops the Events told of a group with no pods left.
-func (r *restarts) forget(g podGroup) {
-	for key := range r.told {
-		if key.podGroup == g {
-			delete(r.told, key)
-		}
-	}
-}
-
-// told is what an Event was told for: a group, and its reason.
-type told struct {
-	podGroup
-	reason string
-}
+func (r *restarts) forget(g podGroup) { r.report.forget(g) }

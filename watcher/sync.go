@@ -167,6 +167,7 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 	}
 	if admitted == nil {
 		w.tracking.deleted(key) // deleted meanwhile
+		w.report.unsaid(key, "warning")
 		return nil
 	}
 	if !w.decider.carried(d, admitted) {
@@ -226,7 +227,7 @@ const ReasonRollsInstead = "RollsInstead"
 // that asks to be restarted in place and rolls instead.
 func (w *Watcher) warnAboutAnnotations(key workloadKey, v *view, err error, rollsInstead string) {
 	tooMany := overBound(err)
-	if len(v.Problems) == 0 && !tooMany && v.NotPinned == "" && rollsInstead == "" || !w.tracking.warnOnce(key, v.ResourceVersion) {
+	if len(v.Problems) == 0 && !tooMany && v.NotPinned == "" && rollsInstead == "" || !w.report.news(key, "warning", v.ResourceVersion) {
 		return
 	}
 	if rollsInstead != "" {
@@ -329,7 +330,7 @@ func (w *Watcher) syncJob(ctx context.Context, key workloadKey, v *view, d confi
 		w.leave(key)
 		return nil
 	case v.Finished && !w.jobs.recreatesFinished(v):
-		if w.tracking.warnOnce(key, v.ResourceVersion) {
+		if w.report.news(key, "warning", v.ResourceVersion) {
 			w.report.EventOn(v, corev1.EventTypeNormal, "NotRecreated",
 				confighash.ChangedData(v.Record, d.Record)+"; the Job has finished, so it is left as it is (annotate it "+confighash.AnnotationRecreateFinished+`: "true" to recreate it)`)
 		}
@@ -403,13 +404,15 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 // forget drops all the watcher keeps of a workload that is gone.
 func (w *Watcher) forget(key workloadKey) {
 	w.tracking.forget(key)
+	w.report.forget(key)
 	w.letGo(key)
 }
 
 // leave drops what the watcher keeps of a workload it leaves as it is, but the
-// version it was last warned of: it is warned once per version until it goes.
+// version it was last warned of, which the reporter keeps: it is warned once per
+// version until it goes.
 func (w *Watcher) leave(key workloadKey) {
-	w.tracking.forgetAllButWarned(key)
+	w.tracking.forget(key)
 	w.letGo(key)
 }
 

@@ -7,7 +7,7 @@ import (
 
 // tracking is the one owner of what the watcher remembers of each workload between
 // checks, under its own lock: the changes not checked yet, when a change first
-// reached it, its pause, and the version it warned about. What a wave needs of its users is the waves' (waves.go), read
+// reached it and its pause. What a wave needs of its users is the waves' (waves.go), read
 // for all the users of a wave at once. Both only save work or time it: after a
 // restart, the workloads and their statuses say the rest.
 type tracking struct {
@@ -27,8 +27,6 @@ type tracked struct {
 	// firstSeen is when a change first reached it while not converged: the start of
 	// its convergence latency.
 	firstSeen time.Time
-	// warned is the resourceVersion a bad-annotation Event was sent for.
-	warned string
 	// pausedUntil is when the pause period after its last touch ends.
 	pausedUntil time.Time
 }
@@ -82,11 +80,6 @@ func (t *tracking) forget(key workloadKey) {
 	t.mu.Lock()
 	delete(t.of, key)
 	t.mu.Unlock()
-}
-
-// forgetAllButWarned forgets all but the version the workload was last warned of.
-func (t *tracking) forgetAllButWarned(key workloadKey) {
-	t.with(key, func(e *tracked) { *e = tracked{warned: e.warned} })
 }
 
 // changeReached notes a change of the workload at now, and returns how long to wait
@@ -162,16 +155,6 @@ func (t *tracking) unpause(key workloadKey) {
 	t.with(key, func(e *tracked) { e.pausedUntil = time.Time{} })
 }
 
-// warnOnce reports whether a warning about this version of the workload is still to
-// be sent, and notes that it is sent.
-func (t *tracking) warnOnce(key workloadKey, rv string) (due bool) {
-	t.with(key, func(e *tracked) {
-		due = e.warned != rv
-		e.warned = rv
-	})
-	return due
-}
-
 // converged returns how long the workload took to converge since a change reached
 // it, if one did.
 func (t *tracking) converged(key workloadKey) (took time.Duration, ok bool) {
@@ -191,5 +174,5 @@ func (t *tracking) unreached(key workloadKey) {
 
 // deleted forgets the convergence of a workload deleted meanwhile.
 func (t *tracking) deleted(key workloadKey) {
-	t.with(key, func(e *tracked) { e.firstSeen, e.warned, e.pausedUntil = time.Time{}, "", time.Time{} })
+	t.with(key, func(e *tracked) { e.firstSeen, e.pausedUntil = time.Time{}, time.Time{} })
 }

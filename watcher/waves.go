@@ -22,10 +22,9 @@ type waves struct {
 	waiting map[string]map[workloadKey]bool
 	capped  map[string]workloadKey
 	// held is why each held workload is held, and heldBy how many are held for each
-	// reason; noted, the hold an Event was sent for.
+	// reason; the hold an Event was sent for is the reporter's (said).
 	held   map[workloadKey]confighash.HoldReason
 	heldBy map[confighash.HoldReason]int
-	noted  map[workloadKey]string
 	// marked is the hash of the marker last written on a workload, until the cache
 	// shows it.
 	marked map[workloadKey]string
@@ -72,7 +71,7 @@ type grant struct {
 
 func newWaves() *waves {
 	return &waves{grants: map[workloadKey]grant{}, waiting: map[string]map[workloadKey]bool{}, capped: map[string]workloadKey{},
-		held: map[workloadKey]confighash.HoldReason{}, heldBy: map[confighash.HoldReason]int{}, noted: map[workloadKey]string{}, marked: map[workloadKey]string{}, failing: map[workloadKey]failing{},
+		held: map[workloadKey]confighash.HoldReason{}, heldBy: map[confighash.HoldReason]int{}, marked: map[workloadKey]string{}, failing: map[workloadKey]failing{},
 		halting: map[waveID]bool{}}
 }
 
@@ -104,14 +103,12 @@ func (pc *pacer) hold(key workloadKey, reason confighash.HoldReason, release str
 	ws := pc.waves
 	ws.mu.Lock()
 	counts := ws.setHeld(key, reason)
-	news := ws.noted[key] != string(reason)+release
-	ws.noted[key] = string(reason) + release
 	ws.mu.Unlock()
 	if counts != nil {
 		pc.metrics.Held(counts)
 	}
 	pc.unreached(key) // held is not slow: no convergence latency
-	return news
+	return pc.report.news(key, "hold", string(reason)+release)
 }
 
 // unhold forgets the workload's hold, once released or no longer due.
@@ -119,10 +116,10 @@ func (pc *pacer) unhold(key workloadKey) {
 	ws := pc.waves
 	ws.mu.Lock()
 	counts := ws.setHeld(key, "")
-	delete(ws.noted, key)
 	delete(ws.waiting[key.Namespace], key)
 	ws.stopWaiting(key)
 	ws.mu.Unlock()
+	pc.report.unsaid(key, "hold")
 	if counts != nil {
 		pc.metrics.Held(counts)
 	}
