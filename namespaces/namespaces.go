@@ -5,6 +5,7 @@ package namespaces
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -73,15 +74,13 @@ func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
 	return p, confighash.JoinErrors(errs...)
 }
 
-// samePacing reports whether two namespaces have the same pacing annotations and pin
-// label, what PacingOf reads.
+// samePacing reports whether two namespaces read as the same pacing, with the same
+// problems: it compares what PacingOf makes of them, so that a setting added there
+// re-checks the namespace's workloads when it changes, with no list to keep in step.
 func samePacing(a, b *corev1.Namespace) bool {
-	for _, name := range []string{confighash.AnnotationRolloutWindow, confighash.AnnotationWaveSize} {
-		if a.Annotations[name] != b.Annotations[name] {
-			return false
-		}
-	}
-	return a.Labels[confighash.AnnotationPin] == b.Labels[confighash.AnnotationPin]
+	pa, errA := PacingOf(a)
+	pb, errB := PacingOf(b)
+	return pa.Equal(pb) && fmt.Sprint(errA) == fmt.Sprint(errB)
 }
 
 // Gate tells how confighash acts in a namespace, once it has synced.

@@ -110,4 +110,11 @@ func TestAPinLabelIsAChangeOfPacing(t *testing.T) {
 	if !samePacing(plain, plain.DeepCopy()) {
 		t.Fatal("an unchanged namespace has another pacing")
 	}
+	// A bad value for another bad value: its workloads are checked again, to tell it.
+	five, six := plain.DeepCopy(), plain.DeepCopy()
+	five.Annotations = map[string]string{confighash.AnnotationWaveSize: "five"}
+	six.Annotations = map[string]string{confighash.AnnotationWaveSize: "six"}
+	if samePacing(five, six) {
+		t.Fatal(`a wave size of "five" changed to "six" is not told`)
+	}
 }

@@ -189,9 +189,10 @@ func New(cfg Config) (*Watcher, error) {
 			})}),
 		tracking: newTracking(cfg.QuietPeriod, cfg.Debounce, time.Duration(float64(time.Second)/cfg.TouchRate)),
 	}
-	// A namespace confighash starts acting in has its opted-in workloads checked: they
-	// have no hash yet, or one that may be out of date. What was kept as keys alone
-	// there is read again first.
+	// A namespace confighash starts acting in, or whose mode or pacing changes, has its
+	// workloads checked: they have no hash yet, or one that may be out of date, or a
+	// hold its namespace set or lifted. What was kept as keys alone there is read again
+	// first.
 	checkNamespace := func(ns string) {
 		if w.workloads.modeChanged(ns) {
 			w.enqueueSpread(w.workloads.inNamespace(ns, nil))
