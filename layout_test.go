@@ -9,7 +9,6 @@ import (
 	"go/token"
 	"go/types"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -178,11 +177,21 @@ func isIdent(e ast.Expr, name string) bool {
 // moves up; a loop of files is refused here with the names that close it.
 func TestTheDomainsFilesStandOnFloors(t *testing.T) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	paths, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := slices.Collect(maps.Values(pkgs["confighash"].Files))
+	var files []*ast.File
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
 	pkg, err := (&types.Config{Importer: compiledImporter(t, fset)}).Check(module, fset, files, info)
 	if err != nil {

@@ -111,7 +111,9 @@ func (r *reporter) badSetting(ref corev1.ObjectReference, problems string) {
 
 // news notes what is told of the subject on the topic, and reports whether it is news
 // to tell: each capability tells its news once (said).
-func (r *reporter) news(subject any, topic, what string) bool { return r.said.news(subject, topic, what) }
+func (r *reporter) news(subject any, topic, what string) bool {
+	return r.said.news(subject, topic, what)
+}
 
 // unsaid forgets what was told of the subject on the topic: its next news is told.
 func (r *reporter) unsaid(subject any, topic string) { r.said.unsaid(subject, topic) }
