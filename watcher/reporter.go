@@ -31,7 +31,9 @@ type reporter struct {
 	log       zerolog.Logger
 	alerts    Alerter // nil: no one
 	workloads *workloads
-	said      *said
+	// said is what was told of each subject: its news, unsaid and forget are the
+	// reporter's.
+	*said
 }
 
 func newReporter(events record.EventRecorder, alerts Alerter, workloads *workloads, log zerolog.Logger) *reporter {
@@ -101,25 +103,13 @@ func (r *reporter) alert(what alert.What, v *view, trig []confighash.Trigger, re
 // own problems (BadAnnotation).
 func (r *reporter) badSetting(ref corev1.ObjectReference, problems string) {
 	if problems == "" {
-		r.said.unsaid(ref, "BadSetting")
+		r.unsaid(ref, "BadSetting")
 		return
 	}
-	if r.said.news(ref, "BadSetting", problems) {
+	if r.news(ref, "BadSetting", problems) {
 		r.Event(&ref, corev1.EventTypeWarning, "BadSetting", "ignored, the rest stands: "+problems)
 	}
 }
-
-// news notes what is told of the subject on the topic, and reports whether it is news
-// to tell: each capability tells its news once (said).
-func (r *reporter) news(subject any, topic, what string) bool {
-	return r.said.news(subject, topic, what)
-}
-
-// unsaid forgets what was told of the subject on the topic: its next news is told.
-func (r *reporter) unsaid(subject any, topic string) { r.said.unsaid(subject, topic) }
-
-// forget forgets all that was told of the subject, gone.
-func (r *reporter) forget(subject any) { r.said.forget(subject) }
 
 // said is what the reporter last told of each subject, by topic, so that each news is
 // told once: an object's bad settings, a workload's hold and its warnings, a pod
