@@ -203,6 +203,8 @@ type Cache struct {
 	// stored, while a reader waits on it, is closed at the next object the cache
 	// stores (with NotifyStores); nil while none waits, so a store costs no channel.
 	stored chan struct{}
+	// written, set by Writes, is told of each object taken in with its metadata whole.
+	written func(*Digested, metav1.Object)
 }
 
 // New returns a cache fed by informers on client, opened through the door for the
@@ -238,7 +240,13 @@ func New(client kubernetes.Interface, door watches.Door, filter Filter, csi dyna
 	c := &Cache{informers: map[confighash.SourceKind]*watches.Informers{}}
 	counted := func(obj any) (any, error) {
 		c.generation.Add(1)
-		return toDigested(obj)
+		out, err := toDigested(obj)
+		if d, ok := out.(*Digested); ok && c.written != nil {
+			if meta, ok := obj.(metav1.Object); ok {
+				c.written(d, meta)
+			}
+		}
+		return out, err
 	}
 	for kind, s := range sources {
 		in, err := door.Open(s.kind, s.newInformer, counted)
@@ -249,6 +257,11 @@ func New(client kubernetes.Interface, door watches.Door, filter Filter, csi dyna
 	}
 	return c, nil
 }
+
+// Writes has the cache tell written of each object it takes in, with its metadata
+// whole (who wrote it, its UID), before all but its Digested is dropped; call it
+// before Run. written runs on the informers' goroutines, and must be quick.
+func (c *Cache) Writes(written func(d *Digested, meta metav1.Object)) { c.written = written }
 
 // Informers are the cache's informers by kind, for Relists.
 func (c *Cache) Informers() map[string]*watches.Informers {

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,12 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
-	"github.com/confighash/confighash/bounded"
 )
 
 // Flapping: a source whose data will not stop changing (two controllers writing one
@@ -57,12 +54,11 @@ type flaps struct {
 	changes []time.Time // counted, within the window, oldest first; at most limit+1
 	last    time.Time   // its last change, counted or not
 	held    time.Time   // when its users were held; zero while they are not
-	// writers are the field managers of its last writes of data, the latest first;
-	// read is when they were last read, announced what was last said of them.
+	// writers are the field managers of its last writes of data, the latest first,
+	// each learned as the write arrives; announced is what was last said of them.
 	writers   []string
-	read      time.Time
 	announced string
-	uid       types.UID // the source's, once read
+	uid       types.UID // the source's, once a write of it arrived
 }
 
 func newFlapBreaker(limit int, window, spacing, quiet time.Duration) *flapBreaker {
@@ -136,16 +132,18 @@ func (b *flapBreaker) holds(src sourceIn, now time.Time) (bool, time.Time) {
 	return false, time.Time{}
 }
 
-// wrote learns the field manager of a write of the source's data, as the latest, and
-// the source's UID.
-func (b *flapBreaker) wrote(src sourceIn, manager string, uid types.UID) {
+// wrote learns who last wrote the data of a source that changed within the window,
+// from the managedFields of the write as it arrives, and the source's UID. Read later,
+// the object names only its latest writer: two that take turns would be seen as one.
+func (b *flapBreaker) wrote(src sourceIn, meta metav1.Object) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f := b.sources[src]
 	if f == nil {
 		return
 	}
-	f.uid = uid
+	f.uid = meta.GetUID()
+	manager := dataWriter(meta)
 	if manager == "" {
 		return
 	}
@@ -196,23 +194,6 @@ func (b *flapBreaker) state(src sourceIn) (hold, bool) {
 	return hold{changes: len(f.changes), writers: slices.Clone(f.writers), uid: f.uid}, true
 }
 
-// writersDue reports whether the writers of a held source are to be read again, at
-// now: when it is held, then at most every writersEvery while it goes on changing.
-func (b *flapBreaker) writersDue(src sourceIn, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f := b.sources[src]
-	if f == nil || f.held.IsZero() || f.read.After(f.last) || now.Sub(f.read) < writersEvery {
-		return false
-	}
-	f.read = now
-	return true
-}
-
-// writersEvery is how often the writers of a held source are read at most: two that
-// fight over it each write every few seconds, and both are seen within a few reads.
-const writersEvery = 2 * time.Second
-
 // announce returns the hold of the source, and whether it is news: held since it was
 // last announced, or written by others.
 func (b *flapBreaker) announce(src sourceIn) (hold, bool) {
@@ -235,7 +216,7 @@ func (b *flapBreaker) announce(src sourceIn) (hold, bool) {
 // keeps changing, and reports whether it does: no touch, a Warning Event on the
 // workload and on each source naming who writes it, and a check again when the hold
 // may end. A due change of any other source rolls it, with every source's latest data.
-func (pc *pacer) heldByFlapping(ctx context.Context, key workloadKey, v *view, d confighash.Decision) bool {
+func (pc *pacer) heldByFlapping(key workloadKey, v *view, d confighash.Decision) bool {
 	due := triggers(v, d.Record, pc.sources)
 	if len(due) == 0 {
 		return false
@@ -255,7 +236,6 @@ func (pc *pacer) heldByFlapping(ctx context.Context, key workloadKey, v *view, d
 	}
 	says := make([]string, len(srcs))
 	for i, src := range srcs {
-		pc.learnWriters(ctx, src, now)
 		h, news := pc.flapping.announce(src)
 		says[i] = fmt.Sprintf("%s changed %d times within %s, written by %s", src.ref, h.changes, pc.flapping.window, h)
 		if news {
@@ -274,26 +254,6 @@ func (pc *pacer) heldByFlapping(ctx context.Context, key workloadKey, v *view, d
 	}
 	pc.queue.AddAfter(key, until.Sub(now))
 	return true
-}
-
-// learnWriters reads who last wrote the held source's data, from its managedFields,
-// when that is due.
-func (pc *pacer) learnWriters(ctx context.Context, src sourceIn, now time.Time) {
-	res, ok := sourceResources[src.ref.Kind]
-	if !ok || !pc.flapping.writersDue(src, now) {
-		return
-	}
-	m, err := bounded.Get[metav1.PartialObjectMetadata](ctx, pc.reads, bounded.Resource{GroupVersionResource: res, Namespace: src.namespace}, src.ref.Name, objectBytes)
-	if err != nil {
-		pc.log.Debug().Err(err).Stringer("source", src.ref).Msg("who writes a held source is not known")
-		return
-	}
-	pc.flapping.wrote(src, dataWriter(m), m.UID)
-}
-
-var sourceResources = map[confighash.SourceKind]schema.GroupVersionResource{
-	confighash.ConfigMap: corev1.SchemeGroupVersion.WithResource("configmaps"),
-	confighash.Secret:    corev1.SchemeGroupVersion.WithResource("secrets"),
 }
 
 // dataWriter returns the field manager of the object's last write of data: of the

@@ -32,9 +32,11 @@ func TestASourceThatKeepsChangingHoldsItsUsersUntilItIsQuiet(t *testing.T) {
 	if !b.changed(src, at) {
 		t.Fatal("the 4th round did not trip the breaker")
 	}
-	b.wrote(src, "cert-manager", "")
-	b.wrote(src, "external-secrets", "")
-	b.wrote(src, "cert-manager", "")
+	for _, manager := range []string{"cert-manager", "external-secrets", "cert-manager"} {
+		b.wrote(src, &metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
+			{Manager: manager, Time: &metav1.Time{Time: at}, FieldsV1: metav1.NewFieldsV1(`{"f:data":{"f:tls.crt":{}}}`)},
+		}})
+	}
 	if h, held := b.state(src); !held || h.String() != `"cert-manager" and "external-secrets"` || h.changes != 4 {
 		t.Fatalf("state = %+v, %v; want held, 4 changes, written by cert-manager and external-secrets", h, held)
 	}

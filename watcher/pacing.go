@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/confighash/confighash"
@@ -56,6 +57,11 @@ func (pc *pacer) forget(key workloadKey) {
 
 // flapped counts a change of a source with users, and reports whether it flaps.
 func (pc *pacer) flapped(src sourceIn, now time.Time) bool { return pc.flapping.changed(src, now) }
+
+// wrote learns, from a write of a source as the cache takes it in, who wrote it.
+func (pc *pacer) wrote(d *sourcecache.Digested, meta metav1.Object) {
+	pc.flapping.wrote(sourceIn{d.Namespace(), d.Source.SourceRef}, meta)
+}
 
 // paced reports whether the workload's due change is to be released now, or holds it:
 // while a halted wave holds it, outside its rollout window or its pause period, and

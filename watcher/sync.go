@@ -103,7 +103,7 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return w.converged(ctx, key, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
-	case w.pacer.heldByFlapping(ctx, key, v, d):
+	case w.pacer.heldByFlapping(key, v, d):
 		return nil
 	case w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0:
 		// A pinned workload is left to the webhook, which makes its snapshots.
