@@ -63,6 +63,28 @@ func TestTheFlappingBreakerForgetsSourcesThatStopped(t *testing.T) {
 	}
 }
 
+// TestTheFlappingBreakerForgetsADeletedSource: what it counted of a changed source
+// goes when the source does, not a window later.
+func TestTheFlappingBreakerForgetsADeletedSource(t *testing.T) {
+	h := newHarness(t, Config{FlapLimit: DefaultFlapLimit, FlapWindow: DefaultFlapWindow, FlapQuiet: DefaultFlapQuiet},
+		harnessConfigMap("cfg", nil), harnessDeployment("web", nil, "cfg"))
+	src := sourceIn{harnessNamespace, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}}
+	counted := func() bool {
+		b := h.w.pacer.flapping
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.sources[src] != nil
+	}
+	h.change(confighash.ConfigMap, "cfg")
+	if !counted() {
+		t.Fatal("a change of a used ConfigMap was not counted by the breaker")
+	}
+	if err := h.client.CoreV1().ConfigMaps(harnessNamespace).Delete(h.ctx, "cfg", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return !counted() })
+}
+
 func TestWhatIsKeptOfAGroupRestartedInPlaceGoesWithIt(t *testing.T) {
 	client := fake.NewClientset()
 	rules := podRules{

@@ -111,6 +111,14 @@ func (b *flapBreaker) prune(now time.Time) {
 	}
 }
 
+// forget drops what the breaker knows of a source just created or deleted: a tenant's
+// sources made, changed and deleted in a loop cost nothing that stays.
+func (b *flapBreaker) forget(src sourceIn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.sources, src)
+}
+
 // holds reports whether the source's users are held at now, and until when at the
 // earliest: its last change and the quiet period. A source quiet for that long is let
 // go, and forgotten with its changes once they are out of the window.

@@ -27,7 +27,11 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	}
 	prev, _ := old.(*sourcecache.Digested)
 	w.proofs.observe(prev, d)
-	if prev != nil && prev.Source.Equal(d.Source) {
+	src := sourceIn{d.Namespace(), d.Source.SourceRef}
+	switch {
+	case prev == nil:
+		w.pacer.forgetSource(src) // created or deleted
+	case prev.Source.Equal(d.Source):
 		return // metadata only
 	}
 	w.cfg.Metrics.SourceChanged(d.Source.Kind)
@@ -41,7 +45,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	for _, v := range users {
 		w.decider.sourceChanged(v, d.Source.SourceRef)
 	}
-	if len(users) > 0 && prev != nil && w.pacer.flapped(sourceIn{d.Namespace(), d.Source.SourceRef}, time.Now()) {
+	if len(users) > 0 && prev != nil && w.pacer.flapped(src, time.Now()) {
 		w.cfg.Metrics.Flapping()
 	}
 	w.enqueueSpread(users)

@@ -58,6 +58,9 @@ func (pc *pacer) forget(key workloadKey) {
 // flapped counts a change of a source with users, and reports whether it flaps.
 func (pc *pacer) flapped(src sourceIn, now time.Time) bool { return pc.flapping.changed(src, now) }
 
+// forgetSource drops what was counted of a source created or deleted.
+func (pc *pacer) forgetSource(src sourceIn) { pc.flapping.forget(src) }
+
 // wrote learns, from a write of a source as the cache takes it in, who wrote it.
 func (pc *pacer) wrote(d *sourcecache.Digested, meta metav1.Object) {
 	pc.flapping.wrote(sourceIn{d.Namespace(), d.Source.SourceRef}, meta)

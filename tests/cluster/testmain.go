@@ -25,8 +25,9 @@ const SharedDirEnv = "CONFIGHASH_CLUSTER_DIR"
 //
 // It starts a cluster (or attaches to the shared one), stores it in *c, runs the tests,
 // stops what it started, and exits. In -short mode it starts nothing and leaves *c nil,
-// so end-to-end tests skip themselves. Ctrl-C and SIGTERM stop the cluster too.
-func Main(m *testing.M, c **Cluster) {
+// so end-to-end tests skip themselves. Ctrl-C and SIGTERM stop the cluster too. m is a
+// *testing.M, or one that wraps its Run with what the package cleans up.
+func Main(m interface{ Run() int }, c **Cluster) {
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())

@@ -48,7 +48,19 @@ func TestMain(m *testing.M) {
 	if run := flag.Lookup("test.run"); !testing.Short() && (run == nil || run.Value.String() == "") {
 		go prebuildPrevious()
 	}
-	cluster.Main(m, &testCluster)
+	cluster.Main(removingBuilds{m}, &testCluster)
+}
+
+// removingBuilds runs the tests, then removes the build of confighashBinary.
+type removingBuilds struct{ *testing.M }
+
+func (m removingBuilds) Run() int {
+	defer func() {
+		if binary != "" {
+			_ = os.RemoveAll(filepath.Dir(binary))
+		}
+	}()
+	return m.M.Run()
 }
 
 // installNamespace holds the hash key Secret, as the install namespace does.
