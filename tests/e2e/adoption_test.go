@@ -19,7 +19,7 @@ import (
 // rolls, but the one whose ConfigMap was written after its last rollout. Then one
 // change rolls each once.
 func TestTurningOnRollsNothingCurrent(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t) // among the longest: the own lane evens the lanes
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := namespace(t, c, nil)
@@ -102,7 +102,7 @@ func waitAllRolled(t *testing.T, c *cluster.Cluster, ns string, want map[string]
 // TestOptingInARunningDeploymentRollsNothing: an annotation added to a running,
 // current Deployment adopts it, and it says so; the next change rolls it once.
 func TestOptingInARunningDeploymentRollsNothing(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -134,7 +134,7 @@ func TestOptingInARunningDeploymentRollsNothing(t *testing.T) {
 // TestTurningOnAdoptsStatefulSetsAndDaemonSets: the same for the kinds that keep
 // revisions in ControllerRevisions.
 func TestTurningOnAdoptsStatefulSetsAndDaemonSets(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := namespace(t, c, nil)

@@ -59,7 +59,7 @@ func alertArgs(url string) []string {
 // TestAFanOutOf60GivesOneAlert: one ConfigMap change that rolls 60 Deployments is one
 // alert naming the change, 20 of them and "40 more".
 func TestAFanOutOf60GivesOneAlert(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	sink := newAlertSink(t, 0)
 	startWebhook(t, c)
 	w := startWatcher(t, c, alertArgs(sink.URL)...)
@@ -97,7 +97,7 @@ func TestAFanOutOf60GivesOneAlert(t *testing.T) {
 // changes each rolling its own Deployment: every one rolls as fast as without alerts,
 // and the alerts that cannot wait are dropped and counted.
 func TestASlowAlertSinkDoesNotDelayRollouts(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	sink := newAlertSink(t, 10*time.Second)
 	startWebhook(t, c)
 	w := startWatcher(t, c, alertArgs(sink.URL)...)

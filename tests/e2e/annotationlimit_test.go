@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -18,7 +17,7 @@ import (
 // is admitted unhashed with a warning, counted, and given a Warning Event; the patch
 // does not turn the allowed write into a refused one.
 func TestRecordNeverTakesAWorkloadOverTheAnnotationLimit(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)

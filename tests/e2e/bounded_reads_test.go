@@ -26,7 +26,7 @@ import (
 // without them), the records are left as they are, and a real recreation in another
 // namespace happens once.
 func TestHostileRecreationRecordsCostTheWatcherLittle(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	victim, hostile := labeledNamespace(t, c), labeledNamespace(t, c)
 	createConfigMap(t, c, victim, "cfg", map[string]string{"k": "0"})
@@ -80,7 +80,7 @@ func TestHostileRecreationRecordsCostTheWatcherLittle(t *testing.T) {
 // of the recreation is deleted, and it is not tried again for the same data (it was
 // tried forever, four API calls each time, and again at every start).
 func TestARefusedJobRecreationIsGivenUp(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -31,7 +30,7 @@ import (
 // hashed: the check refuses no real admission. Where no NetworkPolicy is enforced,
 // this is what keeps a pod out.
 func TestAForgedReviewFromAnotherAddressLearnsNoName(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c)
 	victim := labeledNamespace(t, c)
 	for _, name := range []string{"prod-db-password", "stripe-live-key"} {

@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -21,7 +20,7 @@ import (
 // it; it may not write the kinds left out at all (RBAC); and it writes only where the
 // chart's selector selects, not where the default label is.
 func TestChartHoldsTheWatcherToItsWritesOnEveryKindItGrants(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	installCRD(t, c, webGVR, "Web")
 	home := namespace(t, c, nil)

@@ -994,7 +994,7 @@ func chartFiles(t *testing.T) (string, map[string]any) {
 // batch: every value documented in docs/install.md, none that switched off breaks the
 // template, selects every namespace or crashes at install.
 func TestChartValuesWorkSetAndSwitchedOff(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	helm, kubeVersion := chartTools(t, c)
 	appVersion, values := chartFiles(t)
@@ -1188,7 +1188,7 @@ func installMonitorCRDs(t *testing.T, c *cluster.Cluster) {
 // PodDisruptionBudgets with one replica each, then with two: once their pods run, each
 // budget lets one of them be evicted, as a node drain evicts it.
 func TestChartDisruptionBudgetsNeverBlockADrain(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	helm, kubeVersion := chartTools(t, c)
 	for _, replicas := range []int{1, 2} {

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 )
 
 // Reloader's flags suite: each of its contexts installs Reloader with some flags; here,
@@ -113,7 +112,7 @@ func flagsContexts(scoped string) []flagsContext {
 // TestReloaderFlagsSuiteCompatibility runs the rows of Reloader's flags suite, each
 // context with its own install.
 func TestReloaderFlagsSuiteCompatibility(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t) // among the longest: the own lane evens the lanes
 	scoped := labeledNamespace(t, c)
 	for _, fc := range flagsContexts(scoped) {
 		t.Run(fc.name, func(t *testing.T) {

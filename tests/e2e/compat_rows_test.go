@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 )
 
 // The rows of Reloader's core, annotations, advanced and argo suites that run
@@ -201,7 +200,7 @@ func advancedRows() []compatRow {
 // Rollouts served, finished Jobs recreated (--recreate-finished-jobs) and a CronJob's
 // Job started at once (--run-cronjobs-on-change), as Reloader does.
 func TestReloaderSuiteCompatibility(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	installRolloutCRD(t, c)
 	startWebhook(t, c)
 	w := startWatcher(t, c, "--recreate-finished-jobs", "--run-cronjobs-on-change")

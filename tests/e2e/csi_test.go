@@ -140,7 +140,7 @@ func csiTemplate(class string) corev1.PodTemplateSpec {
 }
 
 func TestSecretProviderClassRotationRollsEachWorkloadOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	if err := c.InstallSecretsStoreCRDs(t.Context()); err != nil {
 		t.Fatal(err)
 	}

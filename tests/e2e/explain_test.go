@@ -53,7 +53,7 @@ func explainOne(t *testing.T, c *cluster.Cluster, ns, workload string) confighas
 // one with a rollout pending, one not opted in, one whose namespace is not enabled,
 // and the sources that do not count.
 func TestExplainGivesEachVerdict(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c) // no watcher: changes stay pending
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"used": "1", "unused": "1"})

@@ -29,7 +29,7 @@ import (
 // no Secret value and no key; in a namespace not labelled (readable or not), and for
 // inject: "yes", it says why nothing rolls.
 func TestExplainWithTheNamespacesViewRoleSaysWhatItCouldNotSee(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	viewRole, err := os.ReadFile(filepath.Join("..", "..", "manifests", "base", "view-role.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ import (
 // slots go to "free", whose 4 Deployments each roll once within seconds, where they
 // waited for --wave-timeout (10 minutes).
 func TestPendingWorkloadsOfOneNamespaceDoNotHoldEveryRollingSlot(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	const n, size, most = 4, 2, 2
 	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
 	w := startWatcher(t, c, fmt.Sprintf("--wave-size=%d", size), fmt.Sprintf("--max-rolling=%d", most), "--pending-timeout=2s")
@@ -80,7 +80,7 @@ func TestPendingWorkloadsOfOneNamespaceDoNotHoldEveryRollingSlot(t *testing.T) {
 // touches still wait: the workers take namespaces in turn. With one FIFO, it waited
 // behind all 24.
 func TestOneNamespacesBacklogDelaysNoOtherNamespacesRollout(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	const n = 24
 	startWebhook(t, c)
 	busy, quiet := labeledNamespace(t, c), labeledNamespace(t, c)

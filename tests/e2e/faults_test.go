@@ -36,7 +36,7 @@ import (
 // server's own state, finds every change rolled each workload once and no rollout
 // without a change; the other writer's last writes all stand.
 func TestFaultConcurrentWriterLosesNothingAndRollsNothingExtra(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	const n = 10
 	ns, l, _ := oneToOne(t, c, n)
 
@@ -97,6 +97,10 @@ func TestFaultConcurrentWriterLosesNothingAndRollsNothingExtra(t *testing.T) {
 	}
 }
 
+// faultControllers are the controllers of the control plane of its own that a fault
+// test kills or compacts: the ReplicaSets it counts rollouts by.
+var faultControllers = []string{"deployment", "replicaset"}
+
 // startFaultRun starts the webhook, a fault set of 10 ConfigMap and 10 Secret users
 // and fanOut users of shared, the watcher with its default settings, restarted
 // whenever it exits (it exits when it cannot renew its lease), and a stream of changes
@@ -116,7 +120,7 @@ func startFaultRun(t testing.TB, c *cluster.Cluster, fanOut int, seed uint64) (*
 // fan-out finishes, every change rolls each workload that uses it once, and nothing
 // rolls without a change.
 func TestFaultAPIServerKilledMidFanOut(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t, faultControllers...)
 	f, w, s := startFaultRun(t, c, 100, 11)
 	time.Sleep(3 * time.Second)
 
@@ -148,7 +152,7 @@ func TestFaultAPIServerKilledMidFanOut(t *testing.T) {
 // and lists again; a fan-out of 20 follows each time. The relists roll nothing, and
 // every change rolls each workload that uses it once.
 func TestFaultExpiredWatchesRollNothingSpurious(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t, faultControllers...)
 	f, w, s := startFaultRun(t, c, 20, 12)
 	for round := range 2 {
 		time.Sleep(5 * time.Second)
@@ -273,7 +277,7 @@ func proxyAPIServer(t testing.TB, c *cluster.Cluster, pass func(*http.Request) b
 // with one rollout, adopts the Deployments created unhashed without rolling them, and
 // nothing rolls without a change.
 func TestFaultSlowAPIServerWritesSucceedAndTheWatcherHeals(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	slow := startSlowAPIServer(t, c, 6*time.Second)
 	wh := startWebhook(t, c, benchLogLevel, "--kubeconfig="+slow.kubeconfig)
 	f := newFaultSet(t, c, 10, 0)
@@ -372,7 +376,7 @@ func (w *warnings) all() string {
 // watcher is killed (a standby takes over when its lease expires), or both. Every
 // change rolls each workload that uses it once, and nothing rolls without a change.
 func TestFaultWebhookAndLeaderKilledMidFanOut(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t, faultControllers...)
 	wh := startWebhook(t, c, benchLogLevel)
 	f := newFaultSet(t, c, 10, 100)
 	leader := startBenchWatcher(t, c)

@@ -22,7 +22,7 @@ import (
 // writers; when the writing stops they roll once more, with the last data. A ConfigMap
 // changed at a normal pace meanwhile rolls its users once per change.
 func TestTwoWritersFightingOverASecretRollItsUsersABoundedNumberOfTimes(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	const quiet = 10 * time.Second
 	w := startWatcher(t, c, fmt.Sprintf("--flap-quiet=%s", quiet))

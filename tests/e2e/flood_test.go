@@ -163,27 +163,6 @@ func TestAFloodOfEveryWatchedKindCostsOnlyItsBound(t *testing.T) {
 	}
 }
 
-// isolatedCluster starts a control plane of the test's own, stopped at its end, whose
-// controller-manager runs only the controllers named, and those a start waits for. A
-// flood deleted from the shared one took 160 s, during which the tests after it would
-// run; and each controller the test does not read the work of is load that measures
-// nothing of confighash: a StatefulSet's or a DaemonSet's copies each 1 MiB template
-// of the flood into a ControllerRevision.
-func isolatedCluster(tb testing.TB, controllers ...string) *cluster.Cluster {
-	tb.Helper()
-	cluster.Require(tb, testCluster) // skipped where -short starts no control plane
-	c, err := cluster.Start(context.Background(), cluster.Options{Controllers: append(controllers, "serviceaccount", "serviceaccount-token")})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			tb.Error(err)
-		}
-	})
-	return c
-}
-
 // flood makes floodBytes of objects of the kind in ns.
 func flood(t *testing.T, create creator, kind watches.Kind, ns string) {
 	t.Helper()
@@ -389,7 +368,7 @@ func resourceServed(c *cluster.Cluster, kind watches.Kind) (bool, error) {
 // a namespace with no injection label. They took the watcher from 44 to 202 MiB in
 // 20 s, its pods' informer keeping every one's parsed references.
 func TestLabelledPodsOfANamespaceNotActedInCostTheWatcherNothing(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	if moved := labelledPods(t, c, 60); moved > kindMiB {
 		t.Errorf("they moved the watcher's peak RSS by %.1f MiB, want at most %d", moved, kindMiB)
 	}

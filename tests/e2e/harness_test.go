@@ -48,7 +48,78 @@ func TestMain(m *testing.M) {
 	if run := flag.Lookup("test.run"); !testing.Short() && (run == nil || run.Value.String() == "") {
 		go prebuildPrevious()
 	}
+	// The lanes bound how many tests run at once; every test waiting for its turn
+	// counts as running to -parallel.
+	if err := flag.Set("test.parallel", "1000"); err != nil {
+		panic(err)
+	}
 	cluster.Main(removingBuilds{m}, &testCluster)
+}
+
+// The tests run in two lanes, each one test at a time in the order they are declared:
+// one on the shared control plane, one on control planes of their own (the flood, the
+// churn and the faults that kill or compact theirs). The package takes about as long as
+// the longer lane, not as both together. A test joins a lane through sharedCluster or
+// isolatedCluster, or runs before both through quietCluster.
+var sharedLane, ownLane = newLane(), newLane()
+
+// lane runs its tests one at a time, each in its turn: the order they took tickets in,
+// which is the order the tests are declared, as each takes one before t.Parallel.
+type lane struct {
+	mu            sync.Mutex
+	turn          *sync.Cond
+	next, serving int
+	in            map[*testing.T]bool // the tests that entered and are not done
+}
+
+func newLane() *lane {
+	l := &lane{in: map[*testing.T]bool{}}
+	l.turn = sync.NewCond(&l.mu)
+	return l
+}
+
+// enter has a top-level test run in parallel with the other lane's, once this lane's
+// earlier tests are done; the lane goes on when the test's cleanups ran. A test may
+// enter again, through another helper: it is in already.
+func (l *lane) enter(t *testing.T) {
+	l.mu.Lock()
+	if l.in[t] {
+		l.mu.Unlock()
+		return
+	}
+	l.in[t] = true
+	ticket := l.next
+	l.next++
+	l.mu.Unlock()
+	t.Cleanup(func() {
+		l.mu.Lock()
+		delete(l.in, t)
+		l.serving++
+		l.turn.Broadcast()
+		l.mu.Unlock()
+	})
+	t.Parallel()
+	l.mu.Lock()
+	for l.serving != ticket {
+		l.turn.Wait()
+	}
+	l.mu.Unlock()
+}
+
+// quietCluster returns the shared control plane for a test that times a window of
+// milliseconds against a client's pace: it runs before the lanes start, with nothing
+// else on the machine (go test runs the tests that are not parallel first).
+func quietCluster(t *testing.T) *cluster.Cluster {
+	t.Helper()
+	return cluster.Require(t, testCluster)
+}
+
+// sharedCluster returns the shared control plane, once the test has it to itself.
+func sharedCluster(t *testing.T) *cluster.Cluster {
+	t.Helper()
+	c := cluster.Require(t, testCluster)
+	sharedLane.enter(t)
+	return c
 }
 
 // removingBuilds runs the tests, then removes the build of confighashBinary.
@@ -113,7 +184,7 @@ func startComponent(t testing.TB, c *cluster.Cluster, args ...string) *component
 func startBinary(t testing.TB, c *cluster.Cluster, binary string, args ...string) *component {
 	t.Helper()
 	ensureNamespaces(t, c, installNamespace)
-	p, err := spawnComponent(binary, c, filepath.Join(t.TempDir(), args[0]+".log"), args...)
+	p, err := spawnComponent(binary, c, filepath.Join(t.TempDir(), args[0]+".log"), envOf(t), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +203,28 @@ func startBinary(t testing.TB, c *cluster.Cluster, binary string, args ...string
 	return p
 }
 
-// spawnComponent starts `binary args...` with the test defaults, logging to logPath; it
-// neither waits until the process is ready nor stops it.
-func spawnComponent(binary string, c *cluster.Cluster, logPath string, args ...string) (*component, error) {
+// componentEnv holds, by test, what the components it starts find in their environment
+// besides the process's: t.Setenv cannot serve tests that run in parallel.
+var componentEnv sync.Map
+
+// setComponentEnv gives the components the test starts from now on these variables,
+// each "NAME=value".
+func setComponentEnv(t *testing.T, vars ...string) {
+	componentEnv.Store(t, vars)
+	t.Cleanup(func() { componentEnv.Delete(t) })
+}
+
+// envOf is what setComponentEnv gave the test's components.
+func envOf(t testing.TB) []string {
+	vars, _ := componentEnv.Load(t)
+	env, _ := vars.([]string)
+	return env
+}
+
+// spawnComponent starts `binary args...` with the test defaults and env besides the
+// process's environment, logging to logPath; it neither waits until the process is
+// ready nor stops it.
+func spawnComponent(binary string, c *cluster.Cluster, logPath string, env []string, args ...string) (*component, error) {
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		return nil, err
@@ -152,7 +242,7 @@ func spawnComponent(binary string, c *cluster.Cluster, logPath string, args ...s
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// The local API server calls the webhook from 127.0.0.1, which no Endpoints may
 	// list; in the environment, which a release without the flag ignores.
-	p.cmd.Env = append(os.Environ(), "CONFIGHASH_ADMISSION_CALLERS=127.0.0.1")
+	p.cmd.Env = append(append(os.Environ(), "CONFIGHASH_ADMISSION_CALLERS=127.0.0.1"), env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
@@ -183,7 +273,7 @@ func supervise(t testing.TB, c *cluster.Cluster, args ...string) *supervised {
 			s.mu.Lock()
 			s.starts++
 			logPath := filepath.Join(dir, fmt.Sprintf("%s-%d.log", args[0], s.starts))
-			p, err := spawnComponent(binary, c, logPath, args...)
+			p, err := spawnComponent(binary, c, logPath, envOf(t), args...)
 			s.current = p
 			s.mu.Unlock()
 			if err != nil {
@@ -558,4 +648,35 @@ func startWatcher(t testing.TB, c *cluster.Cluster, extra ...string) *component 
 	// Ready means synced; leading follows within a retry period.
 	waitFor(t, 10*time.Second, "the watcher to lead", func() bool { return w.metric(t, "confighash_watcher_leader") == 1 })
 	return w
+}
+
+// isolatedCluster starts a control plane of the test's own, in the own lane, stopped at
+// the test's end, whose controller-manager runs only the controllers named, and those a
+// start waits for (none named: every one). It serves a test that kills, compacts or
+// floods its API server: a flood deleted from the shared one took 160 s, during which
+// the tests after it would run; an API server killed or compacted under the shared one
+// would be under the other lane's test; and each controller the test does not read the
+// work of is load that measures nothing of confighash: a StatefulSet's or a DaemonSet's
+// copies each 1 MiB template of the flood into a ControllerRevision. A few of the
+// longest other tests take it too, so that the lanes take about as long.
+func isolatedCluster(tb testing.TB, controllers ...string) *cluster.Cluster {
+	tb.Helper()
+	cluster.Require(tb, testCluster) // skipped where -short starts no control plane
+	if t, ok := tb.(*testing.T); ok {
+		ownLane.enter(t)
+	}
+	var opts cluster.Options // every controller, as the shared one
+	if len(controllers) > 0 {
+		opts.Controllers = append(controllers, "serviceaccount", "serviceaccount-token")
+	}
+	c, err := cluster.Start(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return c
 }

@@ -6,7 +6,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -15,7 +14,7 @@ import (
 // create a new key, which changes every hash: each opted-in workload rolls exactly
 // once, and then nothing more (docs/security.md says so).
 func TestFaultHashKeyDeleted(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh, w := startWebhook(t, c), startWatcher(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})

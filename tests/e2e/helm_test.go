@@ -59,7 +59,7 @@ const defaultDebounce = "1s"
 // changing its ConfigMap and its Secret: three rollouts, one each. It logs how far
 // apart helm wrote the two, which the watcher's quiet period must exceed.
 func TestAHelmUpgradeOfAConfigMapAndASecretRollsOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := quietCluster(t) // helm's writes, some 10 ms apart, within the 100 ms quiet period
 	helm, err := cluster.Helm(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestAHelmUpgradeOfAConfigMapAndASecretRollsOnce(t *testing.T) {
 // NetworkPolicies on, helm install's notes say whom the NetworkPolicies let scrape, so
 // that a Prometheus elsewhere does not go without metrics unawares.
 func TestHelmInstallSaysWhereScrapesAreAdmittedFrom(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	helm, _ := chartTools(t, c)
 	if err := c.InstallCertManagerCRDs(t.Context()); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -13,7 +12,7 @@ import (
 // once for a change of the ConfigMap and never for one of the Secret; the webhook
 // reads no Secret to decide, and the watcher watches none.
 func TestResourcesToIgnoreSecretsLeavesSecretsOut(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c, "--resources-to-ignore=secrets")
 	w := startWatcher(t, c, "--resources-to-ignore=secrets")
 	ns := labeledNamespace(t, c)

@@ -99,7 +99,7 @@ func expectRecreatedOnce(t testing.TB, c *cluster.Cluster, ns, name string, from
 // its creation; each change of the ConfigMap recreates it once, under the same name,
 // its spec kept, its new pods reading the new data.
 func TestAJobIsRecreatedOncePerChange(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -123,9 +123,10 @@ func TestAJobIsRecreatedOncePerChange(t *testing.T) {
 		t.Fatalf("%v recreations counted, want 2", got)
 	}
 	// A change of the Job's metadata is admitted as it is: the webhook writes nothing
-	// into a Job's template after its creation.
-	job.Labels["team"] = "batch"
-	if _, err := c.Client.BatchV1().Jobs(ns).Update(t.Context(), job, metav1.UpdateOptions{}); err != nil {
+	// into a Job's template after its creation. A patch, as kubectl label makes: the
+	// Job controller writes the Job's status meanwhile.
+	label := []byte(`{"metadata":{"labels":{"team":"batch"}}}`)
+	if _, err := c.Client.BatchV1().Jobs(ns).Patch(t.Context(), job.Name, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("a label change of the Job was refused: %v", err)
 	}
 }
@@ -183,7 +184,7 @@ func denyWhile(t testing.TB, c *cluster.Cluster, ns, group, resource string, op 
 // deleted its record, leaves the recreation to the next, which finishes it: one new
 // Job, never none and never two.
 func TestAJobRecreationStoppedInTheMiddleIsFinishedOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "0"})
@@ -255,7 +256,7 @@ func TestAJobRecreationStoppedInTheMiddleIsFinishedOnce(t *testing.T) {
 // recreated, and says why in an Event, until it asks to be; a Job a CronJob made is
 // never recreated: the CronJob's next one reads the new data.
 func TestAFinishedOrOwnedJobIsLeftAlone(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -304,7 +305,7 @@ func TestAFinishedOrOwnedJobIsLeftAlone(t *testing.T) {
 // not Jobs, cannot have the watcher make a Job by writing a record of a recreation:
 // one the hash key did not seal is left alone.
 func TestAForgedRecreationRecordMakesNoJob(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	forged := fixtures.Job("miner", nil, fixtures.PlainTemplate())
@@ -337,7 +338,7 @@ func TestAForgedRecreationRecordMakesNoJob(t *testing.T) {
 // later, sealed with the key as the watcher sealed it, is deleted with a StaleRecord
 // Event and no Job is made from it: the watcher made its Job again.
 func TestAStaleCopyOfARecreationRecordMakesNoJob(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	key := hashKey(t, c)
 	ns := labeledNamespace(t, c)
@@ -424,7 +425,7 @@ func runsAndWaits(t *testing.T, c *cluster.Cluster) string {
 // Job with the new data for each change, as Reloader does, also when the watcher is
 // killed before it started it; one without the annotation waits for its next run.
 func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := runsAndWaits(t, c)
 	hashOf := func(name string) string {
@@ -480,7 +481,7 @@ func TestACronJobRunsOnChangeOncePerChange(t *testing.T) {
 // on change, or with the hash of other data than its template's, the mark is removed
 // and no Job starts: the watcher started one under its own name for any mark.
 func TestARunDueMarkStartsAJobOnlyWhereTheCronJobRunsOnChange(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := runsAndWaits(t, c)

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -46,7 +45,7 @@ func customWorkload(t testing.TB, gvr schema.GroupVersionResource, kind, name st
 }
 
 func TestAnyKindWithAPodTemplateIsHashedAtCreateAndRolledOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	installCRD(t, c, webGVR, "Web")
 	installCRD(t, c, knativeGVR, "Service")
 	installCRD(t, c, gadgetGVR, "Gadget")

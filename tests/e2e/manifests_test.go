@@ -80,7 +80,7 @@ func kustomize(t *testing.T, c *cluster.Cluster, dir string) []byte {
 }
 
 func TestInstallManifestsAreAcceptedByTheAPIServer(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	if err := c.InstallCertManagerCRDs(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func helmTemplate(t *testing.T, c *cluster.Cluster, set []string) []byte {
 }
 
 func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	if err := c.InstallCertManagerCRDs(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestChartIsAcceptedByTheAPIServerAndRegistersTheTestedWebhook(t *testing.T)
 }
 
 func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	for variant, v := range installVariants {
 		t.Run(variant, func(t *testing.T) {
 			checkWebhookConfiguration(t, kustomize(t, c, variant), confighash.Vocabulary{Reloader: true}, nil, v.namespaces...)
@@ -185,7 +185,7 @@ func TestInstalledWebhookConfigurationIsTheTestedOne(t *testing.T) {
 }
 
 func TestChartInstallsWhatKustomizeInstalls(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	for variant, v := range installVariants {
 		t.Run(variant, func(t *testing.T) {
 			fromKustomize, fromChart := installedObjects(t, kustomize(t, c, variant)), installedObjects(t, helmTemplate(t, c, v.chart))
@@ -342,7 +342,7 @@ func tokenKubeconfig(t *testing.T, c *cluster.Cluster, ns, sa string) (string, k
 }
 
 func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	ensureNamespaces(t, c, "confighash")
 	rbac := rbacOnly(t, kustomize(t, c, "manifests"))
@@ -362,8 +362,7 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 	t.Cleanup(func() {
 		_ = c.Client.CoreV1().Pods("confighash").Delete(context.Background(), own.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
-	t.Setenv("POD_NAME", own.Name)
-	t.Setenv("POD_NAMESPACE", "confighash")
+	setComponentEnv(t, "POD_NAME="+own.Name, "POD_NAMESPACE=confighash")
 	startWebhook(t, c, "--kubeconfig="+webhookConfig, "--namespace=confighash")
 	startWatcher(t, c, "--kubeconfig="+watcherConfig, "--namespace=confighash")
 	ns := labeledNamespace(t, c)
@@ -503,7 +502,7 @@ func TestComponentsWorkWithOnlyTheirOwnRBAC(t *testing.T) {
 }
 
 func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	ensureNamespaces(t, c, "confighash")
 	nsA, nsB, outside := labeledNamespace(t, c), labeledNamespace(t, c), labeledNamespace(t, c)
@@ -586,7 +585,7 @@ func TestNamespacedInstallWorksWithRoleBindingsAloneAndOnlyInItsNamespaces(t *te
 }
 
 func TestDashboardAndDocsNameOnlyServedMetrics(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	served := map[string]bool{}
 	// With alerts on, so that their metrics are served too.
 	for _, p := range []*component{startWebhook(t, c).component, startWatcher(t, c, alertArgs("http://127.0.0.1:9")...)} {
@@ -635,7 +634,7 @@ func TestDashboardAndDocsNameOnlyServedMetrics(t *testing.T) {
 }
 
 func TestChartSelfSignedWebhookWorksInChosenNamespacesWithItsRBAC(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	ensureNamespaces(t, c, "confighash")
 	ns := labeledNamespace(t, c)

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -21,7 +20,7 @@ import (
 // record, and a different pod-template hash: comparing them tells nothing of the
 // Secret (issue 32, point 3).
 func TestEqualSecretsInTwoNamespacesHaveDifferentDigests(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	var digests, hashes []string
 	for _, ns := range []string{labeledNamespace(t, c), labeledNamespace(t, c)} {
@@ -49,7 +48,7 @@ func TestEqualSecretsInTwoNamespacesHaveDifferentDigests(t *testing.T) {
 // each roll it, and leave one snapshot of the Secret: a snapshot is named by the data
 // it copies (issue 32, point 2; 21 copies before).
 func TestReferencesToAbsentKeysOfOneSecretMakeOneSnapshot(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -91,7 +90,7 @@ func TestReferencesToAbsentKeysOfOneSecretMakeOneSnapshot(t *testing.T) {
 // holding other data, is never pinned to: the admission goes through unpinned with a
 // warning, and nothing rolls to it (issue 32, point 5).
 func TestAnObjectUnderASnapshotsNameIsNotUsedUnlessItIsTheSnapshot(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	key := hashKey(t, c)

@@ -121,7 +121,7 @@ func annotated(t testing.TB, c *cluster.Cluster, ns, annotation string) []string
 // whose first wave cannot roll out halts with 15 held, through a restart of the
 // watcher, and one alert names the failed; the fix rolls every one once more.
 func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t) // among the longest: the own lane evens the lanes
 	const n, size = 20, 5
 	sink := newAlertSink(t, 0)
 	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
@@ -261,7 +261,7 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 // deadline is far off; the first wave's new pods crash-loop. The wave halts on the
 // pods, long before any deadline: 2 failed, 4 held, and the Event says why.
 func TestAWaveHaltsOnPodsThatCannotStart(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	const n, size = 6, 2
 	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
 	startWatcher(t, c, fmt.Sprintf("--wave-size=%d", size))
@@ -334,7 +334,7 @@ func crashNewPods(t testing.TB, c *cluster.Cluster, ns string, old map[string]bo
 // users each, in waves of 3, with at most 4 rolling across the cluster: never more
 // than 4 roll at once, and each rolls once.
 func TestMaxRollingCapsWavesAcrossNamespaces(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	const n, size, most = 6, 3, 4
 	startWebhook(t, c, fmt.Sprintf("--wave-size=%d", size))
 	startWatcher(t, c, fmt.Sprintf("--wave-size=%d", size), fmt.Sprintf("--max-rolling=%d", most))
@@ -376,7 +376,7 @@ func TestMaxRollingCapsWavesAcrossNamespaces(t *testing.T) {
 // ignored on its own, with a Warning Event on the Namespace, and the window stands.
 // Each Deployment says on itself that it is held, and until when, then that it rolled.
 func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)

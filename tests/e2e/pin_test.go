@@ -135,7 +135,7 @@ func pinnedWeb(t *testing.T, key, value string, change func(*appsv1.Deployment))
 // withAppConfig starts confighash and makes a labelled namespace with the ConfigMap
 // app-config holding key=value.
 func withAppConfig(t *testing.T, key, value string) (*cluster.Cluster, string, confighash.SourceRef) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -338,7 +338,7 @@ func snapshotNames(t *testing.T, c *cluster.Cluster, ns string, kind confighash.
 // names.
 func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 	const sweep = 2 * time.Second
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c, "--snapshot-sweep="+sweep.String())
 	ns := labeledNamespace(t, c)
@@ -415,7 +415,7 @@ func TestASnapshotNothingNamesIsSwept(t *testing.T) {
 // rollouts undo writes the old ReplicaSet's template back) names the old snapshot and
 // stays there through an unrelated write; the next change rolls forward once.
 func TestAPinnedRolloutKeepsItsOldDataThroughAnAbortAndAnUndo(t *testing.T) {
-	installRolloutCRD(t, cluster.Require(t, testCluster)) // before the watcher starts
+	installRolloutCRD(t, sharedCluster(t)) // before the watcher starts
 	c, ns, cfg := withAppConfig(t, "k", "0")
 	tmpl := fixtures.EnvFromTemplate(cfg.Name)
 	tmpl.Labels = map[string]string{"app": "canary"}
@@ -533,7 +533,7 @@ func sameSet(a, b []string) bool {
 // made again, with the same data and owned by the Deployment, once a watcher checks
 // it, and nothing rolls.
 func TestASnapshotGoneBeforeItsWorkloadOwnedItIsMadeAgain(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)

@@ -158,7 +158,7 @@ func snapshotMeta(name, source string) metav1.ObjectMeta {
 // immutable Opaque Secret), a Job beyond Pod Security's baseline, another object
 // (a ConfigMap that is not a snapshot, a Job confighash did not hash).
 func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	home := installElsewhere(t, c)
 	ns, off := labeledNamespace(t, c), namespace(t, c, nil)
@@ -428,7 +428,7 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 // its hash key elsewhere, or change its webhook configuration otherwise. Each refused
 // write passed its RBAC before the policy.
 func TestWebhookServiceAccountMakesOnlyTheWebhooksWrites(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	home := installElsewhere(t, c)
 	ns, off := labeledNamespace(t, c), namespace(t, c, nil)
@@ -533,7 +533,7 @@ func TestWebhookServiceAccountMakesOnlyTheWebhooksWrites(t *testing.T) {
 // certificate, or with one of another CA, is refused during the handshake and makes no
 // snapshot; the same review with the API server's certificate makes one.
 func TestWebhookWithAClientCAAnswersOnlyTheAPIServer(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ca := c.WebhookClientCA()
 	if ca == "" {
 		t.Skip("the control plane was started without a client certificate for webhooks; start it again")
@@ -648,7 +648,7 @@ func saying(message string, write func(context.Context, []string) error) func(co
 // the install's lets RBAC through, a pod deleted, created or evicted, and a write of
 // its status or ephemeral containers. Without that grant RBAC refuses those first.
 func TestWatcherServiceAccountRestartsOnlyPodsInPlace(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	home := installElsewhere(t, c)
 	ns, off := labeledNamespace(t, c), namespace(t, c, nil)

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/watches"
 )
 
@@ -19,7 +18,7 @@ import (
 // Before, the webhook's ServiceAccount could list every pod of the cluster, with their
 // env values, to find kube-system's konnectivity agents.
 func TestTheReadSetIsThePolicy(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ensureNamespaces(t, c, append([]string{"confighash"}, exampleNamespaces...)...)
 	tenant := exampleNamespaces[0]
 	variants := []struct {

@@ -7,14 +7,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestReloaderDocumentedExamples: workloads annotated as Reloader's documentation
 // shows, untouched, roll exactly when Reloader's documentation says, once per change.
 func TestReloaderDocumentedExamples(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -83,7 +82,7 @@ func TestReloaderDocumentedExamples(t *testing.T) {
 // within the pause period are held and roll the workload once, when it ends. The
 // workload says until when; a watcher restarted meanwhile holds them as long.
 func TestReloaderPausePeriodRollsChangesMadeDuringItOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -122,7 +121,7 @@ func TestReloaderPausePeriodRollsChangesMadeDuringItOnce(t *testing.T) {
 // namespace. A workload without annotations is hashed at its creation and rolls once
 // per change; one that opts out is left alone.
 func TestNamespaceLabelledAllOptsEveryWorkloadIn(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := namespace(t, c, map[string]string{confighash.InjectionLabel: confighash.InjectionEvery})
@@ -142,7 +141,7 @@ func TestNamespaceLabelledAllOptsEveryWorkloadIn(t *testing.T) {
 // them again, adopts the running ones without a rollout, and the next change rolls
 // each once.
 func TestNamespaceLabelledAllLaterActsOnEveryWorkload(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)

@@ -21,7 +21,7 @@ import (
 // alert, at debug level, the HMAC key appears in no log line, metric, Event,
 // annotation or alert, in any of its usual spellings.
 func TestTheHashKeyNeverLeaks(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	sink := newAlertSink(t, 0)
 	wh := startWebhook(t, c)
 	w := startWatcher(t, c, append(alertArgs(sink.URL), "--heal-after=1")...)

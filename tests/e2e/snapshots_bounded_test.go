@@ -123,7 +123,7 @@ func snapshotsHeld(t *testing.T, c *cluster.Cluster, ns string) (count int, size
 // all.
 func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testing.T) {
 	const sweep, maxCount, forged = 2 * time.Second, 10, 1000
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c, fmt.Sprintf("--snapshot-max-count=%d", maxCount))
 	ns := labeledNamespace(t, c)
 	value := bytes.Repeat([]byte("s"), 30<<10)
@@ -225,7 +225,7 @@ func TestForgedReviewsMakeAtMostTheBoundedSnapshotsAndTheSweepTakesThem(t *testi
 // ConfigMap itself and carries the hash, the user sees a warning, the watcher an Event,
 // and no snapshot is made for it.
 func TestAPinnedWorkloadBeyondTheCapIsAdmittedUnpinned(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c, "--snapshot-max-count=1")
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -272,7 +272,7 @@ func TestAPinnedWorkloadBeyondTheCapIsAdmittedUnpinned(t *testing.T) {
 // and both survive the sweeps.
 func TestTheSweepDeletesOnlySnapshotsConfighashMade(t *testing.T) {
 	const sweep = 2 * time.Second
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c, "--snapshot-sweep="+sweep.String())
 	ns := labeledNamespace(t, c)
@@ -338,7 +338,7 @@ func startCountedAPIServer(t *testing.T, c *cluster.Cluster) *countedAPIServer {
 // every user's revisions for every snapshot: 2 + 100 x 10 x 2 calls.)
 func TestTheSweepsCallsDoNotGrowWithSnapshotsTimesWorkloads(t *testing.T) {
 	const sweep, snapshots, users = 2 * time.Second, 100, 10
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "app", map[string]string{"k": "v"})

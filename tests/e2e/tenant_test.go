@@ -23,7 +23,7 @@ import (
 // the install's 256 Mi limit), the webhook admits the write with a warning, and a
 // change in a third namespace rolls its user once, within seconds.
 func TestAHostileNameListCostsOnlyItsWorkload(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c)
 	w := startWatcher(t, c)
 	victim := usedConfigMap(t, c)

@@ -31,7 +31,7 @@ func previousChart(t *testing.T, commit string) string {
 // release's chart, upgrades it to this one and rolls it back, each accepted by the API
 // server (no field it refuses to change, no object left behind), as users upgrade.
 func TestTheChartUpgradesFromThePreviousReleaseAndRollsBack(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	if err := c.InstallCertManagerCRDs(ctx); err != nil {
 		t.Fatal(err)

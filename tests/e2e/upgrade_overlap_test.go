@@ -109,9 +109,9 @@ func total(m map[string]int) int {
 // that reads only v1 records, and from the last whose watcher does not say what it
 // reads, each way round, every change made meanwhile rolls its users once.
 func TestAnUpgradeWithBothReleasesRunningRollsEachChangeOnce(t *testing.T) {
+	c := sharedCluster(t)
 	for _, from := range []string{previousRelease, lastUnannounced} {
 		t.Run("from "+from, func(t *testing.T) {
-			c := cluster.Require(t, testCluster)
 			previous, current := previousBinary(t, from), confighashBinary(t)
 			o := startOverlap(t, c, previous)
 
@@ -137,7 +137,7 @@ func TestAnUpgradeWithBothReleasesRunningRollsEachChangeOnce(t *testing.T) {
 // nothing, at the takeover or at a restart of the watcher, and the next change rolls
 // each user once.
 func TestARollbackRollsNothing(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	previous, current := previousBinary(t, lastUnannounced), confighashBinary(t)
 	o := startOverlap(t, c, current)
 	o.change("p2")
@@ -160,7 +160,7 @@ func TestARollbackRollsNothing(t *testing.T) {
 // them alone at their write, at a restart of the watcher and at an unrelated write;
 // a change of a source the workload uses rolls it once, in this release's form.
 func TestARecordOfALaterReleaseIsLeftAloneUntilASourceItUsesChanges(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)

@@ -127,7 +127,7 @@ func prebuildPrevious() {
 // they keep their records until a change of a source they use rolls each of them
 // once, in the namespaced form.
 func TestAnUpgradeRollsNothingUntilAChange(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	previous := previousBinary(t, previousRelease)
 	hook := startWebhookBinary(t, c, previous)
 	watcher := startBinary(t, c, previous, watcherArgs()...)

@@ -19,7 +19,7 @@ import (
 )
 
 func TestEachUsedSourceChangeRollsOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -55,7 +55,7 @@ func TestEachUsedSourceChangeRollsOnce(t *testing.T) {
 }
 
 func TestThreeChangesRollThreeTimesWithThreeHashes(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -88,7 +88,7 @@ func TestThreeChangesRollThreeTimesWithThreeHashes(t *testing.T) {
 }
 
 func TestChangesToWhatIsNotUsedRollNothing(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -109,7 +109,7 @@ func TestChangesToWhatIsNotUsedRollNothing(t *testing.T) {
 }
 
 func TestConfigMapAndSecretChangedTogetherRollOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c, "--debounce=1s")
 	ns := labeledNamespace(t, c)
@@ -122,7 +122,7 @@ func TestConfigMapAndSecretChangedTogetherRollOnce(t *testing.T) {
 }
 
 func TestDeletedSecretRollsOnlyWhenRecreatedWithOtherData(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -144,7 +144,7 @@ func TestDeletedSecretRollsOnlyWhenRecreatedWithOtherData(t *testing.T) {
 }
 
 func TestPolicyAnnotations(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -208,7 +208,7 @@ func TestPolicyAnnotations(t *testing.T) {
 }
 
 func TestChangeWhileTheWatcherIsDownRollsOnceWhenItReturns(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -238,7 +238,7 @@ func TestChangeWhileTheWatcherIsDownRollsOnceWhenItReturns(t *testing.T) {
 }
 
 func TestWatcherHealsWhatTheWebhookMissed(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	webhook := startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -259,7 +259,7 @@ func TestWatcherHealsWhatTheWebhookMissed(t *testing.T) {
 }
 
 func TestOnlyTheLeaderTouchesAndFailoverMissesNothing(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	const n = 40
@@ -313,7 +313,7 @@ func createFanOut(t *testing.T, c *cluster.Cluster, ns string, n int) {
 }
 
 func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t) // among the longest: the own lane evens the lanes
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -337,7 +337,7 @@ func TestFanOutRollsEachOfTwoHundredOnce(t *testing.T) {
 }
 
 func TestEveryKindRollsOnceOnAChange(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	// The watcher watches Rollouts when their CRD is served at its start.
 	installRolloutCRD(t, c)
 	startWebhook(t, c)
@@ -396,7 +396,7 @@ func TestEveryKindRollsOnceOnAChange(t *testing.T) {
 }
 
 func TestWatcherRestartsToWatchRolloutsInstalledAfterIt(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	uninstallRolloutCRD(t, c)
 	w := startWatcher(t, c)
 	installRolloutCRD(t, c)

@@ -33,7 +33,7 @@ import (
 // are refused unread, the others are admitted a few at a time and the rest shed, and
 // the webhook's peak RSS grows by far less; a real admission right after is hashed.
 func TestForgedReviewsCannotExhaustTheWebhook(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "cfg", map[string]string{"k": "v"})
@@ -89,7 +89,7 @@ func TestForgedReviewsCannotExhaustTheWebhook(t *testing.T) {
 // metadata list of the namespace (the webhook grew 253 MiB at 0579f85); the names now
 // come from the cache, and only the matched Secrets' versions are read.
 func TestNamePatternsCostNoListOfATenantsSources(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	wh := startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	start := peakRSSMiB(t, wh.cmd.Process.Pid)

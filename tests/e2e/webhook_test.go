@@ -29,7 +29,7 @@ import (
 )
 
 func TestWebhookHashesEveryKindAndPodsCarryIt(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
@@ -110,7 +110,7 @@ func unstructuredString(obj map[string]any, path ...string) (string, bool, error
 }
 
 func TestWebhookIsNotCalledForWhatDidNotOptIn(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	w := startWebhook(t, c)
 	ctx := t.Context()
 	probes := w.metric(t, "confighash_webhook_mutations_total") // startWebhook's dry runs
@@ -150,7 +150,7 @@ func TestWebhookIsNotCalledForWhatDidNotOptIn(t *testing.T) {
 }
 
 func TestSpecChangeKeepsTheHashAndDryRunAgrees(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	createEverySource(t, c, ns)
@@ -198,7 +198,7 @@ func TestSpecChangeKeepsTheHashAndDryRunAgrees(t *testing.T) {
 }
 
 func TestConfigMapInTheSameApplyIsSeen(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	key := hashKey(t, c)
@@ -255,7 +255,7 @@ spec:
 }
 
 func TestSourceWrittenJustBeforeAnUpdateIsHashedWithItsNewData(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	w := startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	key := hashKey(t, c)
@@ -292,7 +292,7 @@ func TestSourceWrittenJustBeforeAnUpdateIsHashedWithItsNewData(t *testing.T) {
 }
 
 func TestReaderReadsLiveWhatAStaleCacheCannotProve(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ns := labeledNamespace(t, c)
 	createConfigMap(t, c, ns, "changed", map[string]string{"k": "old"})
 	createConfigMap(t, c, ns, "deleted", map[string]string{"k": "v"})
@@ -380,7 +380,7 @@ func createBeforeItsSecret(t *testing.T, c *cluster.Cluster, ns string) (created
 }
 
 func TestDeploymentCreatedBeforeItsSecretRollsOnce(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -399,7 +399,7 @@ func TestDeploymentCreatedBeforeItsSecretRollsOnce(t *testing.T) {
 }
 
 func TestWritesSucceedWhileTheWebhookIsDown(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	w := startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	w.stop(t)
@@ -415,7 +415,7 @@ func TestWritesSucceedWhileTheWebhookIsDown(t *testing.T) {
 }
 
 func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	w := startWebhook(t, c)
 	before := w.servedCertificateSerial(t)
 	pid := w.cmd.Process.Pid
@@ -449,7 +449,7 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 }
 
 func TestTouchReadsFromTheCacheOnlyWhenItIsFreshEnough(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	w := startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	key := hashKey(t, c)
@@ -510,7 +510,7 @@ func TestTouchReadsFromTheCacheOnlyWhenItIsFreshEnough(t *testing.T) {
 }
 
 func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -539,7 +539,7 @@ func TestReplaceThatDropsTheRecordKeepsItAndDoesNotRoll(t *testing.T) {
 }
 
 func TestPatchCABundleSetsEveryWebhook(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	w := startWebhook(t, c)
 	other, err := certs.NewAuthority("other-ca", time.Hour)
 	if err != nil {
@@ -581,7 +581,7 @@ func TestPatchCABundleSetsEveryWebhook(t *testing.T) {
 }
 
 func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	ctx := t.Context()
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
@@ -628,7 +628,7 @@ func TestSelfSignedWebhookSetsItsOwnCABundle(t *testing.T) {
 // through the API server while the serving certificate is renewed five times; every
 // one is hashed, so no call to the webhook failed (failing open would leave it bare).
 func TestFaultCertificateRotationUnderAStreamOfAdmissionsFailsNoCall(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	w := startWebhook(t, c)
 	ns := labeledNamespace(t, c)
 	stop := make(chan struct{})

@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/confighash/confighash"
-	"github.com/confighash/confighash/tests/cluster"
 	"github.com/confighash/confighash/tests/fixtures"
 )
 
@@ -19,7 +18,7 @@ import (
 // match added in search mode rolled it at the next unrelated label change; an
 // exclude of a used ConfigMap rolled it.
 func TestWhatCountsChangingRollsNothing(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := sharedCluster(t)
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := labeledNamespace(t, c)
@@ -127,7 +126,7 @@ func TestWhatCountsChangingRollsNothing(t *testing.T) {
 // pods started. 20 s later the namespace is labelled: the 90 are adopted, none rolls;
 // the ten roll once each. (Reproduction: 10 of 20 such apps rolled.)
 func TestAppsAppliedWithTheirConfigMapsAreAdopted(t *testing.T) {
-	c := cluster.Require(t, testCluster)
+	c := isolatedCluster(t) // among the longest: the own lane evens the lanes
 	startWebhook(t, c)
 	w := startWatcher(t, c)
 	ns := namespace(t, c, nil)
