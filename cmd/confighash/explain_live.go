@@ -131,7 +131,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		in.InPlaceOff = slices.ContainsFunc(events[u.GetUID()], func(e corev1.Event) bool { return e.Reason == watcher.ReasonRollsInstead })
 		e := confighash.Explain(in)
 		if pacingErr != nil {
-			e.Problems = append(e.Problems, fmt.Sprintf("namespace %s: its pacing annotations are ignored: %v", ns, pacingErr))
+			e.Problems = append(e.Problems, fmt.Sprintf("namespace %s: ignored, the rest stands: %v", ns, pacingErr))
 		}
 		switch {
 		case in.Mode == confighash.ModeOff && !in.ModeUnseen:

@@ -140,11 +140,10 @@ func logChurn(tb testing.TB, samples []churnSample) {
 
 // TestChurnLeavesNothingBehind is the churn scenario, short: 2,000 cycles. After the
 // first quarter, neither component's RSS grows by more than 10%. What is kept for a
-// while by design fills within it: the flapping breaker keeps each changed source for
-// its window (5 minutes, the whole of this run; 10 s here), and client-go's caches of
-// recent Events hold the last 1,024 of each; what grows after is what nothing lets go of.
+// while by design fills within it (client-go's caches of recent Events hold the last
+// 1,024 of each); what grows after is what nothing lets go of.
 func TestChurnLeavesNothingBehind(t *testing.T) {
-	samples := churn(t, 2000, 20, "--flap-window=10s")
+	samples := churn(t, 2000, 20)
 	t.Log("| cycles | elapsed | webhook RSS MiB | webhook heap MiB | watcher RSS MiB | watcher heap MiB |")
 	logChurn(t, samples)
 	for _, name := range []string{"webhook", "watcher"} {

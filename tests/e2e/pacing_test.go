@@ -428,6 +428,13 @@ func TestARolloutWindowHoldsAChangeUntilItOpens(t *testing.T) {
 			t.Errorf("the Namespace's Warning Event %q does not say %q", bad, want)
 		}
 	}
+	// explain says it as the admission warning does: the one value ignored, the rest
+	// standing (the window holds the change).
+	if e := explainOne(t, c, ns, "deployment/web"); e.Verdict != confighash.VerdictHeld || !slices.ContainsFunc(e.Problems, func(p string) bool {
+		return strings.Contains(p, "ignored, the rest stands") && strings.Contains(p, `wave size "five"`)
+	}) {
+		t.Errorf("explain web: %s, problems %q; want held, the wave size ignored and the rest standing", e.Verdict, e.Problems)
+	}
 	for _, name := range names {
 		if s := statusOf(t, c, ns, name); s.Act != confighash.ActHeld || !s.Until.Equal(opens) || !strings.Contains(s.Why, "outside its rollout window") {
 			t.Errorf("%s says %+v; want held until %s, outside its rollout window", name, s, opens)
