@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 // one on the shared control plane, one on control planes of their own (the flood, the
 // churn and the faults that kill or compact theirs). The package takes about as long as
 // the longer lane, not as both together. A test joins a lane through sharedCluster or
-// isolatedCluster, or runs before both through quietCluster.
+// isolatedCluster, or after both through quietCluster.
 var sharedLane, ownLane = newLane(), newLane()
 
 // lane runs its tests one at a time, each in its turn: the order they took tickets in,
@@ -82,15 +82,23 @@ func newLane() *lane {
 // earlier tests are done; the lane goes on when the test's cleanups ran. A test may
 // enter again, through another helper: it is in already.
 func (l *lane) enter(t *testing.T) {
+	if ticket, ok := l.take(t); ok {
+		t.Parallel()
+		l.await(ticket)
+	}
+}
+
+// take gives the test the lane's next ticket, before it calls t.Parallel, and hands
+// the turn on when its cleanups ran; false when it has one already.
+func (l *lane) take(t *testing.T) (int, bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.in[t] {
-		l.mu.Unlock()
-		return
+		return 0, false
 	}
 	l.in[t] = true
 	ticket := l.next
 	l.next++
-	l.mu.Unlock()
 	t.Cleanup(func() {
 		l.mu.Lock()
 		delete(l.in, t)
@@ -98,20 +106,43 @@ func (l *lane) enter(t *testing.T) {
 		l.turn.Broadcast()
 		l.mu.Unlock()
 	})
-	t.Parallel()
+	return ticket, true
+}
+
+// await returns when it is the ticket's turn.
+func (l *lane) await(ticket int) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	for l.serving != ticket {
 		l.turn.Wait()
 	}
-	l.mu.Unlock()
 }
 
+// drain returns once the lane has run every test that took a ticket: after
+// t.Parallel, every test has.
+func (l *lane) drain() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.serving != l.next {
+		l.turn.Wait()
+	}
+}
+
+// quietLane runs the tests of quietCluster, after the two others.
+var quietLane = newLane()
+
 // quietCluster returns the shared control plane for a test that times a window of
-// milliseconds against a client's pace: it runs before the lanes start, with nothing
-// else on the machine (go test runs the tests that are not parallel first).
+// milliseconds against a client's pace: it runs once both lanes are done, alone on
+// the machine (the other packages of go test ./... take minutes, and are done too).
 func quietCluster(t *testing.T) *cluster.Cluster {
 	t.Helper()
-	return cluster.Require(t, testCluster)
+	c := cluster.Require(t, testCluster)
+	ticket, _ := quietLane.take(t)
+	t.Parallel()
+	sharedLane.drain()
+	ownLane.drain()
+	quietLane.await(ticket)
+	return c
 }
 
 // sharedCluster returns the shared control plane, once the test has it to itself.
