@@ -203,7 +203,8 @@ type Cache struct {
 	// stored, while a reader waits on it, is closed at the next object the cache
 	// stores (with NotifyStores); nil while none waits, so a store costs no channel.
 	stored chan struct{}
-	// written, set by Writes, is told of each object taken in with its metadata whole.
+	// written, set by Writes, is told of each ConfigMap and Secret taken in with its
+	// metadata whole.
 	written func(*Digested, metav1.Object)
 }
 
@@ -242,8 +243,11 @@ func New(client kubernetes.Interface, door watches.Door, filter Filter, csi dyna
 		c.generation.Add(1)
 		out, err := toDigested(obj)
 		if d, ok := out.(*Digested); ok && c.written != nil {
-			if meta, ok := obj.(metav1.Object); ok {
-				c.written(d, meta)
+			switch o := obj.(type) {
+			case *corev1.ConfigMap:
+				c.written(d, o)
+			case *corev1.Secret:
+				c.written(d, o)
 			}
 		}
 		return out, err
@@ -258,9 +262,10 @@ func New(client kubernetes.Interface, door watches.Door, filter Filter, csi dyna
 	return c, nil
 }
 
-// Writes has the cache tell written of each object it takes in, with its metadata
-// whole (who wrote it, its UID), before all but its Digested is dropped; call it
-// before Run. written runs on the informers' goroutines, and must be quick.
+// Writes has the cache tell written of each ConfigMap and Secret it takes in, with its
+// metadata whole (who wrote it, its UID), before all but its Digested is dropped; a
+// pod's report of a SecretProviderClass is not the class's write. Call it before Run.
+// written runs on the informers' goroutines, and must be quick.
 func (c *Cache) Writes(written func(d *Digested, meta metav1.Object)) { c.written = written }
 
 // Informers are the cache's informers by kind, for Relists.

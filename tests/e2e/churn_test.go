@@ -35,15 +35,15 @@ type churnSample struct {
 	elapsed   time.Duration
 }
 
-// churn runs cycles in samples steps, against a watcher started with watcherFlags, on a
+// churn runs cycles in samples steps, against a watcher with the bench's flags, on a
 // control plane of its own, and returns each step's sizes, the first taken before any
 // cycle. Its controllers are the rollout's, and the garbage collector, which deletes
 // each deleted Deployment's ReplicaSet.
-func churn(tb testing.TB, cycles, samples int, watcherFlags ...string) []churnSample {
+func churn(tb testing.TB, cycles, samples int) []churnSample {
 	tb.Helper()
 	c := isolatedCluster(tb, "deployment", "replicaset", "garbagecollector")
 	wh := startWebhook(tb, c, benchLogLevel, "--profiling")
-	w := startBenchWatcher(tb, c, append([]string{"--profiling"}, watcherFlags...)...)
+	w := startBenchWatcher(tb, c, "--profiling")
 	ns := labeledNamespace(tb, c)
 	victim := usedConfigMap(tb, c)
 	components := map[string]*component{"webhook": wh.component, "watcher": w}

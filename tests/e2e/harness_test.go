@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -698,7 +699,7 @@ func isolatedCluster(tb testing.TB, controllers ...string) *cluster.Cluster {
 	}
 	var opts cluster.Options // every controller, as the shared one
 	if len(controllers) > 0 {
-		opts.Controllers = append(controllers, "serviceaccount", "serviceaccount-token")
+		opts.Controllers = slices.Concat(controllers, []string{"serviceaccount", "serviceaccount-token"})
 	}
 	c, err := cluster.Start(context.Background(), opts)
 	if err != nil {
