@@ -154,7 +154,7 @@ func decide(in Input, sources Sources) (Decision, error) {
 		rolling := step{rolling: true, proven: in.Pods.Proven}
 		rolled, rolledUnproven := rolling.next(prev, d.Observations)
 		rolled, rolledObservations, rolledForm := in.namespaced(rolled, d.Observations, form, current)
-		if release := rolled.Hash(in.Key); prev != nil && in.State.Release != release && d.gated(current) {
+		if release := rolled.Hash(in.Key); prev != nil && in.State.Release != release && d.gated(current, s.Flapping) {
 			// Not released yet: the watcher rolls it when its wave or window comes.
 			if kept, held, ok := heldBack(in.Key, prev, next); ok {
 				next, d.Held, d.Release = kept, held, release
@@ -201,13 +201,14 @@ func (d Decision) Carried(s State) bool {
 }
 
 // gated reports whether only the watcher releases the workload's changes: waves or
-// windows apply to it, or a source that counts is paced in waves.
-func (d *Decision) gated(sources map[SourceRef]Source) bool {
+// windows apply to it, a source that counts is paced in waves, or the watcher marked
+// it held for sources that keep changing.
+func (d *Decision) gated(sources map[SourceRef]Source, flapping []Trigger) bool {
 	sourceWaves := false
 	for _, o := range d.Observations {
 		sourceWaves = sourceWaves || o.Counts && sources[o.SourceRef].WaveSize > 0
 	}
-	return gates(d.Pacing, sourceWaves)
+	return gates(Gating{Pacing: d.Pacing, SourceWaves: sourceWaves, Flapping: flapping})
 }
 
 // patternNames returns what the policy's name patterns are matched against: the

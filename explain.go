@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 )
 
 // Explain explains a workload from the decision the webhook and the watcher make.
@@ -78,7 +77,7 @@ func Explain(in ExplainInput) (e Explanation) {
 	e.Hash, e.TemplateHash = d.Record.Hash(key), state.Hash
 	switch {
 	case len(d.Held) > 0:
-		e.Verdict, e.Why = VerdictHeld, heldWhy(d, state, in.Now, &e)
+		e.Verdict, e.Why = VerdictHeld, heldWhy(d, state, in, &e)
 	case d.Converged:
 		e.Verdict, e.Why = VerdictUpToDate, "the recorded digests are the current ones, and the pod template carries their hash"
 		if e.TemplateHash == "" {
@@ -116,14 +115,16 @@ func Explain(in ExplainInput) (e Explanation) {
 
 // heldWhy says why a change due has not rolled, as the watcher decides it: the first
 // hold of the table that holds it, in its words.
-func heldWhy(d Decision, state State, now time.Time, e *Explanation) string {
+func heldWhy(d Decision, state State, in ExplainInput, e *Explanation) string {
 	facts, reason := HoldFacts{Failed: state.Held.Change, Windows: d.Pacing.Windows}, HoldWave
 	switch {
 	case state.Held.Hash == d.Release:
 		reason = HoldHalted
-	case !d.Pacing.Windows.Open(now):
-		reason, facts.Opens = HoldWindow, d.Pacing.Windows.NextOpen(now)
+	case !d.Pacing.Windows.Open(in.Now):
+		reason, facts.Opens = HoldWindow, d.Pacing.Windows.NextOpen(in.Now)
 		e.NextOpening = &facts.Opens
+	case len(state.Flapping) > 0:
+		return ListRefs(d.Held) + " changed; " + flappingWhy(state, in.Flapping)
 	}
 	return ListRefs(d.Held) + " changed; " + HoldOf(reason).Told(facts)
 }

@@ -22,7 +22,7 @@ func keylessVerdict(in ExplainInput, state State, d Decision, status Status) (ve
 	// A paced workload keeps its hash at any write the watcher did not release: only
 	// the touches it named tell what was hashed. So where the pacing is not known.
 	admitted := in.Admitted
-	if in.ModeUnseen || d.gated(in.Sources) {
+	if in.ModeUnseen || d.gated(in.Sources, state.Flapping) {
 		admitted = time.Time{}
 	}
 	var changed []string
@@ -56,6 +56,8 @@ func keylessVerdict(in ExplainInput, state State, d Decision, status Status) (ve
 	switch {
 	case !state.Held.IsZero():
 		return VerdictHeld, HoldOf(HoldHalted).Told(HoldFacts{Failed: state.Held.Change})
+	case len(state.Flapping) > 0:
+		return VerdictHeld, flappingWhy(state, in.Flapping)
 	case len(changed) == 0 && len(unknowns) > 0:
 		return VerdictUnknown, "the sources that count and could be read were last written before the workload's last admission, which hashed them; " + unknown + ", so whether a rollout is due is not known"
 	case len(changed) == 0:
@@ -162,3 +164,13 @@ func booleanOptIn(name string) bool {
 // booleanValues are the values a boolean annotation takes, as strconv.ParseBool reads
 // them.
 const booleanValues = `"true" or "false" (also 1, t, T, TRUE, True, 0, f, F, FALSE, False)`
+
+// flappingWhy tells the hold of a workload marked held for sources that keep
+// changing, and what the watcher last said of who writes them.
+func flappingWhy(state State, said string) string {
+	why := HoldOf(HoldFlapping).Told(HoldFacts{Flapping: state.Flapping})
+	if said != "" {
+		why += "; the watcher said: " + said
+	}
+	return why
+}

@@ -24,7 +24,8 @@ const (
 	HoldWindow HoldReason = "window"
 	// HoldWave: waiting for its wave (AnnotationWaveSize).
 	HoldWave HoldReason = "wave"
-	// HoldFlapping: a source whose change is due keeps changing (--flap-limit).
+	// HoldFlapping: the sources whose change is due keep changing (--flap-limit); a
+	// marker on the workload (AnnotationFlapping) holds it until they are quiet.
 	HoldFlapping HoldReason = "flapping"
 	// HoldPause: within the pause period after its last rollout (AnnotationPausePeriod).
 	HoldPause HoldReason = "pause"
@@ -33,12 +34,12 @@ const (
 // Hold is a row of the table of holds.
 type Hold struct {
 	Reason HoldReason
-	// Gates reports whether the hold may hold the workload's due changes, from its
-	// pacing and whether a source that counts rolls in waves: then the decision keeps
-	// the old digests of a due change (Decision.Held), every admission writes the old
-	// hash, and only the watcher releases it. Nil for a hold that gates nothing of its
-	// own: a halt holds only what a wave gated, and the watcher alone keeps the rest.
-	Gates func(p Pacing, sourceWaves bool) bool
+	// Gates reports whether the hold may hold the workload's due changes: then the
+	// decision keeps the old digests of a due change (Decision.Held), every admission
+	// writes the old hash, and only the watcher releases it. Nil for a hold that gates
+	// nothing of its own: a halt holds only what a wave gated, and the watcher alone
+	// keeps the pause.
+	Gates func(Gating) bool
 	// InPlace: a restart in place waits for it too (Restart).
 	InPlace bool
 	// Counted: the watcher counts the workloads it holds, a value of the metric
@@ -50,28 +51,47 @@ type Hold struct {
 	Says func(HoldFacts) (why, rolls string)
 }
 
+// Gating is what tells whether a hold gates a workload's changes: its pacing, whether
+// a source that counts rolls in waves, and the sources the watcher marked it held for
+// because they keep changing.
+type Gating struct {
+	Pacing      Pacing
+	SourceWaves bool
+	Flapping    []Trigger
+}
+
 // HoldFacts are what a hold's words tell of it: the change whose rollout failed, for
-// a halt; the rollout windows and when they next open, for a window.
+// a halt; the rollout windows and when they next open, for a window; the sources that
+// keep changing, for flapping.
 type HoldFacts struct {
-	Failed  Trigger
-	Windows Windows
-	Opens   time.Time
+	Failed   Trigger
+	Windows  Windows
+	Opens    time.Time
+	Flapping []Trigger
 }
 
 // Holds are the holds in the order the watcher and explain ask them: a halted wave,
-// the window, the wave; then those the watcher alone keeps.
+// the window, sources that keep changing, the wave; then the pause, which the watcher
+// alone keeps.
 var Holds = []Hold{
 	{Reason: HoldHalted, Counted: true, Says: func(f HoldFacts) (string, string) {
 		return fmt.Sprintf("its wave halted when the rollout of %s failed", f.Failed),
 			fmt.Sprintf("at the next change of that source, or when resumed (confighash resume, or remove %s)", AnnotationHeld)
 	}},
-	{Reason: HoldWindow, Gates: func(p Pacing, _ bool) bool { return p.Windows != nil }, InPlace: true, Counted: true, Says: func(f HoldFacts) (string, string) {
+	{Reason: HoldWindow, Gates: func(g Gating) bool { return g.Pacing.Windows != nil }, InPlace: true, Counted: true, Says: func(f HoldFacts) (string, string) {
 		return fmt.Sprintf("outside its rollout window (%s)", f.Windows), "when the window opens, at " + f.Opens.UTC().Format(time.RFC3339)
 	}},
-	{Reason: HoldWave, Gates: func(p Pacing, sourceWaves bool) bool { return p.WaveSize > 0 || sourceWaves }, InPlace: true, Counted: true, Says: func(HoldFacts) (string, string) {
+	{Reason: HoldFlapping, Gates: func(g Gating) bool { return len(g.Flapping) > 0 }, Counted: true, Says: func(f HoldFacts) (string, string) {
+		refs := make([]SourceRef, len(f.Flapping))
+		for i, t := range f.Flapping {
+			refs[i] = t.SourceRef
+		}
+		return fmt.Sprintf("%s kept changing, past the watcher's --flap-limit", ListRefs(refs)),
+			fmt.Sprintf("once, with the latest data, when no change has come for the watcher's --flap-quiet, or when resumed (confighash resume, or remove %s)", AnnotationFlapping)
+	}},
+	{Reason: HoldWave, Gates: func(g Gating) bool { return g.Pacing.WaveSize > 0 || g.SourceWaves }, InPlace: true, Counted: true, Says: func(HoldFacts) (string, string) {
 		return "waiting for its wave", "once the workloads before it have rolled out"
 	}},
-	{Reason: HoldFlapping, Counted: true},
 	{Reason: HoldPause, InPlace: true},
 }
 
@@ -87,11 +107,10 @@ func (h Hold) Told(f HoldFacts) string {
 	return why + ": it rolls " + rolls
 }
 
-// gates reports whether a hold of the table gates the changes of a workload of this
-// pacing.
-func gates(p Pacing, sourceWaves bool) bool {
+// gates reports whether a hold of the table gates the changes of a workload.
+func gates(g Gating) bool {
 	for _, h := range Holds {
-		if h.Gates != nil && h.Gates(p, sourceWaves) {
+		if h.Gates != nil && h.Gates(g) {
 			return true
 		}
 	}
@@ -111,4 +130,4 @@ func CountedHolds() []HoldReason {
 
 // Gated reports whether the watcher releases the workload's changes: a hold of the
 // table gates them (Holds).
-func (p Pacing) Gated() bool { return gates(p, false) }
+func (p Pacing) Gated() bool { return gates(Gating{Pacing: p}) }

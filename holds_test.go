@@ -18,7 +18,7 @@ func TestEachHoldDoesWhatItsRowSays(t *testing.T) {
 		HoldHalted:   {AnnotationHeld: marker}, // a marker alone, on a workload no wave gates
 		HoldWindow:   {AnnotationRolloutWindow: "Mon 09:00-10:00 UTC"},
 		HoldWave:     {AnnotationWaveSize: "5"},
-		HoldFlapping: {}, // the watcher's breaker, from its flags alone
+		HoldFlapping: {AnnotationFlapping: "ConfigMap/cfg@7"}, // the watcher's breaker's marker
 		HoldPause:    {AnnotationPausePeriod: "10m"},
 	}
 	// What a restart in place carries to wait for each hold.
@@ -58,15 +58,16 @@ func TestEachHoldDoesWhatItsRowSays(t *testing.T) {
 }
 
 // TestHoldsAreAskedInOneOrder: the watcher and explain ask a gated workload's holds in
-// the table's order, a halt before the window before the wave; the metric's values are
+// the table's order, a halt before the window before sources that keep changing before
+// the wave; the metric's values are
 // the counted rows, each once.
 func TestHoldsAreAskedInOneOrder(t *testing.T) {
 	var order []HoldReason
 	for _, h := range Holds {
 		order = append(order, h.Reason)
 	}
-	if i, j, k := slices.Index(order, HoldHalted), slices.Index(order, HoldWindow), slices.Index(order, HoldWave); !(i < j && j < k) {
-		t.Errorf("holds in the order %v, want halted, window, wave", order)
+	if i, j, f, k := slices.Index(order, HoldHalted), slices.Index(order, HoldWindow), slices.Index(order, HoldFlapping), slices.Index(order, HoldWave); !(i < j && j < f && f < k) {
+		t.Errorf("holds in the order %v, want halted, window, flapping, wave", order)
 	}
 	counted := CountedHolds()
 	if len(slices.Compact(slices.Sorted(slices.Values(counted)))) != len(counted) {
@@ -109,9 +110,10 @@ func TestAHoldIsToldInItsRowsWords(t *testing.T) {
 		{HoldHalted, held, State{Held: Marker{Change: change, Hash: "v1:1"}}, HoldFacts{Failed: change}},
 		{HoldWindow, inWindow, State{}, HoldFacts{Windows: windows, Opens: windows.NextOpen(now)}},
 		{HoldWave, held, State{}, HoldFacts{}},
+		{HoldFlapping, held, State{Flapping: []Trigger{change}}, HoldFacts{Flapping: []Trigger{change}}},
 	}
 	for _, c := range cases {
-		got := heldWhy(c.d, c.state, now, &Explanation{})
+		got := heldWhy(c.d, c.state, ExplainInput{Now: now}, &Explanation{})
 		why, rolls := HoldOf(c.reason).Says(c.facts)
 		if !strings.Contains(got, why) || !strings.Contains(got, rolls) {
 			t.Errorf("explain tells a %s hold as %q, want the row's words %q and %q", c.reason, got, why, rolls)

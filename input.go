@@ -45,6 +45,9 @@ type State struct {
 	// workload for, or that failed in it (AnnotationHeld, AnnotationFailed). One that
 	// cannot be read is none: it holds nothing.
 	Held, Failed Marker
+	// Flapping are the sources the watcher holds the workload for because they keep
+	// changing (AnnotationFlapping); one that cannot be read holds nothing.
+	Flapping []Trigger
 	// Others are the bytes of its annotations apart from those the webhook writes,
 	// when they are many (see annotationBytesOf).
 	Others AnnotationBytes
@@ -56,6 +59,7 @@ func (v Vocabulary) Read(w *Workload) State {
 		Release: w.Annotations[AnnotationRelease], Others: annotationBytesOf(w)}
 	s.Held, _ = ParseMarker(w.Annotations[AnnotationHeld])
 	s.Failed, _ = ParseMarker(w.Annotations[AnnotationFailed])
+	s.Flapping, _ = ParseFlapping(w.Annotations[AnnotationFlapping])
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
 	s.Pins = TemplatePins(w.Template)
 	if !s.Policy.OptOut {
@@ -93,7 +97,8 @@ func (s State) Equal(o State) bool {
 		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
 		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) && s.Form == o.Form &&
 		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
-		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed && s.Others == o.Others
+		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed &&
+		slices.Equal(s.Flapping, o.Flapping) && s.Others == o.Others
 }
 
 func errorText(err error) string {

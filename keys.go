@@ -29,7 +29,7 @@ var keys = [...][]string{
 		AnnotationInject, AnnotationOnly, AnnotationIncludeConfigMaps, AnnotationIncludeSecrets,
 		AnnotationExcludeConfigMaps, AnnotationExcludeSecrets, AnnotationSearch, AnnotationPausePeriod,
 		AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationHash, AnnotationSources,
-		AnnotationAdopted, AnnotationTrigger, AnnotationRelease, AnnotationHeld, AnnotationFailed, AnnotationStatus,
+		AnnotationAdopted, AnnotationTrigger, AnnotationRelease, AnnotationHeld, AnnotationFailed, AnnotationFlapping, AnnotationStatus,
 		AnnotationPinned, AnnotationRemakeSnapshots, AnnotationNotPinned, AnnotationRecreatedFrom,
 		AnnotationRecreateFinished, LabelRecreationOf, AnnotationReplaces, AnnotationRunOnChange, AnnotationRunDue,
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken,

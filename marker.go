@@ -46,3 +46,35 @@ func ParseMarker(text string) (Marker, error) {
 	}
 	return Marker{Change: triggers[0], Hash: hash}, nil
 }
+
+// maxFlappingBytes bounds the flapping marker (AnnotationFlapping): the triggers of a
+// few sources. The watcher writes the first that fit; a longer one is none.
+const maxFlappingBytes = 2048
+
+// FlappingMarker is the text of AnnotationFlapping for the sources that keep changing:
+// as many of their triggers as fit.
+func FlappingMarker(changes []Trigger) string {
+	text := ""
+	for _, t := range changes {
+		next := t.String()
+		if text != "" {
+			next = text + "," + next
+		}
+		if len(next) > maxFlappingBytes {
+			break
+		}
+		text = next
+	}
+	return text
+}
+
+// ParseFlapping reads AnnotationFlapping, "" as none.
+func ParseFlapping(text string) ([]Trigger, error) {
+	if text == "" {
+		return nil, nil
+	}
+	if len(text) > maxFlappingBytes {
+		return nil, fmt.Errorf("a flapping marker of %d bytes, more than %d", len(text), maxFlappingBytes)
+	}
+	return ParseTriggers(text)
+}

@@ -1,6 +1,8 @@
 package confighash
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,5 +37,26 @@ func TestParseMarkerRejects(t *testing.T) {
 				t.Fatalf("ParseMarker(%q) = %v, want an error", text, m)
 			}
 		})
+	}
+}
+
+// TestTheFlappingMarkerHoldsTheSourcesThatFit: the watcher writes the triggers of as
+// many sources as fit; a marker longer than that, which anyone who may edit the
+// workload can write, is read as none before it is split.
+func TestTheFlappingMarkerHoldsTheSourcesThatFit(t *testing.T) {
+	var changes []Trigger
+	for i := range 20 {
+		changes = append(changes, Trigger{SourceRef{Secret, fmt.Sprintf("%0200d", i)}, "123456"})
+	}
+	text := FlappingMarker(changes)
+	got, err := ParseFlapping(text)
+	if err != nil || len(got) == 0 || len(got) == len(changes) || !slices.Equal(got, changes[:len(got)]) {
+		t.Fatalf("ParseFlapping(FlappingMarker(20 long names)) = %d triggers, %v; want the first that fit in %d bytes", len(got), err, maxFlappingBytes)
+	}
+	if none, err := ParseFlapping(text + "," + text); err == nil || none != nil {
+		t.Fatalf("a marker of %d bytes: %v, %v; want an error and none", 2*len(text)+1, none, err)
+	}
+	if none, err := ParseFlapping(""); err != nil || none != nil {
+		t.Fatalf(`ParseFlapping("") = %v, %v; want none`, none, err)
 	}
 }

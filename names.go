@@ -69,6 +69,12 @@ const (
 	// AnnotationFailed is written by the watcher on a workload whose rollout of a
 	// source change failed and halted its wave: that change, as in AnnotationHeld.
 	AnnotationFailed = Domain + "/failed"
+	// AnnotationFlapping is written by the watcher on a workload it holds because the
+	// sources whose change is due keep changing: those sources, as triggers, at the change
+	// that tripped the breaker. While it is there every admission keeps the workload's
+	// hash, and a new leader holds it on; removing it rolls the workload once, with the
+	// latest data (confighash resume).
+	AnnotationFlapping = Domain + "/flapping"
 	// AnnotationStatus is written by the watcher on a workload's metadata: what it
 	// last decided for it, why and until when (see Status).
 	AnnotationStatus = Domain + "/status"

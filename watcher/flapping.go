@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // Flapping: a source whose data will not stop changing (two controllers writing one
@@ -54,6 +56,11 @@ type flaps struct {
 	changes []time.Time // counted, within the window, oldest first; at most limit+1
 	last    time.Time   // its last change, counted or not
 	held    time.Time   // when its users were held; zero while they are not
+	// ended is set when a hold ended, until the next: the markers its users still
+	// carry are to be removed, not held on. marked is when a marker of it was first
+	// met while it was not held (holdsMarked).
+	ended  bool
+	marked time.Time
 	// writers are the field managers of its last writes of data, the latest first,
 	// each learned as the write arrives; announced is what was last said of them.
 	writers   []string
@@ -89,7 +96,7 @@ func (b *flapBreaker) changed(src sourceIn, now time.Time) (tripped bool) {
 		f.changes = f.changes[1:]
 	}
 	if f.held.IsZero() && len(f.changes) > b.limit {
-		f.held = now
+		f.held, f.ended = now, false
 		return true
 	}
 	return false
@@ -132,7 +139,7 @@ func (b *flapBreaker) holds(src sourceIn, now time.Time) (bool, time.Time) {
 	case !f.held.IsZero() && now.Sub(f.last) < b.quiet:
 		return true, f.last.Add(b.quiet)
 	case !f.held.IsZero():
-		f.held, f.changes, f.writers, f.announced = time.Time{}, nil, nil, ""
+		f.held, f.changes, f.writers, f.announced, f.ended = time.Time{}, nil, nil, "", true
 	}
 	if now.Sub(f.last) > b.window {
 		delete(b.sources, src)
@@ -162,10 +169,42 @@ func (b *flapBreaker) wrote(src sourceIn, meta metav1.Object) {
 	}
 }
 
+// holdsMarked is holds for a workload marked held for the source (AnnotationFlapping).
+// A source the breaker does not hold, as after a restart or on a new leader, which
+// count only the changes they saw, holds the marked workload until it has not changed
+// for the quiet period since the breaker first met its marker; the source's other
+// users, unmarked, roll: a marker anyone who may annotate a workload can write holds
+// that workload alone. One whose hold the breaker ended is let go, and with no limit
+// nothing is held: the marker is removed.
+func (b *flapBreaker) holdsMarked(src sourceIn, now time.Time) (bool, time.Time) {
+	if held, until := b.holds(src, now); held || b.limit <= 0 {
+		return held, until
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.sources[src]
+	if f == nil {
+		f = &flaps{}
+		b.sources[src] = f
+	}
+	if f.ended {
+		return false, time.Time{}
+	}
+	if f.marked.IsZero() {
+		f.marked = now
+	}
+	until := f.marked
+	if f.last.After(until) {
+		until = f.last
+	}
+	until = until.Add(b.quiet)
+	return now.Before(until), until
+}
+
 // hold is what the breaker tells of a held source.
 type hold struct {
 	changes int       // within the window, counted
-	writers []string  // the latest first
+	writers []string  // the latest first, at most maxWriters
 	uid     types.UID // the source's, once read
 }
 
@@ -176,10 +215,11 @@ func (h hold) object(src sourceIn) *corev1.ObjectReference {
 
 // String says who writes the source, for Events and alerts: `"a" and "b"`, or "an
 // unknown writer". Each name is quoted: anyone who may write the source chooses it,
-// and one that reads as two names, or as a sentence, is seen for what it is.
+// and one that reads as two names, or as a sentence, is seen for what it is. The names
+// are sorted: two writers taking turns are the same news whoever wrote last.
 func (h hold) String() string {
 	quoted := make([]string, len(h.writers))
-	for i, w := range h.writers {
+	for i, w := range slices.Sorted(slices.Values(h.writers)) {
 		quoted[i] = strconv.Quote(w)
 	}
 	switch len(quoted) {
@@ -221,31 +261,42 @@ func (b *flapBreaker) announce(src sourceIn) (hold, bool) {
 }
 
 // heldByFlapping holds the workload when every source whose change is due to roll it
-// keeps changing, and reports whether it does: no touch, a Warning Event on the
-// workload and on each source naming who writes it, and a check again when the hold
-// may end. A due change of any other source rolls it, with every source's latest data.
-func (pc *pacer) heldByFlapping(key workloadKey, v *view, d confighash.Decision) bool {
-	due := triggers(v, d.Record, pc.sources)
+// keeps changing, and reports whether it does. The hold is written on the workload
+// (AnnotationFlapping), where the webhook reads it: no write of the workload rolls it
+// meanwhile, and a new leader holds it on from the marker (holdsMarked). A Warning Event on
+// the workload and on each source names who writes it; the workload is checked again
+// when the hold may end. A due change of any other source rolls it, with every
+// source's latest data.
+func (pc *pacer) heldByFlapping(ctx context.Context, key workloadKey, v *view, due []confighash.Trigger) (bool, error) {
 	if len(due) == 0 {
-		return false
+		return false, nil
 	}
 	now := time.Now()
 	var until time.Time
 	srcs := make([]sourceIn, len(due))
 	for i, t := range due {
 		srcs[i] = sourceIn{v.Namespace, t.SourceRef}
-		held, end := pc.flapping.holds(srcs[i], now)
+		holds := pc.flapping.holds
+		if slices.ContainsFunc(v.Flapping, func(m confighash.Trigger) bool { return m.SourceRef == t.SourceRef }) {
+			holds = pc.flapping.holdsMarked
+		}
+		held, end := holds(srcs[i], now)
 		if !held {
-			return false
+			return false, nil
 		}
 		if end.After(until) {
 			until = end
 		}
 	}
 	says := make([]string, len(srcs))
+	learnt := false
 	for i, src := range srcs {
 		h, news := pc.flapping.announce(src)
+		learnt = learnt || h.changes > 0
 		says[i] = fmt.Sprintf("%s changed %d times within %s, written by %s", src.ref, h.changes, pc.flapping.window, h)
+		if h.changes == 0 {
+			says[i] = fmt.Sprintf("%s is marked as changing too often (%s), held on until it has not changed for %s", src.ref, confighash.AnnotationFlapping, pc.flapping.quiet)
+		}
 		if news {
 			pc.log.Warn().Str("namespace", src.namespace).Stringer("source", src.ref).Strs("writers", h.writers).Int("changes", h.changes).
 				Msg("a source keeps changing: its users are held at their current revision")
@@ -255,13 +306,33 @@ func (pc *pacer) heldByFlapping(key workloadKey, v *view, d confighash.Decision)
 		}
 	}
 	said := strings.Join(says, "; ")
-	if pc.hold(key, confighash.HoldFlapping, said) {
+	if len(v.Flapping) == 0 {
+		held := confighash.Status{Act: confighash.ActHeld, At: now, Why: said}
+		marker := annotationsPatch(map[string]any{confighash.AnnotationFlapping: confighash.FlappingMarker(due), confighash.AnnotationStatus: held.Text()})
+		if _, err := pc.workloads.patch(ctx, v, marker); err != nil {
+			return true, err
+		}
+	}
+	// A hold taken on from the marker alone has nothing new to say.
+	if pc.hold(key, confighash.HoldFlapping, said) && learnt {
 		pc.report.EventOn(v, corev1.EventTypeWarning, "FlappingHeld", fmt.Sprintf(
 			"held at its current revision: %s; it rolls once, with the latest data, when no change has come for %s (or confighash resume)", said, pc.flapping.quiet))
 		pc.report.alert(alert.Held, v, due, said)
 	}
 	pc.queue.AddAfter(key, until.Sub(now))
-	return true
+	return true, nil
+}
+
+// changesOf are the changes of the sources of a namespace, at the versions the cache
+// holds; a source it does not hold is left out.
+func changesOf(namespace string, refs []confighash.SourceRef, sources *sourcecache.Cache) []confighash.Trigger {
+	var out []confighash.Trigger
+	for _, ref := range refs {
+		if d, ok := sources.Lookup(namespace, ref); ok {
+			out = append(out, confighash.Trigger{SourceRef: ref, ResourceVersion: d.ResourceVersion})
+		}
+	}
+	return out
 }
 
 // dataWriter returns the field manager of the object's last write of data: of the

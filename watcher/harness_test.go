@@ -58,6 +58,9 @@ type harness struct {
 	t   *testing.T
 	ctx context.Context
 	w   *Watcher
+	// cfg is the watcher's; stop stops it.
+	cfg  Config
+	stop context.CancelFunc
 	// client is the watcher's; its tracker holds the objects.
 	client  *fake.Clientset
 	mutator *webhook.Mutator
@@ -113,13 +116,30 @@ func newHarness(t *testing.T, cfg Config, objects ...runtime.Object) *harness {
 	if cfg.HealAfter == 0 {
 		cfg.HealAfter = 3
 	}
-	if h.w, err = New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = h.w.Run(h.ctx) }()
-	waitUntil(t, h.w.Synced)
-	h.sync(harnessKey(confighash.Deployment, harnessProbe)) // told of its first version
+	h.cfg = cfg
+	h.start()
 	return h
+}
+
+// start starts a watcher on the API server: it knows only what the objects say.
+func (h *harness) start() {
+	h.t.Helper()
+	w, err := New(h.cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(h.ctx)
+	h.w, h.stop = w, stop
+	go func() { _ = w.Run(ctx) }()
+	waitUntil(h.t, w.Synced)
+	h.sync(harnessKey(confighash.Deployment, harnessProbe)) // told of its first version
+}
+
+// failOver stops the watcher and starts another, as a new leader takes over.
+func (h *harness) failOver() {
+	h.t.Helper()
+	h.stop()
+	h.start()
 }
 
 // harnessKey names a workload of the harness's namespace.

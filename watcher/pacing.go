@@ -67,8 +67,8 @@ func (pc *pacer) wrote(d *sourcecache.Digested, meta metav1.Object) {
 }
 
 // paced reports whether the workload's due change is to be released now, or holds it:
-// while a halted wave holds it, outside its rollout window or its pause period, and
-// until its wave comes.
+// while a halted wave holds it, outside its rollout window or its pause period, while
+// the sources due keep changing, and until its wave comes.
 func (pc *pacer) paced(ctx context.Context, key workloadKey, v *view, d confighash.Decision) (release bool, err error) {
 	now := time.Now()
 	if pc.heldByHalt(v, d) {
@@ -94,6 +94,9 @@ func (pc *pacer) paced(ctx context.Context, key workloadKey, v *view, d configha
 		}
 		pc.queue.AddAfter(key, at.Sub(now)) // a pause within an open window is no hold
 		return false, nil
+	}
+	if held, err := pc.heldByFlapping(ctx, key, v, changesOf(v.Namespace, d.Held, pc.sources)); held || err != nil {
+		return false, err
 	}
 	if wv := pc.waveOf(v, d); wv != nil {
 		return pc.joinWave(ctx, key, v, d, wv)

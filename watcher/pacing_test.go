@@ -3,6 +3,7 @@ package watcher
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,74 @@ func TestASourceThatKeepsChangingHoldsItsUsersPastFlapLimit(t *testing.T) {
 				t.Errorf("%d Flapping Events on the ConfigMap, want %d", got, tt.held)
 			}
 		})
+	}
+}
+
+// TestTheFlappingHoldLivesOnTheWorkload: the breaker's hold is written on the workload,
+// where the webhook reads it: a user's write of the held workload rolls nothing, a new
+// leader holds it on while the source goes on changing, and lets it roll once, with
+// the latest data, when the source has been quiet.
+func TestTheFlappingHoldLivesOnTheWorkload(t *testing.T) {
+	const limit, quiet = 2, 3 * time.Second
+	h := newHarness(t, Config{FlapLimit: limit, FlapWindow: time.Hour, FlapQuiet: quiet}, harnessConfigMap("cfg", nil), harnessDeployment("web", nil, "cfg"))
+	web := harnessKey(confighash.Deployment, "web")
+	for range limit + 1 {
+		h.change(confighash.ConfigMap, "cfg")
+		h.sync(web)
+	}
+	if got := h.annotation(web, confighash.AnnotationFlapping); !strings.HasPrefix(got, "ConfigMap/cfg@") {
+		t.Fatalf("held, %s = %q; want the ConfigMap's change", confighash.AnnotationFlapping, got)
+	}
+	h.caughtUp()
+	h.write(web)
+	if r := h.rolloutsOf(web); r != limit {
+		t.Fatalf("a user's write of the held workload: %d rollouts, want %d", r, limit)
+	}
+
+	h.failOver()
+	h.change(confighash.ConfigMap, "cfg")
+	h.caughtUp()
+	h.sync(web)
+	if r := h.rolloutsOf(web); r != limit {
+		t.Fatalf("a new leader, the source still changing: %d rollouts, want %d", r, limit)
+	}
+	h.write(web)
+	if r := h.rolloutsOf(web); r != limit {
+		t.Fatalf("a user's write after the failover: %d rollouts, want %d", r, limit)
+	}
+
+	time.Sleep(quiet)
+	h.sync(web)
+	if r := h.rolloutsOf(web); r != limit+1 {
+		t.Fatalf("quiet for --flap-quiet: %d rollouts, want %d: one more, with the latest data", r, limit+1)
+	}
+	if got := h.annotation(web, confighash.AnnotationFlapping); got != "" {
+		t.Errorf("released, %s = %q; want it removed", confighash.AnnotationFlapping, got)
+	}
+}
+
+// TestAForgedFlappingMarkerHoldsItsOwnWorkloadForTheQuietPeriod: anyone who may
+// annotate a workload may write the flapping marker. It holds that workload alone, and
+// only for --flap-quiet after the change it meets: another user of the source rolls at
+// once, and the forged one rolls once the quiet period has passed.
+func TestAForgedFlappingMarkerHoldsItsOwnWorkloadForTheQuietPeriod(t *testing.T) {
+	const quiet = 2 * time.Second
+	forged := map[string]string{confighash.AnnotationFlapping: "ConfigMap/cfg@1"}
+	h := newHarness(t, Config{FlapLimit: 10, FlapWindow: time.Hour, FlapQuiet: quiet}, harnessConfigMap("cfg", nil),
+		harnessDeployment("forged", forged, "cfg"), harnessDeployment("other", nil, "cfg"))
+	marked, other := harnessKey(confighash.Deployment, "forged"), harnessKey(confighash.Deployment, "other")
+	h.change(confighash.ConfigMap, "cfg")
+	h.sync(marked)
+	h.sync(other)
+	if r, o := h.rolloutsOf(marked), h.rolloutsOf(other); r != 0 || o != 1 {
+		t.Fatalf("a change: the marked one rolled %d times, the other %d; want 0 and 1", r, o)
+	}
+	time.Sleep(quiet)
+	h.sync(marked)
+	if r := h.rolloutsOf(marked); r != 1 {
+		t.Fatalf("quiet for --flap-quiet: the marked one rolled %d times, want 1", r)
+	}
+	if got := h.annotation(marked, confighash.AnnotationFlapping); got != "" {
+		t.Errorf("released, %s = %q; want it removed", confighash.AnnotationFlapping, got)
 	}
 }

@@ -103,9 +103,11 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		return w.converged(ctx, key, v)
 	case len(d.Unproven) > 0:
 		return w.record(ctx, key, v, d)
-	case w.pacer.heldByFlapping(key, v, d):
-		return nil
-	case w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0:
+	}
+	if held, err := w.pacer.heldByFlapping(ctx, key, v, triggers(v, d.Record, w.sources)); held || err != nil {
+		return err
+	}
+	if w.queue.NumRequeues(key) >= w.cfg.HealAfter && len(d.Pins) == 0 && len(v.Pins) == 0 {
 		// A pinned workload is left to the webhook, which makes its snapshots.
 		return w.heal(ctx, key, v, d)
 	}
@@ -369,8 +371,8 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 }
 
 // release touches the workload with AnnotationRelease set to the hash it is due, so
-// the webhook rolls it, and clears the markers of a wave that halted; a Job it
-// recreates.
+// the webhook rolls it, and clears the markers of a wave that halted and of sources
+// that kept changing; a Job it recreates.
 func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
 	released := *v
 	released.Release = d.Release
@@ -389,7 +391,7 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	}
 	w.tracking.pause(key, due.Policy.PausePeriod)
 	trig := triggers(v, due.Record, w.sources)
-	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil}
+	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil, confighash.AnnotationFlapping: nil}
 	maps.Copy(others, w.jobs.runMark(v, due))
 	if due.Hash != v.Hash {
 		others = withStatus(others, rolled(trig, due.Policy.PausePeriod))

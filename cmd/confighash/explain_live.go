@@ -211,16 +211,6 @@ func flappingOf(events map[types.UID][]corev1.Event) map[types.UID]string {
 	return out
 }
 
-// flappingHolds is flappingOf the namespace's Events; one who may not list them is told
-// nothing of a hold.
-func flappingHolds(ctx context.Context, client kubernetes.Interface, ns string) map[types.UID]string {
-	events, err := watcherWarnings(ctx, client, ns)
-	if err != nil {
-		return nil
-	}
-	return flappingOf(events)
-}
-
 // userKubeconfig loads a user's kubeconfig as kubectl does, and the namespace: the
 // one given, or else the context's.
 func userKubeconfig(path, context, namespace string) (*rest.Config, string, error) {

@@ -2,20 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"regexp"
+	"slices"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/confighash/confighash"
 )
@@ -26,9 +23,9 @@ const resumeSummary = `confighash resume: roll what a halted wave holds, or what
   confighash resume deployment/web -n shop    one workload
 
 A workload a halted wave holds: it removes its ` + confighash.AnnotationHeld + ` annotation, as kubectl annotate ... ` + confighash.AnnotationHeld + `- does,
-and the watcher rolls it in waves again. A workload held because a source keeps changing (its FlappingHeld Event):
-it writes the source's current version in its ` + confighash.AnnotationTrigger + ` annotation, as the watcher does, and it rolls at once,
-with the latest data; while the source goes on changing, the watcher holds it again.`
+and the watcher rolls it in waves again. A workload held because a source keeps changing: it removes its
+` + confighash.AnnotationFlapping + ` annotation, and it rolls at once, with the latest data; while the source goes on changing,
+the watcher holds it again.`
 
 type resumeConfig struct {
 	kubeconfig, context, namespace string
@@ -66,47 +63,33 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return err
-	}
-	flapping := flappingHolds(ctx, client, ns)
-	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, confighash.AnnotationHeld))
 	resumed, rolled := 0, 0
 	var malformed []error
 	err = listWorkloads(ctx, dyn, ns, kinds, func(k confighash.Kind, u *unstructured.Unstructured) error {
-		text, ok := u.GetAnnotations()[confighash.AnnotationHeld]
-		if !ok {
-			said, flapped := flapping[u.GetUID()]
-			if !flapped {
-				return nil
-			}
-			touched, err := held.resumeFlapping(ctx, client, dyn, k, u, said)
-			if touched != "" {
-				fmt.Fprintf(stdout, "touched %s/%s, held because %s kept changing: it rolls now, with the latest data, if a change is due\n", k.Kind, u.GetName(), touched)
-				rolled++
-			}
-			return err
-		}
-		marker, err := confighash.ParseMarker(text)
-		if err == nil && marker.IsZero() {
-			err = errors.New("empty")
-		}
-		if err != nil {
+		annotation, changes, err := heldFor(u.GetAnnotations())
+		switch {
+		case annotation == "":
+			return nil
+		case err != nil:
 			// Whoever may edit the workload writes the marker: name it, and go on.
 			if held.selects(k.Kind, u.GetName(), nil) {
-				malformed = append(malformed, fmt.Errorf("%s %s/%s: %s: %w", k.Kind, ns, u.GetName(), confighash.AnnotationHeld, err))
+				malformed = append(malformed, fmt.Errorf("%s %s/%s: %s: %w", k.Kind, ns, u.GetName(), annotation, err))
 			}
 			return nil
-		}
-		if !held.selects(k.Kind, u.GetName(), &marker.Change.SourceRef) {
+		case !slices.ContainsFunc(changes, func(c confighash.Trigger) bool { return held.selects(k.Kind, u.GetName(), &c.SourceRef) }):
 			return nil
 		}
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, annotation))
 		api := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns)
 		if _, err := api.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "confighash-resume"}); err != nil {
 			return fmt.Errorf("resume %s %s/%s: %w", k.Kind, ns, u.GetName(), err)
 		}
-		fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), marker.Change)
+		if annotation == confighash.AnnotationFlapping {
+			fmt.Fprintf(stdout, "resumed %s/%s, held because %s kept changing: it rolls now, with the latest data, if a change is due\n", k.Kind, u.GetName(), confighash.FormatTriggers(changes))
+			rolled++
+			return nil
+		}
+		fmt.Fprintf(stdout, "resumed %s/%s, held for %s\n", k.Kind, u.GetName(), changes[0])
 		resumed++
 		return nil
 	})
@@ -114,7 +97,7 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	if len(malformed) > 0 {
-		return badInput("%v; remove it with kubectl annotate ... %s-", errors.Join(malformed...), confighash.AnnotationHeld)
+		return badInput("%v; remove it with kubectl annotate ... <annotation>-", errors.Join(malformed...))
 	}
 	if resumed+rolled == 0 {
 		return badInput("nothing in %s is held for %s", ns, positional[0])
@@ -125,50 +108,25 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	return nil
 }
 
-// flappingChanged finds the sources a FlappingHeld Event names.
-var flappingChanged = regexp.MustCompile(`\b(ConfigMap|Secret)/([a-z0-9.-]+) changed \d+ times`)
-
-// resumeFlapping touches a workload the watcher holds because a source keeps changing,
-// if the target selects it: the source's current version in its trigger annotation,
-// so that the webhook rolls it with the latest data. It returns the sources named.
-func (t heldTarget) resumeFlapping(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, k confighash.Kind, u *unstructured.Unstructured, said string) (string, error) {
-	var triggers []confighash.Trigger
-	for _, m := range flappingChanged.FindAllStringSubmatch(said, -1) {
-		ref := confighash.SourceRef{Kind: confighash.SourceKind(m[1]), Name: m[2]}
-		if !t.selects(k.Kind, u.GetName(), &ref) {
-			continue
+// heldFor reads the marker of a held workload: the halted wave's (AnnotationHeld) and
+// its change, or the flapping breaker's (AnnotationFlapping) and the sources that kept
+// changing; "" for a workload with neither.
+func heldFor(annotations map[string]string) (annotation string, changes []confighash.Trigger, err error) {
+	if text, ok := annotations[confighash.AnnotationHeld]; ok {
+		m, err := confighash.ParseMarker(text)
+		if err == nil && m.IsZero() {
+			err = errors.New("empty")
 		}
-		var meta metav1.Object
-		var err error
-		if ref.Kind == confighash.ConfigMap {
-			meta, err = client.CoreV1().ConfigMaps(u.GetNamespace()).Get(ctx, ref.Name, metav1.GetOptions{})
-		} else {
-			meta, err = client.CoreV1().Secrets(u.GetNamespace()).Get(ctx, ref.Name, metav1.GetOptions{})
+		return confighash.AnnotationHeld, []confighash.Trigger{m.Change}, err
+	}
+	if text, ok := annotations[confighash.AnnotationFlapping]; ok {
+		changes, err := confighash.ParseFlapping(text)
+		if err == nil && len(changes) == 0 {
+			err = errors.New("empty")
 		}
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", ref, err)
-		}
-		triggers = append(triggers, confighash.Trigger{SourceRef: ref, ResourceVersion: meta.GetResourceVersion()})
+		return confighash.AnnotationFlapping, changes, err
 	}
-	if len(triggers) == 0 {
-		return "", nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{confighash.AnnotationTrigger: confighash.FormatTriggers(triggers)}}})
-	if err != nil {
-		return "", err
-	}
-	api := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(u.GetNamespace())
-	if _, err := api.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "confighash-resume"}); err != nil {
-		return "", fmt.Errorf("roll %s %s/%s: %w", k.Kind, u.GetNamespace(), u.GetName(), err)
-	}
-	refs := make([]confighash.SourceRef, len(triggers))
-	for i, tr := range triggers {
-		refs[i] = tr.SourceRef
-	}
-	return confighash.ListRefs(refs), nil
+	return "", nil, nil
 }
 
 // heldTarget is what a resume selects: the workloads held for a change of a source, or

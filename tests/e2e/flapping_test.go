@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -131,4 +135,118 @@ func namesBoth(t testing.TB, c *cluster.Cluster, ns, name, reason string, writer
 		}
 	}
 	return false
+}
+
+// TestAFlappingHoldHoldsThroughAWriteAndANewLeader: the breaker's hold is on the
+// workloads, where the webhook reads it. Two writers fight over a Secret its 3 users
+// read; once held, a user's annotate of one rolls nothing, and neither does the
+// watcher's leader dying while the fight goes on (it rolled the 3 sixty times in 25 s
+// when the hold lived in the leader's memory): the new leader holds them on, and each
+// rolls once, to the last data, when the Secret is quiet. Rollouts are counted by the
+// Deployments' revisions, which no history limit caps.
+func TestAFlappingHoldHoldsThroughAWriteAndANewLeader(t *testing.T) {
+	c := sharedCluster(t)
+	startWebhook(t, c)
+	const quiet = 10 * time.Second
+	flags := append(slices.Clone(fastLease), fmt.Sprintf("--flap-quiet=%s", quiet))
+	leader := startWatcher(t, c, flags...)
+	ns := labeledNamespace(t, c)
+	ctx := t.Context()
+	createSecret(t, c, ns, "tls", map[string]string{"tls.crt": "0"})
+	users := []string{"d1", "d2", "d3"}
+	for _, name := range users {
+		createDeployment(t, c, ns, fixtures.Deployment(name, 1, fixtures.SecretVolumeTemplate("tls")))
+	}
+	revisions := func() map[string]string {
+		out := map[string]string{}
+		for _, name := range users {
+			d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = d.Annotations["deployment.kubernetes.io/revision"]
+		}
+		return out
+	}
+	waitFor(t, 30*time.Second, "each Deployment at revision 1", func() bool {
+		return maps.Equal(revisions(), map[string]string{"d1": "1", "d2": "1", "d3": "1"})
+	})
+
+	// The fight: two writers, each undoing the other twice a second, until stopped.
+	writers := []string{"issuer-a", "issuer-b"}
+	stop, fought := make(chan struct{}), make(chan int)
+	go func() {
+		i := 0
+		defer func() { fought <- i }()
+		for tick := time.NewTicker(500 * time.Millisecond); i < 600; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			s, err := c.Client.CoreV1().Secrets(ns).Get(ctx, "tls", metav1.GetOptions{})
+			if err == nil {
+				s.Data = map[string][]byte{"tls.crt": []byte(fmt.Sprint(i + 1))}
+				_, err = c.Client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: writers[i%2]})
+			}
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("write the Secret: %v", err)
+				return
+			}
+		}
+	}()
+	stopFight := sync.OnceValue(func() int { close(stop); return <-fought })
+	t.Cleanup(func() { stopFight() })
+
+	// Held, and the rollout of the change before the hold under way in each: its
+	// revision is known once the Deployment controller has seen its latest template.
+	waitFor(t, 60*time.Second, "the 3 users marked held, their last rollout seen", func() bool {
+		for _, name := range users {
+			d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || d.Annotations[confighash.AnnotationFlapping] == "" || d.Status.ObservedGeneration != d.Generation {
+				return false
+			}
+		}
+		return true
+	})
+	held := revisions()
+	t.Logf("held at revisions %v", held)
+
+	// A user's write of a held workload, as kubectl annotate makes it.
+	patch := []byte(`{"metadata":{"annotations":{"team":"payments"}}}`)
+	if _, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "d1", types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-annotate"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The leader dies while the fight goes on; a new one takes over.
+	time.Sleep(2 * time.Second)
+	leader.kill()
+	leader = startWatcher(t, c, flags...)
+	time.Sleep(2 * quiet / 3)
+	if got := revisions(); !maps.Equal(got, held) {
+		t.Errorf("during the hold, after a user's write of d1 and a new leader: revisions %v, want %v", got, held)
+	}
+
+	// Quiet now: each rolls once, to the last data.
+	changes := stopFight()
+	key := hashKey(t, c)
+	tmpl := fixtures.SecretVolumeTemplate("tls")
+	lastData := expectedHash(t, c, key, ns, map[string]string{confighash.AnnotationInject: "true"}, &tmpl)
+	want := map[string]string{}
+	for name, rev := range held {
+		n, _ := strconv.Atoi(rev)
+		want[name] = strconv.Itoa(n + 1)
+	}
+	waitFor(t, quiet+30*time.Second, fmt.Sprintf("revisions %v once quiet", want), func() bool { return maps.Equal(revisions(), want) })
+	waitQuiet(t, leader)
+	time.Sleep(2 * time.Second) // a rollout too many shows in the revisions by now
+	if got := revisions(); !maps.Equal(got, want) {
+		t.Errorf("settled at revisions %v, want %v: one rollout each once quiet", got, want)
+	}
+	for _, name := range users {
+		if h := templateHash(t, c, ns, name); h != lastData {
+			t.Errorf("%s rolled to %s, want the hash of the last data %s", name, h, lastData)
+		}
+	}
+	t.Logf("%d changes of secret/tls, a write and a new leader during the hold: revisions %v, then %v", changes, held, want)
 }
