@@ -41,6 +41,9 @@ func Explain(in ExplainInput) (e Explanation) {
 	if d.RollsInstead != "" {
 		e.Problems = append(e.Problems, AnnotationRestart+": "+d.RollsInstead)
 	}
+	if why := d.Pacing.NotReverted(); why != "" && d.Acts {
+		e.Problems = append(e.Problems, AnnotationOnFailure+": "+why)
+	}
 	// Sources that could not be read would be taken as absent: no hash is recomputed.
 	keyless := !in.HaveKey || usesHidden(d, in.Hidden)
 	if keyless {
@@ -88,6 +91,9 @@ func Explain(in ExplainInput) (e Explanation) {
 		}
 		if declined := declinedSources(d.Record); declined != "" {
 			e.Why += "; it returned to an earlier revision, which runs the snapshots it rolled out with: the current data of " + declined + " rolls nothing until it changes again"
+		}
+		if r := state.Reverted; !r.IsZero() {
+			e.Why += fmt.Sprintf("; the watcher reverted it from %s, whose rollout failed", r.Change)
 		}
 	case !state.met() && in.New:
 		e.Verdict, e.Why = VerdictCreated, "the webhook writes this hash when the workload is created, so it starts with the current data"

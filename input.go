@@ -48,6 +48,9 @@ type State struct {
 	// Flapping are the sources the watcher holds the workload for because they keep
 	// changing (AnnotationFlapping); one that cannot be read holds nothing.
 	Flapping []Trigger
+	// Reverted is the change the watcher reverted the workload from, and the hash that
+	// failed (AnnotationReverted); one that cannot be read is none.
+	Reverted Marker
 	// Others are the bytes of its annotations apart from those the webhook writes,
 	// when they are many (see annotationBytesOf).
 	Others AnnotationBytes
@@ -60,6 +63,7 @@ func (v Vocabulary) Read(w *Workload) State {
 	s.Held, _ = ParseMarker(w.Annotations[AnnotationHeld])
 	s.Failed, _ = ParseMarker(w.Annotations[AnnotationFailed])
 	s.Flapping, _ = ParseFlapping(w.Annotations[AnnotationFlapping])
+	s.Reverted, _ = ParseMarker(w.Annotations[AnnotationReverted])
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
 	s.Pins = TemplatePins(w.Template)
 	if !s.Policy.OptOut {
@@ -98,7 +102,7 @@ func (s State) Equal(o State) bool {
 		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) && s.Form == o.Form &&
 		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
 		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed &&
-		slices.Equal(s.Flapping, o.Flapping) && s.Others == o.Others
+		slices.Equal(s.Flapping, o.Flapping) && s.Reverted == o.Reverted && s.Others == o.Others
 }
 
 func errorText(err error) string {

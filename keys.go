@@ -29,7 +29,7 @@ var keys = [...][]string{
 		AnnotationInject, AnnotationOnly, AnnotationIncludeConfigMaps, AnnotationIncludeSecrets,
 		AnnotationExcludeConfigMaps, AnnotationExcludeSecrets, AnnotationSearch, AnnotationPausePeriod,
 		AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationHash, AnnotationSources,
-		AnnotationAdopted, AnnotationTrigger, AnnotationRelease, AnnotationHeld, AnnotationFailed, AnnotationFlapping, AnnotationStatus,
+		AnnotationAdopted, AnnotationTrigger, AnnotationRelease, AnnotationHeld, AnnotationFailed, AnnotationFlapping, AnnotationReverted, AnnotationStatus, AnnotationOnFailure,
 		AnnotationPinned, AnnotationRemakeSnapshots, AnnotationNotPinned, AnnotationRecreatedFrom,
 		AnnotationRecreateFinished, LabelRecreationOf, AnnotationReplaces, AnnotationRunOnChange, AnnotationRunDue,
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken,
@@ -41,11 +41,11 @@ var keys = [...][]string{
 		"reloader.stakater.com/rollout-strategy",
 	},
 	OnSource: {
-		AnnotationMatch, AnnotationIgnore, AnnotationWaveSize, LabelSnapshotOf, ReloaderMatch, ReloaderIgnore,
+		AnnotationMatch, AnnotationIgnore, AnnotationWaveSize, AnnotationOnFailure, LabelSnapshotOf, ReloaderMatch, ReloaderIgnore,
 		// On the sealed record of a Job's recreation, a Secret.
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, LabelRecreationOf, AnnotationReplaces,
 	},
-	OnNamespace: {InjectionLabel, AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin},
+	OnNamespace: {InjectionLabel, AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationOnFailure},
 }
 
 const reloaderDomain = "reloader.stakater.com/"

@@ -41,6 +41,10 @@ const (
 	// AnnotationWaveSize, on a workload or a source, rolls a change that reaches many
 	// workloads in waves of at most this many (see Pacing).
 	AnnotationWaveSize = Domain + "/wave-size"
+	// AnnotationOnFailure, on a workload, a source or a Namespace, says what a failed
+	// rollout of a change does to the workloads its wave reached: "halt" the wave (the
+	// default), or "revert" the pinned ones to the revision they ran before the change.
+	AnnotationOnFailure = Domain + "/on-failure"
 
 	// AnnotationMatch on a ConfigMap or Secret makes it count for workloads in search mode.
 	AnnotationMatch = Domain + "/match"
@@ -75,6 +79,10 @@ const (
 	// hash, and a new leader holds it on; removing it rolls the workload once, with the
 	// latest data (confighash resume).
 	AnnotationFlapping = Domain + "/flapping"
+	// AnnotationReverted is written by the watcher on a workload it rolled back to the
+	// revision it ran before a change whose rollout failed, in the write that rolls it
+	// back: that change, and the hash that failed (see Marker).
+	AnnotationReverted = Domain + "/reverted"
 	// AnnotationStatus is written by the watcher on a workload's metadata: what it
 	// last decided for it, why and until when (see Status).
 	AnnotationStatus = Domain + "/status"

@@ -21,6 +21,46 @@ type Pacing struct {
 	Windows Windows
 	// Pinning says whether the workload is pinned (see Pins).
 	Pinning Pinning
+	// OnFailure is what a failed rollout of a change does to it.
+	OnFailure OnFailure
+}
+
+// OnFailure is what a failed rollout of a change does to the workloads its wave
+// reached: halt the wave, or revert the pinned ones to the revision they ran before,
+// with its data. Unset takes the wider setting; the widest unset halts.
+type OnFailure uint8
+
+// The settings of AnnotationOnFailure.
+const (
+	FailUnset OnFailure = iota
+	FailHalt
+	FailRevert
+)
+
+var onFailureNames = map[string]OnFailure{"halt": FailHalt, "revert": FailRevert}
+
+// parseOnFailure reads "halt" or "revert"; empty text sets nothing.
+func parseOnFailure(text string) (OnFailure, error) {
+	if text = strings.TrimSpace(text); text == "" {
+		return FailUnset, nil
+	}
+	if f, ok := onFailureNames[text]; ok {
+		return f, nil
+	}
+	return FailUnset, fmt.Errorf("on-failure %q: want halt or revert", text)
+}
+
+// Reverts reports whether a failed rollout reverts the workload: it asks to, and it is
+// pinned, so that the revision before the change names that change's data.
+func (p Pacing) Reverts() bool { return p.OnFailure == FailRevert && p.Pinned() }
+
+// NotReverted says why a workload that asks to revert a failed rollout halts instead,
+// "" when it does not ask or can revert.
+func (p Pacing) NotReverted() string {
+	if p.OnFailure != FailRevert || p.Pinned() {
+		return ""
+	}
+	return fmt.Sprintf("an unpinned workload has nothing to go back to: its earlier revisions read the sources as they are now; a failed rollout halts it instead (%s: \"true\" pins it)", AnnotationPin)
 }
 
 // Pinning says whether a workload is pinned: each version of a counted source it rolls
@@ -74,6 +114,9 @@ func (p Pacing) Over(wider Pacing) Pacing {
 	if p.Pinning == PinUnset {
 		p.Pinning = wider.Pinning
 	}
+	if p.OnFailure == FailUnset {
+		p.OnFailure = wider.OnFailure
+	}
 	return p
 }
 
@@ -89,23 +132,30 @@ func (p Pacing) String() string {
 	if p.Pinned() {
 		parts = append(parts, "pinned")
 	}
+	if p.OnFailure == FailRevert {
+		parts = append(parts, "reverting a failed change")
+	}
 	return strings.Join(parts, ", ")
 }
 
 // Equal reports whether two pacings are the same.
 func (p Pacing) Equal(o Pacing) bool {
-	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal) && p.Pinning == o.Pinning
+	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal) && p.Pinning == o.Pinning &&
+		p.OnFailure == o.OnFailure
 }
 
-// ParsePacing reads a rollout window, a wave size and a pinning as written in
-// annotations, labels or flags; empty text sets nothing. Each is read on its own: a
-// bad one sets nothing and the others stand, so that a typo in one never drops
-// another's window. The error names each that is bad.
-func ParsePacing(window, waveSize, pin string) (Pacing, error) {
+// ParsePacing reads a rollout window, a wave size, a pinning and what a failure does
+// as written in annotations, labels or flags; empty text sets nothing. Each is read on
+// its own: a bad one sets nothing and the others stand, so that a typo in one never
+// drops another's window. The error names each that is bad.
+func ParsePacing(window, waveSize, pin, onFailure string) (Pacing, error) {
 	var r Pacing
 	var errs []error
 	var err error
 	if r.Pinning, err = parsePinning(pin); err != nil {
+		errs = append(errs, err)
+	}
+	if r.OnFailure, err = parseOnFailure(onFailure); err != nil {
 		errs = append(errs, err)
 	}
 	if window = strings.TrimSpace(window); window != "" {

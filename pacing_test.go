@@ -147,24 +147,46 @@ func TestPausePeriodAndWindowsCompose(t *testing.T) {
 // the others, and the error names it.
 func TestABadPacingValueDropsNoOther(t *testing.T) {
 	for _, c := range []struct {
-		window, waveSize, pin string
-		wantWave              int
-		wantWindow            bool
-		wantPin               Pinning
-		wantErr               string
+		window, waveSize, pin, onFailure string
+		wantWave                         int
+		wantWindow                       bool
+		wantPin                          Pinning
+		wantOnFailure                    OnFailure
+		wantErr                          string
 	}{
 		{window: "daily 09:00-17:00 UTC", waveSize: "five", wantWindow: true, wantErr: `wave size "five"`},
 		{window: "daily 09:00-17:00 UTC", pin: "yes", wantWindow: true, wantErr: `pin "yes"`},
 		{window: "daily 25:00-17:00 UTC", waveSize: "5", pin: "true", wantWave: 5, wantPin: PinOn, wantErr: "25:00"},
 		{window: "sometimes", waveSize: "-1", pin: "maybe", wantErr: `wave size "-1"`},
 		{window: "daily 09:00-17:00 UTC", waveSize: "5", pin: "false", wantWave: 5, wantWindow: true, wantPin: PinOff},
+		{pin: "true", onFailure: "revert", wantPin: PinOn, wantOnFailure: FailRevert},
+		{waveSize: "2", onFailure: "undo", wantWave: 2, wantErr: `on-failure "undo"`},
+		{onFailure: " halt ", wantOnFailure: FailHalt},
 	} {
-		p, err := ParsePacing(c.window, c.waveSize, c.pin)
-		if p.WaveSize != c.wantWave || (p.Windows != nil) != c.wantWindow || p.Pinning != c.wantPin {
-			t.Errorf("ParsePacing(%q, %q, %q) = %+v; want wave %d, window %v, pin %v", c.window, c.waveSize, c.pin, p, c.wantWave, c.wantWindow, c.wantPin)
+		p, err := ParsePacing(c.window, c.waveSize, c.pin, c.onFailure)
+		if p.WaveSize != c.wantWave || (p.Windows != nil) != c.wantWindow || p.Pinning != c.wantPin || p.OnFailure != c.wantOnFailure {
+			t.Errorf("ParsePacing(%q, %q, %q, %q) = %+v; want wave %d, window %v, pin %v, on failure %v", c.window, c.waveSize, c.pin, c.onFailure, p, c.wantWave, c.wantWindow, c.wantPin, c.wantOnFailure)
 		}
 		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
-			t.Errorf("ParsePacing(%q, %q, %q) error = %v; want one naming %q", c.window, c.waveSize, c.pin, err, c.wantErr)
+			t.Errorf("ParsePacing(%q, %q, %q, %q) error = %v; want one naming %q", c.window, c.waveSize, c.pin, c.onFailure, err, c.wantErr)
 		}
+	}
+}
+
+// TestOnlyAPinnedWorkloadReverts: revert asked of an unpinned workload, on itself or
+// wider, is told, and it halts; a pinned one reverts; the workload's own setting wins.
+func TestOnlyAPinnedWorkloadReverts(t *testing.T) {
+	namespace := Pacing{OnFailure: FailRevert}
+	unpinned := Pacing{}.Over(namespace)
+	if unpinned.Reverts() || !strings.Contains(unpinned.NotReverted(), "nothing to go back to") {
+		t.Errorf("unpinned, revert from its namespace: reverts %v, told %q; want it halts, told why", unpinned.Reverts(), unpinned.NotReverted())
+	}
+	pinned := Pacing{Pinning: PinOn}.Over(namespace)
+	if !pinned.Reverts() || pinned.NotReverted() != "" {
+		t.Errorf("pinned, revert from its namespace: reverts %v, told %q; want it reverts", pinned.Reverts(), pinned.NotReverted())
+	}
+	own := Pacing{Pinning: PinOn, OnFailure: FailHalt}.Over(namespace)
+	if own.Reverts() || own.NotReverted() != "" {
+		t.Errorf("pinned, halt of its own over revert: reverts %v, told %q; want it halts, untold", own.Reverts(), own.NotReverted())
 	}
 }

@@ -256,7 +256,8 @@ func (r *policyReader) pattern(annotation, entry string, kind SourceKind) (NameP
 	return NamePattern{Kind: kind, Expr: expr, size: size}, true
 }
 
-// pacing reads the workload's AnnotationRolloutWindow and AnnotationWaveSize.
+// pacing reads the workload's AnnotationRolloutWindow, AnnotationWaveSize,
+// AnnotationPin and AnnotationOnFailure.
 func (r *policyReader) pacing() Pacing {
 	var out Pacing
 	if v, ok := r.get(AnnotationRolloutWindow); ok {
@@ -280,6 +281,13 @@ func (r *policyReader) pacing() Pacing {
 			r.problem(AnnotationPin, v, "want true or false")
 		}
 		out.Pinning = pin
+	}
+	if v, ok := r.get(AnnotationOnFailure); ok {
+		f, err := parseOnFailure(v)
+		if err != nil {
+			r.problem(AnnotationOnFailure, v, "want halt or revert")
+		}
+		out.OnFailure = f
 	}
 	return out
 }

@@ -61,6 +61,9 @@ type Source struct {
 	// WaveSize is its AnnotationWaveSize: above zero, its changes roll in waves of at
 	// most this many workloads. A value that is not a number is 0.
 	WaveSize int
+	// OnFailure is its AnnotationOnFailure, for the users whose own is unset; a value
+	// that is neither is unset.
+	OnFailure OnFailure
 	// Whole is set for a Secret of a type other than Opaque: its snapshot copies it
 	// whole, since a type may require keys a workload does not use (kubernetes.io/tls:
 	// tls.key).
@@ -85,7 +88,7 @@ const MaxSourceKeys = 10_000
 // counting annotations.
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
-		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.Whole == o.Whole && s.Bad == o.Bad &&
+		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.OnFailure == o.OnFailure && s.Whole == o.Whole && s.Bad == o.Bad &&
 		s.TooLarge == o.TooLarge &&
 		slices.Equal(s.Data, o.Data) && slices.Equal(s.BinaryData, o.BinaryData)
 }
@@ -122,6 +125,7 @@ func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
 
 func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
 	waveSize, _ := parseWaveSize(annotations[AnnotationWaveSize]) // a bad one is 0, and a problem
+	onFailure, _ := parseOnFailure(annotations[AnnotationOnFailure])
 	return Source{
 		SourceRef:      SourceRef{kind, name},
 		Present:        true,
@@ -130,6 +134,7 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 		ReloaderIgnore: isTrue(annotations[ReloaderIgnore]),
 		ReloaderMatch:  isTrue(annotations[ReloaderMatch]),
 		WaveSize:       waveSize,
+		OnFailure:      onFailure,
 		Bad:            sourceProblems(annotations),
 	}
 }
@@ -142,6 +147,11 @@ func sourceProblems(annotations map[string]string) string {
 	if v, ok := annotations[AnnotationWaveSize]; ok {
 		if _, err := parseWaveSize(v); err != nil {
 			problems = append(problems, Problem{AnnotationWaveSize, v, "want a number of workloads, such as 5"})
+		}
+	}
+	if v, ok := annotations[AnnotationOnFailure]; ok {
+		if _, err := parseOnFailure(v); err != nil {
+			problems = append(problems, Problem{AnnotationOnFailure, v, "want halt or revert"})
 		}
 	}
 	for _, name := range []string{AnnotationIgnore, AnnotationMatch} {

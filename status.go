@@ -28,6 +28,9 @@ const (
 	ActRolled Act = "rolled"
 	// ActHeld: a due change waits, for Why, until Until when it is known.
 	ActHeld Act = "held"
+	// ActReverted: a change's rollout failed, and the workload was rolled back to the
+	// revision it ran before, with its data.
+	ActReverted Act = "reverted"
 	// ActAdopted: its pods hold the current data of the sources that count, or that
 	// started to: recorded without a rollout.
 	ActAdopted Act = "adopted"
@@ -37,7 +40,7 @@ const (
 	ActNotHashed Act = "not-hashed"
 )
 
-var acts = []Act{ActRolled, ActHeld, ActAdopted, ActHealed, ActNotHashed}
+var acts = []Act{ActRolled, ActHeld, ActReverted, ActAdopted, ActHealed, ActNotHashed}
 
 // MaxStatusBytes bounds a status: the watcher cuts Why to fit, and a longer one,
 // written by someone else, is not read.

@@ -27,6 +27,9 @@ const (
 	Failed What = "failed" // the watcher could not write the hash either
 	Halted What = "halted" // a wave's workload failed to roll out: the rest of the wave is held
 	Held   What = "held"   // a source keeps changing: its users are held at their current revision
+	// Reverted: a wave's workload failed to roll out, and was rolled back to the
+	// revision it ran before the change, with its data.
+	Reverted What = "reverted"
 )
 
 // Object names a workload or a source.
@@ -50,7 +53,7 @@ type Event struct {
 	Namespace string
 	Workload  Object
 	Sources   []Object
-	// Reason says why, for Healed, Failed, Halted and Held.
+	// Reason says why, for Healed, Failed, Halted, Held and Reverted.
 	Reason string
 }
 

@@ -54,6 +54,8 @@ func title(a Alert) string {
 		return fmt.Sprintf("confighash halted a rollout in %s: %d workload%s failed to roll out", where, n, plural)
 	case Held:
 		return fmt.Sprintf("confighash holds %d workload%s in %s at their current revision: a source keeps changing", n, plural, where)
+	case Reverted:
+		return fmt.Sprintf("confighash reverted %d workload%s in %s to the data they ran before a change that failed to roll out", n, plural, where)
 	}
 	return fmt.Sprintf("confighash is rolling %d workload%s in %s", n, plural, where)
 }

@@ -64,7 +64,7 @@ func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
 	if n == nil {
 		return confighash.Pacing{}, nil
 	}
-	p, err := confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize], n.Labels[confighash.AnnotationPin])
+	p, err := confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize], n.Labels[confighash.AnnotationPin], n.Annotations[confighash.AnnotationOnFailure])
 	errs := []error{err}
 	for _, m := range []map[string]string{n.Annotations, n.Labels} {
 		for _, u := range confighash.UnknownKeys(m, confighash.OnNamespace, false) {

@@ -40,6 +40,18 @@ func (d *decider) decideWriting(v *view, pods confighash.Pods, writes confighash
 		Pacing: pacing.Over(d.pacing), Writes: writes, Touched: d.later.of(v), InPlace: d.inPlace}, cachedSources{d.sources, v.Namespace})
 }
 
+// failurePacing is the workload's pacing for a failed rollout of a change of the
+// source: its own AnnotationOnFailure, else the source's, else its namespace's and the
+// install's.
+func (d *decider) failurePacing(v *view, source confighash.SourceRef) confighash.Pacing {
+	var fromSource confighash.Pacing
+	if s, ok := d.sources.Lookup(v.Namespace, source); ok {
+		fromSource.OnFailure = s.Source.OnFailure
+	}
+	namespace, _ := d.gate.Pacing(v.Namespace) // told by the workloads' decisions
+	return v.Policy.Pacing.Over(fromSource).Over(namespace.Over(d.pacing))
+}
+
 // carried reports whether the workload as admitted carries the decision made for it
 // before the touch, in the form the webhook wrote: one that reads the newer form
 // writes it at a due rollout, one of an earlier release or under a watcher of one

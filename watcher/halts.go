@@ -156,13 +156,38 @@ func (pc *pacer) halt(ctx context.Context, key workloadKey, h *haltWrites) error
 		}
 		pc.report.EventOn(u, corev1.EventTypeWarning, "Held", summary)
 	}
+	var reverted, halted []*view
 	for i, u := range h.failed {
+		reverts, why := pc.reverter.reverts(u, h.id.source)
+		if reverts {
+			var err error
+			if why, err = pc.reverter.revert(ctx, u, change, h.whys[i]); err != nil {
+				return err
+			}
+			if why == "" {
+				reverted = append(reverted, u)
+				continue
+			}
+		}
+		if why != "" {
+			pc.report.EventOn(u, corev1.EventTypeWarning, "NotReverted", confighash.AnnotationOnFailure+": revert: "+why)
+		}
 		if err := pc.mark(ctx, u, confighash.AnnotationFailed, confighash.Marker{Change: change, Hash: u.Hash}, summary); err != nil {
 			return err
 		}
 		pc.report.EventOn(u, corev1.EventTypeWarning, "RolloutFailed", fmt.Sprintf("%s (%s): %s", change, h.whys[i], summary))
+		halted = append(halted, u)
 	}
-	for _, u := range h.failed {
+	if len(reverted) > 0 {
+		names := make([]string, len(reverted))
+		for i, u := range reverted {
+			names[i] = u.Kind.Kind + "/" + u.Name
+		}
+		pc.report.Event(&corev1.ObjectReference{Kind: string(h.id.source.Kind), APIVersion: "v1", Namespace: h.id.namespace, Name: h.id.source.Name}, corev1.EventTypeWarning, "Reverted",
+			fmt.Sprintf("the rollout of %s failed: %s rolled back to the data from before it; %d workloads held until %s changes again or is resumed",
+				change, strings.Join(names, ", "), len(h.held), h.id.source))
+	}
+	for _, u := range halted {
 		pc.report.alert(alert.Halted, u, []confighash.Trigger{change}, summary)
 	}
 	pc.metrics.Halted()

@@ -25,6 +25,9 @@ type Recorder interface {
 	Held(counts map[string]int)
 	// Halted records a wave halted on a failure.
 	Halted()
+	// Reverted records a workload rolled back to the revision it ran before a change
+	// whose rollout failed.
+	Reverted()
 	// Flapping records a source whose users were held because it kept changing.
 	Flapping()
 	// PendingTooLong records a workload whose new pods stayed Pending too long: its
@@ -75,6 +78,7 @@ func (NoopRecorder) QueueDepth(int)                          {}
 func (NoopRecorder) Held(map[string]int)                     {}
 func (NoopRecorder) Flapping()                               {}
 func (NoopRecorder) Halted()                                 {}
+func (NoopRecorder) Reverted()                               {}
 func (NoopRecorder) PendingTooLong()                         {}
 func (NoopRecorder) Relisted()                               {}
 func (NoopRecorder) SnapshotSwept()                          {}
@@ -93,6 +97,7 @@ type PrometheusRecorder struct {
 	held         *prometheus.GaugeVec
 	flapping     prometheus.Counter
 	halts        prometheus.Counter
+	reverts      prometheus.Counter
 	pending      prometheus.Counter
 	relists      prometheus.Counter
 	swept        prometheus.Counter
@@ -116,6 +121,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		held:         m.GaugeVec("confighash_watcher_held_workloads", "Workloads with a configuration change due and not rolled yet, by reason: window (outside their rollout window), wave (waiting for their wave), halted (their wave halted on a failure), flapping (a source whose change is due keeps changing).", "reason"),
 		flapping:     m.Counter("confighash_watcher_flapping_sources_total", "Sources that changed more than --flap-limit times within --flap-window: their users were held at their current revision until the source was quiet (held_workloads{reason=\"flapping\"})."),
 		halts:        m.Counter("confighash_watcher_wave_halts_total", "Waves halted because a workload they rolled failed."),
+		reverts:      m.Counter("confighash_watcher_reverts_total", "Workloads rolled back to the revision they ran before a change whose rollout failed, with its data (confighash.dev/on-failure: revert)."),
 		pending:      m.Counter("confighash_watcher_pending_too_long_total", "Workloads a wave let roll whose new pods stayed Pending longer than --pending-timeout: their --max-rolling slot went to others."),
 		relists:      m.Counter("confighash_watcher_workload_relists_total", "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all)."),
 		sweepCalls:   m.Counter("confighash_watcher_snapshot_sweep_requests_total", "API calls the sweeps of snapshots made: lists, reads of revisions and deletes, at most 200 a sweep."),
@@ -155,6 +161,7 @@ func (r *PrometheusRecorder) Converged(d time.Duration) { r.convergence.Observe(
 func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(drifted)) }
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }
 func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
+func (r *PrometheusRecorder) Reverted()                 { r.reverts.Inc() }
 func (r *PrometheusRecorder) Flapping()                 { r.flapping.Inc() }
 func (r *PrometheusRecorder) PendingTooLong()           { r.pending.Inc() }
 func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }

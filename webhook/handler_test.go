@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -437,5 +438,26 @@ func TestHandlerSaysAWorkloadThatAsksForRestartInPlaceRollsInstead(t *testing.T)
 	}
 	if len(jsonPatch(t, resp)) == 0 {
 		t.Fatal("no patch: it must be hashed, to roll")
+	}
+}
+
+// TestHandlerTellsAnUnpinnedWorkloadItCannotRevert: a workload that asks a failed
+// rollout to revert it, and is not pinned, has nothing to go back to: it is told at
+// the write, and hashed as any other; a pinned one is told nothing.
+func TestHandlerTellsAnUnpinnedWorkloadItCannotRevert(t *testing.T) {
+	cfg := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}
+	h, _ := newTestHandler(t, stubReader{sources: map[confighash.SourceRef]confighash.Source{cfg: {SourceRef: cfg, Present: true}}})
+	want := warningPrefix + confighash.AnnotationOnFailure + ": an unpinned workload has nothing to go back to"
+	for annotations, told := range map[string]bool{
+		fmt.Sprintf(`%q:"true",%q:"revert"`, confighash.AnnotationInject, confighash.AnnotationOnFailure):                                     true,
+		fmt.Sprintf(`%q:"true",%q:"revert",%q:"true"`, confighash.AnnotationInject, confighash.AnnotationOnFailure, confighash.AnnotationPin): false,
+	} {
+		resp := decodeResponse(t, post(h, "application/json", review(fmt.Sprintf(deploymentJSON, annotations))))
+		if got := strings.Contains(strings.Join(resp.Warnings, "\n"), want); got != told {
+			t.Errorf("%s: warnings %q; told it cannot revert: %v, want %v", annotations, resp.Warnings, got, told)
+		}
+		if told && len(jsonPatch(t, resp)) == 0 {
+			t.Errorf("%s: not hashed", annotations)
+		}
 	}
 }

@@ -257,6 +257,9 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	if d.RollsInstead != "" {
 		warnings = append(warnings, warningPrefix+confighash.AnnotationRestart+": "+d.RollsInstead)
 	}
+	if why := d.Pacing.NotReverted(); why != "" && d.Acts {
+		warnings = append(warnings, warningPrefix+confighash.AnnotationOnFailure+": "+why)
+	}
 	if d.RecordErr != nil && d.Record != nil {
 		warnings = append(warnings, warningPrefix+fmt.Sprintf("%s is not a sources record and was rewritten: %v", confighash.AnnotationSources, d.RecordErr))
 	}

@@ -51,6 +51,7 @@ type common struct {
 	rolloutWindow        string
 	waveSize             int
 	pinByDefault         bool
+	onFailure            string
 }
 
 func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
@@ -73,6 +74,7 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.StringVar(&c.sourceLabelSelector, "source-label-selector", "", "label selector: only the ConfigMaps and Secrets that match count; the others are never listed or cached, and count as absent; empty: all")
 	fs.StringVar(&c.rolloutWindow, "rollout-window", "", `when configuration changes may roll workloads whose namespace and annotations do not say, e.g. "Mon-Fri 09:00-17:00 Europe/Berlin; Sat 10:00-12:00 UTC"; empty: any time; the webhook and the watcher must be given the same`)
 	fs.BoolVar(&c.pinByDefault, "pin-by-default", false, "pin the workloads whose namespace label and annotations do not say (confighash.dev/pin): each version of a source they roll out with is kept as an immutable snapshot, so a rollback brings the old data back; the webhook and the watcher must be given the same")
+	fs.StringVar(&c.onFailure, "on-failure", "halt", "what a failed rollout of a change does to the workloads whose namespace, source and annotations do not say (confighash.dev/on-failure): halt its wave, or revert the pinned ones to the revision they ran before, with its data; the webhook and the watcher must be given the same")
 	fs.IntVar(&c.waveSize, "wave-size", 0, "roll a change that reaches many workloads in waves of at most this many per namespace, each waiting for the one before to roll out and halting on a failure; 0: all at once unless annotations say; the webhook and the watcher must be given the same")
 	fs.BoolVar(&c.csiIntegration, "enable-csi-integration", false, "count the Secrets Store CSI SecretProviderClasses that pods mount, from the versions the driver reports (Reloader's flag of the same name); both components must be given the same, and may read secretproviderclasspodstatuses (the chart's enableCSIIntegration)")
 	fs.Var(&c.ignored, "resources-to-ignore", `"configMaps" or "secrets" (Reloader's flag of the same name): that kind never counts for any workload, and is never listed, cached or read (the chart's ignoreConfigMaps, ignoreSecrets); the webhook and the watcher must be given the same`)
@@ -121,9 +123,9 @@ func (c *common) settings() (settings, error) {
 	if err != nil {
 		return settings{}, fmt.Errorf("--source-label-selector: %w", err)
 	}
-	pacing, err := confighash.ParsePacing(c.rolloutWindow, "", strconv.FormatBool(c.pinByDefault))
+	pacing, err := confighash.ParsePacing(c.rolloutWindow, "", strconv.FormatBool(c.pinByDefault), c.onFailure)
 	if err != nil {
-		return settings{}, fmt.Errorf("--rollout-window: %w", err)
+		return settings{}, fmt.Errorf("--rollout-window, --on-failure: %w", err)
 	}
 	if c.waveSize < 0 {
 		return settings{}, fmt.Errorf("--wave-size must be 0 or more, got %d", c.waveSize)

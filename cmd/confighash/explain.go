@@ -71,6 +71,7 @@ type explainConfig struct {
 	rolloutWindow                  string
 	waveSize                       int
 	pinByDefault                   bool
+	onFailure                      string
 }
 
 func (c *explainConfig) flags(fs *flag.FlagSet) {
@@ -93,6 +94,7 @@ func (c *explainConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.rolloutWindow, "rollout-window", "", "the components' --rollout-window, to tell which changes are held")
 	fs.IntVar(&c.waveSize, "wave-size", 0, "the components' --wave-size, to tell which changes are held")
 	fs.BoolVar(&c.pinByDefault, "pin-by-default", false, "the components' --pin-by-default, to tell which workloads are pinned")
+	fs.StringVar(&c.onFailure, "on-failure", "halt", "the components' --on-failure, to tell what a failed rollout does")
 	fs.Var(&c.extraKinds, "extra-kind", extraKindUsage)
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out, as given to the components; empty: none")
 }
@@ -116,7 +118,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return badInput("%v", err)
 	}
-	pacing, err := confighash.ParsePacing(cfg.rolloutWindow, fmt.Sprint(cfg.waveSize), strconv.FormatBool(cfg.pinByDefault))
+	pacing, err := confighash.ParsePacing(cfg.rolloutWindow, fmt.Sprint(cfg.waveSize), strconv.FormatBool(cfg.pinByDefault), cfg.onFailure)
 	if err != nil {
 		return badInput("%v", err)
 	}

@@ -57,6 +57,23 @@ func pacedAppsWith(t *testing.T, c *cluster.Cluster, ns string, n int, deadline 
 
 func ptrInt32(v int32) *int32 { return &v }
 
+// noMorePods caps the namespace's pods at the n it runs, and waits until the cap is
+// counted: a rollout's new pods cannot start, as a crash-looping image would never
+// become ready, and it passes its progress deadline.
+func noMorePods(t *testing.T, c *cluster.Cluster, ns string, n int) *corev1.ResourceQuota {
+	t.Helper()
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-more-pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse(fmt.Sprint(n))}}}
+	if _, err := c.Client.CoreV1().ResourceQuotas(ns).Create(t.Context(), quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the quota to be counted", func() bool {
+		q, err := c.Client.CoreV1().ResourceQuotas(ns).Get(t.Context(), quota.Name, metav1.GetOptions{})
+		return err == nil && q.Status.Used.Pods().Value() == int64(n)
+	})
+	return quota
+}
+
 // rolledOutCount counts the namespace's Deployments whose every pod runs the latest
 // template and is available.
 func rolledOutCount(t testing.TB, c *cluster.Cluster, ns string) int {
@@ -152,15 +169,7 @@ func TestWavesRollAFewAtATimeAndHaltOnAFailure(t *testing.T) {
 
 	// A bad change: the first wave cannot start its pods (a quota, as a crash-looping
 	// image would never become ready) and passes its progress deadline.
-	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-more-pods"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse(fmt.Sprint(n))}}}
-	if _, err := c.Client.CoreV1().ResourceQuotas(ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the quota to be counted", func() bool {
-		q, err := c.Client.CoreV1().ResourceQuotas(ns).Get(ctx, quota.Name, metav1.GetOptions{})
-		return err == nil && q.Status.Used.Pods().Value() == n
-	})
+	quota := noMorePods(t, c, ns, n)
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}, "k", "bad")
 	defer func() {
 		if t.Failed() {

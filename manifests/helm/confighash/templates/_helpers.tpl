@@ -344,6 +344,9 @@ has every workload counted. */ -}}
 {{- with .Values.pacing.rolloutWindow }}
 - {{ printf "--rollout-window=%s" . | quote }}
 {{- end }}
+{{- if and .Values.pacing.onFailure (ne .Values.pacing.onFailure "halt") }}
+- {{ printf "--on-failure=%s" .Values.pacing.onFailure | quote }}
+{{- end }}
 {{- if .Values.pinByDefault }}
 - --pin-by-default
 {{- end }}

@@ -1,0 +1,111 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/alert"
+)
+
+// Reverting a failed change: a workload whose rollout of a change halted its wave is
+// rolled back, as kubectl rollout undo does, to the revision it ran before, when it asks
+// to (confighash.dev/on-failure: revert) and is pinned. That revision's pod template
+// names the snapshots of the data before the change, so its pods run that data again,
+// and its admission declines the change (a pinned return, Record.returnedTo): the
+// change is not rolled again, and the source's next change rolls as any does.
+
+// reverter rolls back the workloads of a wave that halted on a failure.
+type reverter struct {
+	client    kubernetes.Interface
+	revisions *revisionReader
+	decider   *decider
+	report    *reporter
+	metrics   Recorder
+}
+
+// reverts reports whether a failed rollout of a change of the source reverts the
+// workload, and, when it asks to and cannot, why it halts instead.
+func (r *reverter) reverts(v *view, source confighash.SourceRef) (bool, string) {
+	p := r.decider.failurePacing(v, source)
+	switch {
+	case p.OnFailure != confighash.FailRevert:
+		return false, ""
+	case !p.Pinned():
+		return false, p.NotReverted()
+	case v.Kind.Kind != confighash.Deployment.Kind:
+		return false, fmt.Sprintf("a %s is not reverted, only a Deployment: it halts", v.Kind.Kind)
+	}
+	return true, ""
+}
+
+// revert rolls the Deployment back to the revision before the one whose rollout of the
+// change failed, its pod template that revision's, in one write that marks it reverted
+// from that change (and failed), so that it is done once: a workload already marked is
+// not written again. It returns why it halts instead, "" once reverted.
+func (r *reverter) revert(ctx context.Context, v *view, change confighash.Trigger, why string) (string, error) {
+	failed := confighash.Marker{Change: change, Hash: v.Hash}
+	if v.Reverted == failed {
+		return "", nil
+	}
+	revs, err := r.revisions.of(ctx, v)
+	if err != nil {
+		return "", fmt.Errorf("read the revisions of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	var before *appsv1.ReplicaSet
+	for _, o := range revs.all {
+		rs, ok := o.(*appsv1.ReplicaSet)
+		if !ok || rs.Spec.Template.Annotations[confighash.AnnotationHash] == v.Hash {
+			continue
+		}
+		if before == nil || revisionOf(rs) > revisionOf(before) {
+			before = rs
+		}
+	}
+	switch {
+	case before == nil:
+		return "it has no revision before the change to go back to", nil
+	case before.Spec.Template.Annotations[confighash.AnnotationPinned] == "":
+		return fmt.Sprintf("its revision %d, before the change, was not pinned: the data it ran is not kept", revisionOf(before)), nil
+	}
+	template := before.Spec.Template.DeepCopy()
+	delete(template.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	said := confighash.Status{Act: confighash.ActReverted, At: time.Now(), Why: fmt.Sprintf(
+		"the rollout of %s failed (%s): rolled back to revision %d, which runs the data from before it; the change is not rolled again, the next change of %s rolls as usual",
+		change, why, revisionOf(before), change.SourceRef)}
+	// The resourceVersion is a precondition: a workload written since it was read is
+	// refused (a conflict), and looked at again.
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": v.ResourceVersion, "annotations": map[string]string{
+			confighash.AnnotationReverted: failed.String(), confighash.AnnotationFailed: failed.String(), confighash.AnnotationStatus: said.Text(),
+		}},
+		"spec": map[string]any{"template": template},
+	})
+	if err != nil {
+		return "", err
+	}
+	_, err = r.client.AppsV1().Deployments(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil // deleted meanwhile
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		// The install's policy lets the watcher change a template's data alone: a
+		// revision before that differs in more is a person's to go back to.
+		return "the API server refused the rollback: " + err.Error(), nil
+	case err != nil:
+		return "", fmt.Errorf("revert %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
+	}
+	r.metrics.Reverted()
+	r.report.EventOn(v, corev1.EventTypeWarning, "Reverted", said.Why)
+	r.report.alert(alert.Reverted, v, []confighash.Trigger{change}, said.Why)
+	return "", nil
+}
