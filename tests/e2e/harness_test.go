@@ -223,7 +223,7 @@ func startBinary(t testing.TB, c *cluster.Cluster, binary string, args ...string
 	t.Cleanup(func() {
 		p.stop(t)
 		if t.Failed() {
-			t.Logf("%s log:\n%s", args[0], cluster.LogTail(p.logPath, 3000))
+			t.Logf("%s log:\n%s", args[0], cluster.LogTail(p.logPath, 40))
 		}
 	})
 	// A minute: a watcher started after the flood test's floods lists a GiB first.
