@@ -19,15 +19,16 @@ import (
 // a ConfigMap that asks a failed rollout to revert (confighash.dev/on-failure), in
 // waves of 2. A bad change's first wave cannot roll out: both are rolled back to the
 // revision they ran before, with its snapshots, by no one but the watcher; the other 4
-// are held and untouched; one alert says reverted, none halted. The fix then rolls each
-// of the 6 once. Rollouts are counted in ReplicaSets: a rollback reuses the old one.
+// are held and untouched; one alert says reverted, none halted; a new leader changes
+// nothing of it. The fix then rolls each of the 6 once. Rollouts are counted in ReplicaSets: a rollback reuses the old one.
 func TestAFailedChangeRevertsThePinnedWorkloadsOfItsFirstWave(t *testing.T) {
 	c := sharedCluster(t)
 	const n, size = 6, 2
 	sink := newAlertSink(t, 0)
 	pacing := []string{fmt.Sprintf("--wave-size=%d", size), "--pin-by-default"}
 	startWebhook(t, c, pacing...)
-	w := startWatcher(t, c, append(slices.Clone(pacing), alertArgs(sink.URL)...)...)
+	flags := append(slices.Clone(pacing), fastLease...)
+	w := startWatcher(t, c, append(flags, alertArgs(sink.URL)...)...)
 	ns := labeledNamespace(t, c)
 	names := pacedApps(t, c, ns, n, 5)
 	ctx := t.Context()
@@ -107,6 +108,14 @@ func TestAFailedChangeRevertsThePinnedWorkloadsOfItsFirstWave(t *testing.T) {
 	}
 	if n := w.metric(t, "confighash_watcher_reverts_total"); n != size {
 		t.Errorf("confighash_watcher_reverts_total = %v, want %d", n, size)
+	}
+
+	// A new leader neither reverts again nor rolls the change forward.
+	w.kill()
+	w = startWatcher(t, c, append(flags, alertArgs(sink.URL)...)...)
+	time.Sleep(2 * quietPeriod)
+	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
+		t.Errorf("ReplicaSets under a new leader %v, want %v", got, want)
 	}
 
 	// The fix: each of the 6 rolls once.
