@@ -729,6 +729,7 @@ func chartValues(appVersion, other string) []chartValue {
 		{name: "pacing.waveTimeout", on: []string{"--set", "pacing.waveTimeout=30m"}, whenOn: argIs("watcher", "--wave-timeout", "30m"), whenOff: argIs("watcher", "--wave-timeout", "")},
 		{name: "pacing.rolloutWindow", on: []string{"--set", "pacing.rolloutWindow=Mon-Fri 09:00-17:00"},
 			whenOn: bothFlag("--rollout-window", "Mon-Fri 09:00-17:00"), whenOff: bothFlag("--rollout-window", "")},
+		{name: "pacing.onFailure", on: []string{"--set", "pacing.onFailure=revert"}, whenOn: bothFlag("--on-failure", "revert"), whenOff: bothFlag("--on-failure", "")},
 		{name: "webhook.timeoutSeconds", on: []string{"--set", "webhook.timeoutSeconds=10"}, whenOn: webhookTimeout("10"), whenOff: webhookTimeout("null")},
 		{name: "webhook.clientCA.configMap", on: []string{"--set", "webhook.clientCA.configMap=apiserver-ca"},
 			whenOn: allOf(argIs("webhook", "--client-ca-file", "/etc/confighash/client-ca/ca.crt"), onPod("webhook", func(p corev1.PodSpec, _ metav1.ObjectMeta) error {
