@@ -129,7 +129,7 @@ func TestAFailedChangeRevertsThePinnedWorkloadsOfItsFirstWave(t *testing.T) {
 	waitFor(t, 3*time.Minute, fmt.Sprintf("ReplicaSets %v after the fix", want), func() bool {
 		return maps.Equal(replicaSetsPerApp(t, c, ns), want) && rolledOutCount(t, c, ns) == n
 	})
-	time.Sleep(quietPeriod)
+	waitQuiet(t, w)
 	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
 		t.Errorf("ReplicaSets after the fix %v, want %v: each rolled once", got, want)
 	}
