@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/namespaces"
 	"github.com/confighash/confighash/sourcecache"
@@ -84,7 +82,7 @@ func (d *decider) forget(key workloadKey) { d.later.forget(key) }
 func (d *decider) tellSources(ns string, used []confighash.Observation) {
 	for _, o := range used {
 		if s, ok := d.sources.Lookup(ns, o.SourceRef); ok && o.Present {
-			d.report.badSetting(corev1.ObjectReference{Kind: string(o.Kind), APIVersion: "v1", Namespace: ns, Name: o.Name}, s.Source.Bad)
+			d.report.badSetting(*sourceIn{ns, o.SourceRef}.object(), s.Source.Bad)
 		}
 	}
 }

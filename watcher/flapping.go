@@ -210,7 +210,9 @@ type hold struct {
 
 // object is the source, for its Events.
 func (h hold) object(src sourceIn) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: string(src.ref.Kind), APIVersion: "v1", Namespace: src.namespace, Name: src.ref.Name, UID: h.uid}
+	ref := src.object()
+	ref.UID = h.uid
+	return ref
 }
 
 // String says who writes the source, for Events and alerts: `"a" and "b"`, or "an

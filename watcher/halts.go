@@ -183,7 +183,7 @@ func (pc *pacer) halt(ctx context.Context, key workloadKey, h *haltWrites) error
 		for i, u := range reverted {
 			names[i] = u.Kind.Kind + "/" + u.Name
 		}
-		pc.report.Event(&corev1.ObjectReference{Kind: string(h.id.source.Kind), APIVersion: "v1", Namespace: h.id.namespace, Name: h.id.source.Name}, corev1.EventTypeWarning, "Reverted",
+		pc.report.Event(sourceIn{h.id.namespace, h.id.source}.object(), corev1.EventTypeWarning, "Reverted",
 			fmt.Sprintf("the rollout of %s failed: %s rolled back to the data from before it; %d workloads held until %s changes again or is resumed",
 				change, strings.Join(names, ", "), len(h.held), h.id.source))
 	}

@@ -22,7 +22,8 @@ import (
 // the workload's rollout window is open and, for a change that reaches many workloads,
 // when its wave comes. A wave waits for the users it granted to roll out; one of them
 // that fails halts the rest (halts.go), and reverts itself where it asks to
-// (revert.go); --max-rolling caps them across namespaces (waveslots.go). It also holds the users of a source that keeps changing (flapping.go).
+// (revert.go); --max-rolling caps them across namespaces (waveslots.go). It also
+// holds the users of a source that keeps changing (flapping.go).
 type pacer struct {
 	sources   *sourcecache.Cache
 	workloads *workloads

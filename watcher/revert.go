@@ -2,16 +2,12 @@ package watcher
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
@@ -26,7 +22,7 @@ import (
 
 // reverter rolls back the workloads of a wave that halted on a failure.
 type reverter struct {
-	client    kubernetes.Interface
+	workloads *workloads
 	revisions *revisionReader
 	decider   *decider
 	report    *reporter
@@ -38,9 +34,7 @@ type reverter struct {
 func (r *reverter) reverts(v *view, source confighash.SourceRef) (bool, string) {
 	p := r.decider.failurePacing(v, source)
 	switch {
-	case p.OnFailure != confighash.FailRevert:
-		return false, ""
-	case !p.Pinned():
+	case !p.Reverts():
 		return false, p.NotReverted()
 	case v.Kind.Kind != confighash.Deployment.Kind:
 		return false, fmt.Sprintf("a %s is not reverted, only a Deployment: it halts", v.Kind.Kind)
@@ -84,18 +78,14 @@ func (r *reverter) revert(ctx context.Context, v *view, change confighash.Trigge
 		change, why, revisionOf(before), change.SourceRef)}
 	// The resourceVersion is a precondition: a workload written since it was read is
 	// refused (a conflict), and looked at again.
-	patch, err := json.Marshal(map[string]any{
+	admitted, err := r.workloads.patch(ctx, v, map[string]any{
 		"metadata": map[string]any{"resourceVersion": v.ResourceVersion, "annotations": map[string]string{
 			confighash.AnnotationReverted: failed.String(), confighash.AnnotationFailed: failed.String(), confighash.AnnotationStatus: said.Text(),
 		}},
 		"spec": map[string]any{"template": template},
 	})
-	if err != nil {
-		return "", err
-	}
-	_, err = r.client.AppsV1().Deployments(v.Namespace).Patch(ctx, v.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	switch {
-	case apierrors.IsNotFound(err):
+	case err == nil && admitted == nil:
 		return "", nil // deleted meanwhile
 	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
 		// The install's policy lets the watcher change a template's data alone: a

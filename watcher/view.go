@@ -184,4 +184,9 @@ type sourceIn struct {
 	ref       confighash.SourceRef
 }
 
+// object is the source, for its Events.
+func (s sourceIn) object() *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: string(s.ref.Kind), APIVersion: "v1", Namespace: s.namespace, Name: s.ref.Name}
+}
+
 func (k workloadKey) namespace() string { return k.Namespace }
