@@ -206,7 +206,7 @@ func (d Decision) Carried(s State) bool {
 func (d *Decision) gated(sources map[SourceRef]Source, flapping []Trigger) bool {
 	sourceWaves := false
 	for _, o := range d.Observations {
-		sourceWaves = sourceWaves || o.Counts && sources[o.SourceRef].WaveSize > 0
+		sourceWaves = sourceWaves || o.Counts && sources[o.SourceRef].Waves()
 	}
 	return gates(Gating{Pacing: d.Pacing, SourceWaves: sourceWaves, Flapping: flapping})
 }

@@ -89,7 +89,7 @@ var Holds = []Hold{
 		return fmt.Sprintf("%s kept changing, past the watcher's --flap-limit", ListRefs(refs)),
 			fmt.Sprintf("once, with the latest data, when no change has come for the watcher's --flap-quiet, or when resumed (confighash resume, or remove %s)", AnnotationFlapping)
 	}},
-	{Reason: HoldWave, Gates: func(g Gating) bool { return g.Pacing.WaveSize > 0 || g.SourceWaves }, InPlace: true, Counted: true, Says: func(HoldFacts) (string, string) {
+	{Reason: HoldWave, Gates: func(g Gating) bool { return g.Pacing.Waves() || g.SourceWaves }, InPlace: true, Counted: true, Says: func(HoldFacts) (string, string) {
 		return "waiting for its wave", "once the workloads before it have rolled out"
 	}},
 	{Reason: HoldPause, InPlace: true},

@@ -51,6 +51,9 @@ type State struct {
 	// Reverted is the change the watcher reverted the workload from, and the hash that
 	// failed (AnnotationReverted); one that cannot be read is none.
 	Reverted Marker
+	// Baking marks it in a change's first wave, baking (AnnotationBaking); one that
+	// cannot be read is none.
+	Baking Baking
 	// Others are the bytes of its annotations apart from those the webhook writes,
 	// when they are many (see annotationBytesOf).
 	Others AnnotationBytes
@@ -64,6 +67,7 @@ func (v Vocabulary) Read(w *Workload) State {
 	s.Failed, _ = ParseMarker(w.Annotations[AnnotationFailed])
 	s.Flapping, _ = ParseFlapping(w.Annotations[AnnotationFlapping])
 	s.Reverted, _ = ParseMarker(w.Annotations[AnnotationReverted])
+	s.Baking, _ = ParseBaking(w.Annotations[AnnotationBaking])
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
 	s.Pins = TemplatePins(w.Template)
 	if !s.Policy.OptOut {
@@ -102,7 +106,7 @@ func (s State) Equal(o State) bool {
 		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) && s.Form == o.Form &&
 		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
 		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed &&
-		slices.Equal(s.Flapping, o.Flapping) && s.Reverted == o.Reverted && s.Others == o.Others
+		slices.Equal(s.Flapping, o.Flapping) && s.Reverted == o.Reverted && s.Baking.Equal(o.Baking) && s.Others == o.Others
 }
 
 func errorText(err error) string {

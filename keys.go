@@ -30,6 +30,7 @@ var keys = [...][]string{
 		AnnotationExcludeConfigMaps, AnnotationExcludeSecrets, AnnotationSearch, AnnotationPausePeriod,
 		AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationHash, AnnotationSources,
 		AnnotationAdopted, AnnotationTrigger, AnnotationRelease, AnnotationHeld, AnnotationFailed, AnnotationFlapping, AnnotationReverted, AnnotationStatus, AnnotationOnFailure,
+		AnnotationCanary, AnnotationBake, AnnotationBaking,
 		AnnotationPinned, AnnotationRemakeSnapshots, AnnotationNotPinned, AnnotationRecreatedFrom,
 		AnnotationRecreateFinished, LabelRecreationOf, AnnotationReplaces, AnnotationRunOnChange, AnnotationRunDue,
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken,
@@ -41,11 +42,11 @@ var keys = [...][]string{
 		"reloader.stakater.com/rollout-strategy",
 	},
 	OnSource: {
-		AnnotationMatch, AnnotationIgnore, AnnotationWaveSize, AnnotationOnFailure, LabelSnapshotOf, ReloaderMatch, ReloaderIgnore,
+		AnnotationMatch, AnnotationIgnore, AnnotationWaveSize, AnnotationOnFailure, AnnotationCanary, AnnotationBake, LabelSnapshotOf, ReloaderMatch, ReloaderIgnore,
 		// On the sealed record of a Job's recreation, a Secret.
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, LabelRecreationOf, AnnotationReplaces,
 	},
-	OnNamespace: {InjectionLabel, AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationOnFailure},
+	OnNamespace: {InjectionLabel, AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationOnFailure, AnnotationCanary, AnnotationBake},
 }
 
 const reloaderDomain = "reloader.stakater.com/"

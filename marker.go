@@ -3,6 +3,7 @@ package confighash
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Marker is what the watcher writes on the workloads of a wave that halted
@@ -77,4 +78,66 @@ func ParseFlapping(text string) ([]Trigger, error) {
 		return nil, fmt.Errorf("a flapping marker of %d bytes, more than %d", len(text), maxFlappingBytes)
 	}
 	return ParseTriggers(text)
+}
+
+// Baking is the marker of a workload in a change's first wave (AnnotationBaking): the
+// change and the hash it rolls to, as a Marker; the bake; and, once rolled out, from
+// when it bakes. "ConfigMap/app@41 9f2c… 5m0s 2026-11-29T12:00:00Z".
+type Baking struct {
+	Marker
+	Bake  time.Duration
+	Since time.Time
+}
+
+func (b Baking) String() string {
+	if b.IsZero() {
+		return ""
+	}
+	text := b.Marker.String() + " " + b.Bake.String()
+	if !b.Since.IsZero() {
+		text += " " + b.Since.UTC().Format(time.RFC3339)
+	}
+	return text
+}
+
+// Equal reports whether two baking markers are the same.
+func (b Baking) Equal(o Baking) bool {
+	return b.Marker == o.Marker && b.Bake == o.Bake && b.Since.Equal(o.Since)
+}
+
+// Until is when its bake ends; zero before it rolled out.
+func (b Baking) Until() time.Time {
+	if b.Since.IsZero() {
+		return time.Time{}
+	}
+	return b.Since.Add(b.Bake)
+}
+
+// ParseBaking reads AnnotationBaking, "" as none.
+func ParseBaking(text string) (Baking, error) {
+	if text == "" {
+		return Baking{}, nil
+	}
+	if len(text) > maxMarkerBytes {
+		return Baking{}, fmt.Errorf("a baking marker of %d bytes, more than %d", len(text), maxMarkerBytes)
+	}
+	fields := strings.Fields(text)
+	bad := fmt.Errorf("baking marker %q: want kind/name@version hash bake [since]", text)
+	if len(fields) < 3 || len(fields) > 4 {
+		return Baking{}, bad
+	}
+	m, err := ParseMarker(fields[0] + " " + fields[1])
+	if err != nil {
+		return Baking{}, bad
+	}
+	b := Baking{Marker: m}
+	if b.Bake, err = time.ParseDuration(fields[2]); err != nil || b.Bake < 0 || b.Bake > maxBake {
+		return Baking{}, bad
+	}
+	if len(fields) == 4 {
+		if b.Since, err = time.Parse(time.RFC3339, fields[3]); err != nil {
+			return Baking{}, bad
+		}
+	}
+	return b, nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMarkerRoundTrip(t *testing.T) {
@@ -58,5 +59,43 @@ func TestTheFlappingMarkerHoldsTheSourcesThatFit(t *testing.T) {
 	}
 	if none, err := ParseFlapping(""); err != nil || none != nil {
 		t.Fatalf(`ParseFlapping("") = %v, %v; want none`, none, err)
+	}
+}
+
+// TestTheBakingMarkerCarriesTheBake: written at release without a start, then with it;
+// read back the same; a forged or overlong one is none, before it is split.
+func TestTheBakingMarkerCarriesTheBake(t *testing.T) {
+	released := Baking{Marker: Marker{Change: Trigger{SourceRef{ConfigMap, "app"}, "42"}, Hash: "v1:abc"}, Bake: 5 * time.Minute}
+	since := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	baking := released
+	baking.Since = since
+	for _, c := range []struct {
+		b     Baking
+		text  string
+		until time.Time
+	}{
+		{released, "ConfigMap/app@42 v1:abc 5m0s", time.Time{}},
+		{baking, "ConfigMap/app@42 v1:abc 5m0s 2026-11-29T12:00:00Z", since.Add(5 * time.Minute)},
+	} {
+		if got := c.b.String(); got != c.text {
+			t.Errorf("String() = %q, want %q", got, c.text)
+		}
+		got, err := ParseBaking(c.text)
+		if err != nil || !got.Equal(c.b) || !got.Until().Equal(c.until) {
+			t.Errorf("ParseBaking(%q) = %+v, %v; want %+v, until %v", c.text, got, err, c.b, c.until)
+		}
+	}
+	for _, text := range []string{
+		"ConfigMap/app@42 v1:abc",
+		"ConfigMap/app@42 v1:abc forever",
+		"ConfigMap/app@42 v1:abc 48h",
+		"ConfigMap/app@42 v1:abc -5m",
+		"ConfigMap/app@42 v1:abc 5m yesterday",
+		"ConfigMap/app@42 v1:abc 5m 2026-11-29T12:00:00Z extra",
+		"ConfigMap/" + strings.Repeat("a", maxMarkerBytes) + "@1 v1:abc 5m",
+	} {
+		if b, err := ParseBaking(text); err == nil {
+			t.Errorf("ParseBaking(%q) = %+v, want an error", text, b)
+		}
 	}
 }

@@ -45,6 +45,14 @@ const (
 	// rollout of a change does to the workloads its wave reached: "halt" the wave (the
 	// default), or "revert" the pinned ones to the revision they ran before the change.
 	AnnotationOnFailure = Domain + "/on-failure"
+	// AnnotationCanary, on a workload, a source or a Namespace, sizes the first wave of
+	// a change that rolls in waves: a number of workloads ("1") or a percent of the
+	// source's users ("10%"), at least one (see Canary).
+	AnnotationCanary = Domain + "/canary"
+	// AnnotationBake, on a workload, a source or a Namespace, is how long the first
+	// wave of a change must stay healthy once rolled out before the next wave rolls
+	// ("5m"): no container restarts, no pod loses its readiness, none crash-loops.
+	AnnotationBake = Domain + "/bake"
 
 	// AnnotationMatch on a ConfigMap or Secret makes it count for workloads in search mode.
 	AnnotationMatch = Domain + "/match"
@@ -83,6 +91,11 @@ const (
 	// revision it ran before a change whose rollout failed, in the write that rolls it
 	// back: that change, and the hash that failed (see Marker).
 	AnnotationReverted = Domain + "/reverted"
+	// AnnotationBaking is written by the watcher on each workload of a change's first
+	// wave, in the write that releases it: the change, the hash it rolls to and the
+	// bake; then, once rolled out, from when it bakes (see Baking). A new leader
+	// continues the bake from it.
+	AnnotationBaking = Domain + "/baking"
 	// AnnotationStatus is written by the watcher on a workload's metadata: what it
 	// last decided for it, why and until when (see Status).
 	AnnotationStatus = Domain + "/status"

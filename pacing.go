@@ -1,6 +1,7 @@
 package confighash
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,6 +24,85 @@ type Pacing struct {
 	Pinning Pinning
 	// OnFailure is what a failed rollout of a change does to it.
 	OnFailure OnFailure
+	// Canary sizes a change's first wave; Bake is how long that wave must stay healthy
+	// once rolled out before the next rolls. Either rolls the change in waves.
+	Canary Canary
+	Bake   time.Duration
+}
+
+// Waves reports whether changes roll in waves: a wave size, a canary or a bake is set.
+func (p Pacing) Waves() bool { return p.WaveSize > 0 || p.Canary.N > 0 || p.Bake > 0 }
+
+// FirstWave is the size of the first wave of a change that reaches users workloads:
+// the canary; with a bake and no canary, a wave, or one workload; with neither, a wave.
+func (p Pacing) FirstWave(users int) int {
+	switch {
+	case p.Canary.N > 0:
+		return p.Canary.Of(users)
+	case p.WaveSize > 0:
+		return p.WaveSize
+	}
+	return 1
+}
+
+// LaterWaves is the size of the waves after the first: the wave size, or the rest at
+// once.
+func (p Pacing) LaterWaves(users int) int { return cmp.Or(p.WaveSize, users) }
+
+// Canary is the size of a change's first wave (AnnotationCanary): N workloads, or N
+// percent of the source's users; zero N, unset.
+type Canary struct {
+	N       int
+	Percent bool
+}
+
+// Of is the canary's number of workloads among users: at least one.
+func (c Canary) Of(users int) int {
+	if !c.Percent {
+		return c.N
+	}
+	return max(1, (users*c.N+99)/100)
+}
+
+func (c Canary) String() string {
+	if c.Percent {
+		return fmt.Sprintf("%d%%", c.N)
+	}
+	return strconv.Itoa(c.N)
+}
+
+const (
+	wantCanary = "want a number of workloads, such as 1, or a percent of them, such as 10%"
+	wantBake   = "want a duration from 1s to 24h, such as 5m"
+)
+
+// parseCanary reads "3" or "10%"; empty text sets nothing.
+func parseCanary(text string) (Canary, error) {
+	if text = strings.TrimSpace(text); text == "" {
+		return Canary{}, nil
+	}
+	number, percent := strings.CutSuffix(text, "%")
+	n, err := strconv.Atoi(number)
+	if err != nil || n < 1 || percent && n > 100 {
+		return Canary{}, fmt.Errorf("canary %q: %s", text, wantCanary)
+	}
+	return Canary{N: n, Percent: percent}, nil
+}
+
+// maxBake bounds a bake: a wave that waits longer is a hold, which a window says better.
+const maxBake = 24 * time.Hour
+
+// parseBake reads a duration of one second to a day, such as "5m"; empty text sets
+// nothing.
+func parseBake(text string) (time.Duration, error) {
+	if text = strings.TrimSpace(text); text == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(text)
+	if err != nil || d < time.Second || d > maxBake {
+		return 0, fmt.Errorf("bake %q: %s", text, wantBake)
+	}
+	return d, nil
 }
 
 // OnFailure is what a failed rollout of a change does to the workloads its wave
@@ -117,6 +197,12 @@ func (p Pacing) Over(wider Pacing) Pacing {
 	if p.OnFailure == FailUnset {
 		p.OnFailure = wider.OnFailure
 	}
+	if p.Canary.N == 0 {
+		p.Canary = wider.Canary
+	}
+	if p.Bake == 0 {
+		p.Bake = wider.Bake
+	}
 	return p
 }
 
@@ -132,6 +218,12 @@ func (p Pacing) String() string {
 	if p.Pinned() {
 		parts = append(parts, "pinned")
 	}
+	if p.Canary.N > 0 {
+		parts = append(parts, "a canary of "+p.Canary.String())
+	}
+	if p.Bake > 0 {
+		parts = append(parts, "baking the first wave "+p.Bake.String())
+	}
 	if p.OnFailure == FailRevert {
 		parts = append(parts, "reverting a failed change")
 	}
@@ -141,32 +233,42 @@ func (p Pacing) String() string {
 // Equal reports whether two pacings are the same.
 func (p Pacing) Equal(o Pacing) bool {
 	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal) && p.Pinning == o.Pinning &&
-		p.OnFailure == o.OnFailure
+		p.OnFailure == o.OnFailure && p.Canary == o.Canary && p.Bake == o.Bake
 }
 
-// ParsePacing reads a rollout window, a wave size, a pinning and what a failure does
-// as written in annotations, labels or flags; empty text sets nothing. Each is read on
-// its own: a bad one sets nothing and the others stand, so that a typo in one never
-// drops another's window. The error names each that is bad.
-func ParsePacing(window, waveSize, pin, onFailure string) (Pacing, error) {
+// PacingText is a pacing as written in annotations, labels or flags.
+type PacingText struct {
+	Window, WaveSize, Pin, OnFailure, Canary, Bake string
+}
+
+// ParsePacing reads a pacing as written; empty text sets nothing. Each setting is
+// read on its own: a bad one sets nothing and the others stand, so that a typo in one
+// never drops another's window. The error names each that is bad.
+func ParsePacing(t PacingText) (Pacing, error) {
 	var r Pacing
 	var errs []error
 	var err error
-	if r.Pinning, err = parsePinning(pin); err != nil {
+	if r.Pinning, err = parsePinning(t.Pin); err != nil {
 		errs = append(errs, err)
 	}
-	if r.OnFailure, err = parseOnFailure(onFailure); err != nil {
+	if r.OnFailure, err = parseOnFailure(t.OnFailure); err != nil {
 		errs = append(errs, err)
 	}
-	if window = strings.TrimSpace(window); window != "" {
+	if window := strings.TrimSpace(t.Window); window != "" {
 		if r.Windows, err = ParseWindows(window); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if waveSize = strings.TrimSpace(waveSize); waveSize != "" {
+	if waveSize := strings.TrimSpace(t.WaveSize); waveSize != "" {
 		if r.WaveSize, err = parseWaveSize(waveSize); err != nil {
 			errs = append(errs, fmt.Errorf("wave size %q: want a number of workloads, such as 5", waveSize))
 		}
+	}
+	if r.Canary, err = parseCanary(t.Canary); err != nil {
+		errs = append(errs, err)
+	}
+	if r.Bake, err = parseBake(t.Bake); err != nil {
+		errs = append(errs, err)
 	}
 	return r, JoinErrors(errs...)
 }

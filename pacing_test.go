@@ -147,29 +147,63 @@ func TestPausePeriodAndWindowsCompose(t *testing.T) {
 // the others, and the error names it.
 func TestABadPacingValueDropsNoOther(t *testing.T) {
 	for _, c := range []struct {
-		window, waveSize, pin, onFailure string
-		wantWave                         int
-		wantWindow                       bool
-		wantPin                          Pinning
-		wantOnFailure                    OnFailure
-		wantErr                          string
+		text          PacingText
+		wantWave      int
+		wantWindow    bool
+		wantPin       Pinning
+		wantOnFailure OnFailure
+		wantCanary    Canary
+		wantBake      time.Duration
+		wantErr       string
 	}{
-		{window: "daily 09:00-17:00 UTC", waveSize: "five", wantWindow: true, wantErr: `wave size "five"`},
-		{window: "daily 09:00-17:00 UTC", pin: "yes", wantWindow: true, wantErr: `pin "yes"`},
-		{window: "daily 25:00-17:00 UTC", waveSize: "5", pin: "true", wantWave: 5, wantPin: PinOn, wantErr: "25:00"},
-		{window: "sometimes", waveSize: "-1", pin: "maybe", wantErr: `wave size "-1"`},
-		{window: "daily 09:00-17:00 UTC", waveSize: "5", pin: "false", wantWave: 5, wantWindow: true, wantPin: PinOff},
-		{pin: "true", onFailure: "revert", wantPin: PinOn, wantOnFailure: FailRevert},
-		{waveSize: "2", onFailure: "undo", wantWave: 2, wantErr: `on-failure "undo"`},
-		{onFailure: " halt ", wantOnFailure: FailHalt},
+		{text: PacingText{Window: "daily 09:00-17:00 UTC", WaveSize: "five"}, wantWindow: true, wantErr: `wave size "five"`},
+		{text: PacingText{Window: "daily 09:00-17:00 UTC", Pin: "yes"}, wantWindow: true, wantErr: `pin "yes"`},
+		{text: PacingText{Window: "daily 25:00-17:00 UTC", WaveSize: "5", Pin: "true"}, wantWave: 5, wantPin: PinOn, wantErr: "25:00"},
+		{text: PacingText{Window: "sometimes", WaveSize: "-1", Pin: "maybe"}, wantErr: `wave size "-1"`},
+		{text: PacingText{Window: "daily 09:00-17:00 UTC", WaveSize: "5", Pin: "false"}, wantWave: 5, wantWindow: true, wantPin: PinOff},
+		{text: PacingText{Pin: "true", OnFailure: "revert"}, wantPin: PinOn, wantOnFailure: FailRevert},
+		{text: PacingText{WaveSize: "2", OnFailure: "undo"}, wantWave: 2, wantErr: `on-failure "undo"`},
+		{text: PacingText{OnFailure: " halt "}, wantOnFailure: FailHalt},
+		{text: PacingText{Canary: "1", Bake: "5m"}, wantCanary: Canary{N: 1}, wantBake: 5 * time.Minute},
+		{text: PacingText{Canary: "10%", Bake: "soon"}, wantCanary: Canary{N: 10, Percent: true}, wantErr: `bake "soon"`},
+		{text: PacingText{WaveSize: "2", Canary: "0", Bake: "48h"}, wantWave: 2, wantErr: `canary "0"`},
+		{text: PacingText{Canary: "150%", Bake: "90s"}, wantBake: 90 * time.Second, wantErr: `canary "150%"`},
+		{text: PacingText{Bake: "500ms"}, wantErr: `bake "500ms"`},
 	} {
-		p, err := ParsePacing(c.window, c.waveSize, c.pin, c.onFailure)
-		if p.WaveSize != c.wantWave || (p.Windows != nil) != c.wantWindow || p.Pinning != c.wantPin || p.OnFailure != c.wantOnFailure {
-			t.Errorf("ParsePacing(%q, %q, %q, %q) = %+v; want wave %d, window %v, pin %v, on failure %v", c.window, c.waveSize, c.pin, c.onFailure, p, c.wantWave, c.wantWindow, c.wantPin, c.wantOnFailure)
+		p, err := ParsePacing(c.text)
+		if p.WaveSize != c.wantWave || (p.Windows != nil) != c.wantWindow || p.Pinning != c.wantPin || p.OnFailure != c.wantOnFailure ||
+			p.Canary != c.wantCanary || p.Bake != c.wantBake {
+			t.Errorf("ParsePacing(%+v) = %+v; want wave %d, window %v, pin %v, on failure %v, canary %v, bake %v", c.text, p, c.wantWave, c.wantWindow, c.wantPin, c.wantOnFailure, c.wantCanary, c.wantBake)
 		}
 		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
-			t.Errorf("ParsePacing(%q, %q, %q, %q) error = %v; want one naming %q", c.window, c.waveSize, c.pin, c.onFailure, err, c.wantErr)
+			t.Errorf("ParsePacing(%+v) error = %v; want one naming %q", c.text, err, c.wantErr)
 		}
+	}
+}
+
+// TestTheFirstWaveIsTheCanary: the canary sizes the first wave, as a number or a
+// percent rounded up, at least one; a bake alone makes it a wave, or one workload; the
+// waves after it are the wave size, or all the rest at once.
+func TestTheFirstWaveIsTheCanary(t *testing.T) {
+	for _, c := range []struct {
+		p                   Pacing
+		users, first, later int
+	}{
+		{Pacing{WaveSize: 2}, 6, 2, 2},
+		{Pacing{WaveSize: 2, Canary: Canary{N: 1}}, 6, 1, 2},
+		{Pacing{Canary: Canary{N: 1}}, 6, 1, 6},
+		{Pacing{Canary: Canary{N: 10, Percent: true}}, 6, 1, 6},
+		{Pacing{Canary: Canary{N: 10, Percent: true}}, 25, 3, 25},
+		{Pacing{Bake: time.Minute}, 6, 1, 6},
+		{Pacing{Bake: time.Minute, WaveSize: 3}, 6, 3, 3},
+	} {
+		if first, later := c.p.FirstWave(c.users), c.p.LaterWaves(c.users); first != c.first || later != c.later {
+			t.Errorf("%+v of %d users: first wave %d, later %d; want %d, %d", c.p, c.users, first, later, c.first, c.later)
+		}
+	}
+	src := Source{WaveSize: 4, Canary: Canary{N: 2}, Bake: time.Minute}
+	if got := src.Paces(Pacing{WaveSize: 3, Bake: 5 * time.Minute}); got.WaveSize != 3 || got.Canary != src.Canary || got.Bake != 5*time.Minute {
+		t.Errorf("Paces(%+v) = %+v; want the smaller wave, the source's canary, the longer bake", src, got)
 	}
 }
 

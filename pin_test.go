@@ -302,7 +302,7 @@ func TestPinningComesFromTheWorkloadThenItsNamespaceThenTheFlags(t *testing.T) {
 			t.Errorf("annotation %q over %+v: pinned %v, want %v", tc.annotation, tc.wider, pinned, tc.pinned)
 		}
 	}
-	if _, err := ParsePacing("", "", "yes please", ""); err == nil {
+	if _, err := ParsePacing(PacingText{Pin: "yes please"}); err == nil {
 		t.Error(`ParsePacing(pin "yes please") = nil error`)
 	}
 	state := Vocabulary{}.Read(&Workload{Annotations: map[string]string{AnnotationInject: "true", AnnotationPin: "sometimes"}, Template: envFrom("cfg")})

@@ -257,7 +257,7 @@ func (r *policyReader) pattern(annotation, entry string, kind SourceKind) (NameP
 }
 
 // pacing reads the workload's AnnotationRolloutWindow, AnnotationWaveSize,
-// AnnotationPin and AnnotationOnFailure.
+// AnnotationPin, AnnotationOnFailure, AnnotationCanary and AnnotationBake.
 func (r *policyReader) pacing() Pacing {
 	var out Pacing
 	if v, ok := r.get(AnnotationRolloutWindow); ok {
@@ -288,6 +288,20 @@ func (r *policyReader) pacing() Pacing {
 			r.problem(AnnotationOnFailure, v, "want halt or revert")
 		}
 		out.OnFailure = f
+	}
+	if v, ok := r.get(AnnotationCanary); ok {
+		c, err := parseCanary(v)
+		if err != nil {
+			r.problem(AnnotationCanary, v, wantCanary)
+		}
+		out.Canary = c
+	}
+	if v, ok := r.get(AnnotationBake); ok {
+		b, err := parseBake(v)
+		if err != nil {
+			r.problem(AnnotationBake, v, wantBake)
+		}
+		out.Bake = b
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unique"
 	"unsafe"
 
@@ -64,6 +65,10 @@ type Source struct {
 	// OnFailure is its AnnotationOnFailure, for the users whose own is unset; a value
 	// that is neither is unset.
 	OnFailure OnFailure
+	// Canary and Bake are its AnnotationCanary and AnnotationBake, for all its users
+	// (Pacing.WithSource); a bad value is unset.
+	Canary Canary
+	Bake   time.Duration
 	// Whole is set for a Secret of a type other than Opaque: its snapshot copies it
 	// whole, since a type may require keys a workload does not use (kubernetes.io/tls:
 	// tls.key).
@@ -88,7 +93,7 @@ const MaxSourceKeys = 10_000
 // counting annotations.
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
-		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.OnFailure == o.OnFailure && s.Whole == o.Whole && s.Bad == o.Bad &&
+		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.OnFailure == o.OnFailure && s.Canary == o.Canary && s.Bake == o.Bake && s.Whole == o.Whole && s.Bad == o.Bad &&
 		s.TooLarge == o.TooLarge &&
 		slices.Equal(s.Data, o.Data) && slices.Equal(s.BinaryData, o.BinaryData)
 }
@@ -120,12 +125,30 @@ func SourceOfSecret(sec *corev1.Secret) Source {
 
 func sumBytes(v []byte) Sum { return sha256.Sum256(v) }
 
+// Waves reports whether the source's own settings roll its changes in waves.
+func (s Source) Waves() bool { return s.WaveSize > 0 || s.Canary.N > 0 || s.Bake > 0 }
+
+// Paces returns a user's pacing with the source's own wave settings, which bind all
+// its users: the smaller wave, its canary, the longer bake.
+func (s Source) Paces(p Pacing) Pacing {
+	if s.WaveSize > 0 && (p.WaveSize == 0 || s.WaveSize < p.WaveSize) {
+		p.WaveSize = s.WaveSize
+	}
+	if s.Canary.N > 0 {
+		p.Canary = s.Canary
+	}
+	p.Bake = max(p.Bake, s.Bake)
+	return p
+}
+
 // AbsentSource returns the view of a source that does not exist.
 func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
 
 func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
 	waveSize, _ := parseWaveSize(annotations[AnnotationWaveSize]) // a bad one is 0, and a problem
 	onFailure, _ := parseOnFailure(annotations[AnnotationOnFailure])
+	canary, _ := parseCanary(annotations[AnnotationCanary])
+	bake, _ := parseBake(annotations[AnnotationBake])
 	return Source{
 		SourceRef:      SourceRef{kind, name},
 		Present:        true,
@@ -135,6 +158,8 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 		ReloaderMatch:  isTrue(annotations[ReloaderMatch]),
 		WaveSize:       waveSize,
 		OnFailure:      onFailure,
+		Canary:         canary,
+		Bake:           bake,
 		Bad:            sourceProblems(annotations),
 	}
 }
@@ -152,6 +177,16 @@ func sourceProblems(annotations map[string]string) string {
 	if v, ok := annotations[AnnotationOnFailure]; ok {
 		if _, err := parseOnFailure(v); err != nil {
 			problems = append(problems, Problem{AnnotationOnFailure, v, "want halt or revert"})
+		}
+	}
+	if v, ok := annotations[AnnotationCanary]; ok {
+		if _, err := parseCanary(v); err != nil {
+			problems = append(problems, Problem{AnnotationCanary, v, wantCanary})
+		}
+	}
+	if v, ok := annotations[AnnotationBake]; ok {
+		if _, err := parseBake(v); err != nil {
+			problems = append(problems, Problem{AnnotationBake, v, wantBake})
 		}
 	}
 	for _, name := range []string{AnnotationIgnore, AnnotationMatch} {

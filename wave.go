@@ -51,8 +51,24 @@ type WaveUser struct {
 	// FailureMarked is set when a halt marked it failed at its current hash.
 	FailureMarked bool
 	Status        RolloutStatus
-	// Failing is set when pods of its current template are known not to start.
+	// Failing is set when pods of its current template are known not to start, or,
+	// while it bakes, restarted or lost their readiness.
 	Failing bool
+	// Canary is its AnnotationBaking when it was in this change's first wave, nil when
+	// it was not.
+	Canary *Baking
+}
+
+// bakingAt reports whether the user bakes at now: it is in the first wave of a change
+// that bakes, has rolled out, and its bake has not ended, or not started yet.
+func (u WaveUser) bakingAt(now time.Time) bool {
+	if u.Canary == nil || u.Canary.Bake == 0 {
+		return false
+	}
+	if u.Canary.Since.IsZero() {
+		return u.Status == RolledOut // the watcher marks when it starts
+	}
+	return now.Before(u.Canary.Until())
 }
 
 // Standing is where the users of a wave stand, by their index in the wave.
@@ -61,11 +77,14 @@ type Standing struct {
 	Pending []int
 	// Failed were released and failed, and are not marked yet.
 	Failed []int
-	// Rolling counts those granted or released that have not rolled out yet;
+	// Rolling counts those granted or released that have not rolled out yet, or bake;
 	// Deadline is when the first granted of them fails for taking longer than the
-	// wave timeout, zero for none.
+	// wave timeout, or the first bake ends, zero for none.
 	Rolling  int
 	Deadline time.Time
+	// Canaried is set when the change's first wave was released: the next waves are of
+	// the wave size.
+	Canaried bool
 	// Ended are those whose grant ends: granted for an earlier change, not released by
 	// a wave, their failure marked, or rolled out.
 	Ended []int
@@ -83,6 +102,8 @@ func Stand(users []WaveUser, now time.Time, timeout time.Duration) Standing {
 			granted = false
 		}
 		timedOut := granted && now.Sub(u.Grant.At) > timeout
+		baking := u.bakingAt(now)
+		st.Canaried = st.Canaried || u.Canary != nil
 		switch {
 		case due && u.HeldByHalt:
 		case due && granted:
@@ -96,12 +117,17 @@ func Stand(users []WaveUser, now time.Time, timeout time.Duration) Standing {
 			if granted {
 				st.Ended = append(st.Ended, i)
 			}
-		case u.Status == RolloutFailed || u.Status == RollingOut && (timedOut || u.Failing):
+		case u.Status == RolloutFailed || u.Status == RollingOut && (timedOut || u.Failing) || baking && u.Failing:
 			st.Failed = append(st.Failed, i)
 		case u.Status == RollingOut:
 			st.Rolling++
-			if granted && (st.Deadline.IsZero() || u.Grant.At.Add(timeout).Before(st.Deadline)) {
-				st.Deadline = u.Grant.At.Add(timeout)
+			if granted {
+				st.Deadline = earliest(st.Deadline, u.Grant.At.Add(timeout))
+			}
+		case baking:
+			st.Rolling++
+			if until := u.Canary.Until(); !until.IsZero() {
+				st.Deadline = earliest(st.Deadline, until)
 			}
 		default:
 			if granted {
@@ -110,6 +136,13 @@ func Stand(users []WaveUser, now time.Time, timeout time.Duration) Standing {
 		}
 	}
 	return st
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Halts reports whether the wave halts: a user it released failed, and none still

@@ -14,6 +14,10 @@ func TestStand(t *testing.T) {
 	expired := &Grant{Release: "v1:new", At: now.Add(-2 * timeout)}
 	earlier := &Grant{Release: "v1:old", At: now.Add(-10 * time.Second)}
 	released := WaveUser{Released: true}
+	unstarted := &Baking{Bake: 5 * time.Minute}
+	bakingSince := &Baking{Bake: 5 * time.Minute, Since: now.Add(-time.Minute)}
+	baked := &Baking{Bake: 5 * time.Minute, Since: now.Add(-6 * time.Minute)}
+	noBake := &Baking{}
 	for _, tc := range []struct {
 		name  string
 		users []WaveUser
@@ -83,11 +87,35 @@ func TestStand(t *testing.T) {
 			{Due: "v1:new", WindowOpen: true},
 		},
 		want: Standing{Pending: []int{0, 4}, Failed: []int{1}, Rolling: 1},
+	}, {
+		name:  "a canary rolled out, its bake not started yet, holds the wave with no deadline",
+		users: []WaveUser{{Released: true, Canary: unstarted}, {Due: "v1:new", WindowOpen: true}},
+		want:  Standing{Pending: []int{1}, Rolling: 1, Canaried: true},
+	}, {
+		name:  "a canary still rolling out has not started to bake: its grant's timeout holds",
+		users: []WaveUser{{Released: true, Status: RollingOut, Grant: recent, Canary: unstarted}},
+		want:  Standing{Rolling: 1, Deadline: recent.At.Add(timeout), Canaried: true},
+	}, {
+		name:  "a baking canary holds the wave until its bake ends",
+		users: []WaveUser{{Released: true, Canary: bakingSince}, {Released: true, Canary: baked}},
+		want:  Standing{Rolling: 1, Deadline: bakingSince.Until(), Canaried: true},
+	}, {
+		name:  "a baking canary whose pods restarted failed",
+		users: []WaveUser{{Released: true, Canary: bakingSince, Failing: true}},
+		want:  Standing{Failed: []int{0}, Canaried: true},
+	}, {
+		name:  "a baking canary scaled up rolls out: no failure",
+		users: []WaveUser{{Released: true, Status: RollingOut, Canary: bakingSince}},
+		want:  Standing{Rolling: 1, Canaried: true},
+	}, {
+		name:  "a canary that has baked, or had no bake, holds nothing",
+		users: []WaveUser{{Released: true, Canary: baked, Failing: true}, {Released: true, Canary: noBake}},
+		want:  Standing{Canaried: true},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Stand(tc.users, now, timeout)
 			if !slices.Equal(got.Pending, tc.want.Pending) || !slices.Equal(got.Failed, tc.want.Failed) || !slices.Equal(got.Ended, tc.want.Ended) ||
-				got.Rolling != tc.want.Rolling || !got.Deadline.Equal(tc.want.Deadline) {
+				got.Rolling != tc.want.Rolling || !got.Deadline.Equal(tc.want.Deadline) || got.Canaried != tc.want.Canaried {
 				t.Fatalf("Stand() = %+v, want %+v", got, tc.want)
 			}
 		})

@@ -64,7 +64,9 @@ func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
 	if n == nil {
 		return confighash.Pacing{}, nil
 	}
-	p, err := confighash.ParsePacing(n.Annotations[confighash.AnnotationRolloutWindow], n.Annotations[confighash.AnnotationWaveSize], n.Labels[confighash.AnnotationPin], n.Annotations[confighash.AnnotationOnFailure])
+	p, err := confighash.ParsePacing(confighash.PacingText{Window: n.Annotations[confighash.AnnotationRolloutWindow], WaveSize: n.Annotations[confighash.AnnotationWaveSize],
+		Pin: n.Labels[confighash.AnnotationPin], OnFailure: n.Annotations[confighash.AnnotationOnFailure],
+		Canary: n.Annotations[confighash.AnnotationCanary], Bake: n.Annotations[confighash.AnnotationBake]})
 	errs := []error{err}
 	for _, m := range []map[string]string{n.Annotations, n.Labels} {
 		for _, u := range confighash.UnknownKeys(m, confighash.OnNamespace, false) {

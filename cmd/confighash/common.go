@@ -123,7 +123,7 @@ func (c *common) settings() (settings, error) {
 	if err != nil {
 		return settings{}, fmt.Errorf("--source-label-selector: %w", err)
 	}
-	pacing, err := confighash.ParsePacing(c.rolloutWindow, "", strconv.FormatBool(c.pinByDefault), c.onFailure)
+	pacing, err := confighash.ParsePacing(confighash.PacingText{Window: c.rolloutWindow, Pin: strconv.FormatBool(c.pinByDefault), OnFailure: c.onFailure})
 	if err != nil {
 		return settings{}, fmt.Errorf("--rollout-window, --on-failure: %w", err)
 	}

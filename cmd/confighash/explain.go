@@ -118,7 +118,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return badInput("%v", err)
 	}
-	pacing, err := confighash.ParsePacing(cfg.rolloutWindow, fmt.Sprint(cfg.waveSize), strconv.FormatBool(cfg.pinByDefault), cfg.onFailure)
+	pacing, err := confighash.ParsePacing(confighash.PacingText{Window: cfg.rolloutWindow, WaveSize: fmt.Sprint(cfg.waveSize), Pin: strconv.FormatBool(cfg.pinByDefault), OnFailure: cfg.onFailure})
 	if err != nil {
 		return badInput("%v", err)
 	}
