@@ -76,6 +76,14 @@ const (
 	wantBake   = "want a duration from 1s to 24h, such as 5m"
 )
 
+func parseWaveSize(text string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(text))
+	if err != nil || n < 0 {
+		return 0, strconv.ErrSyntax
+	}
+	return n, nil
+}
+
 // parseCanary reads "3" or "10%"; empty text sets nothing.
 func parseCanary(text string) (Canary, error) {
 	if text = strings.TrimSpace(text); text == "" {

@@ -28,6 +28,9 @@ const (
 	ActRolled Act = "rolled"
 	// ActHeld: a due change waits, for Why, until Until when it is known.
 	ActHeld Act = "held"
+	// ActBaking: in the first wave of a change, rolled out; it must stay healthy until
+	// Until before the next wave rolls.
+	ActBaking Act = "baking"
 	// ActReverted: a change's rollout failed, and the workload was rolled back to the
 	// revision it ran before, with its data.
 	ActReverted Act = "reverted"
@@ -40,7 +43,7 @@ const (
 	ActNotHashed Act = "not-hashed"
 )
 
-var acts = []Act{ActRolled, ActHeld, ActReverted, ActAdopted, ActHealed, ActNotHashed}
+var acts = []Act{ActRolled, ActHeld, ActBaking, ActReverted, ActAdopted, ActHealed, ActNotHashed}
 
 // MaxStatusBytes bounds a status: the watcher cuts Why to fit, and a longer one,
 // written by someone else, is not read.

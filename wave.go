@@ -1,8 +1,6 @@
 package confighash
 
 import (
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -148,11 +146,3 @@ func earliest(a, b time.Time) time.Time {
 // Halts reports whether the wave halts: a user it released failed, and none still
 // rolls, so that one halt names every failure of the wave.
 func (st Standing) Halts() bool { return len(st.Failed) > 0 && st.Rolling == 0 }
-
-func parseWaveSize(text string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(text))
-	if err != nil || n < 0 {
-		return 0, strconv.ErrSyntax
-	}
-	return n, nil
-}

@@ -21,27 +21,42 @@ import (
 // while it rolls out.
 const podCheckInterval = 5 * time.Second
 
-// followRollout follows the rollout of a workload a wave let roll: it finds pods that
-// cannot start, and halts the wave once it failed and nothing of it rolls any more,
-// as the failure of its last would otherwise go unseen.
+// followRollout follows the rollout of a workload a wave let roll, and the bake of one
+// of a change's first wave: it starts the bake once it rolled out, finds pods that
+// cannot start, or that restart or lose their readiness while it bakes, and halts the
+// wave once it failed and nothing of it rolls any more, as the failure of its last
+// would otherwise go unseen.
 func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 	key := keyOf(v)
 	pc.waves.mu.Lock()
-	_, ok := pc.waves.grants[key]
+	g, granted := pc.waves.grants[key]
 	known := pc.waves.failing[key].hash == v.Hash
 	pc.waves.mu.Unlock()
-	if !ok {
+	canary := pc.baker.current(v)
+	if !granted && canary == nil {
 		return nil
 	}
-	if !known && v.Status == confighash.RollingOut && v.Release == v.Hash && v.Selector != "" {
-		// Pods that cannot start change no status of the workload: look again soon,
-		// until they are known to fail.
-		why, pending, err := pc.failingPods(ctx, v)
+	if canary != nil {
+		if started, err := pc.baker.start(ctx, v, canary); started || err != nil {
+			return err // the write brings it back
+		}
+	}
+	var bakingSince time.Time
+	if canary != nil && canary.Bake > 0 && time.Now().Before(canary.Until()) {
+		bakingSince = canary.Since
+	}
+	rolling := v.Status == confighash.RollingOut && granted
+	if !known && (rolling || !bakingSince.IsZero()) && v.Release == v.Hash && v.Selector != "" {
+		// Pods that cannot start, or restart, change no status of the workload: look
+		// again soon, until they are known to fail.
+		why, pending, err := pc.failingPods(ctx, v, bakingSince)
 		if err != nil {
 			return err
 		}
 		pc.queue.AddAfter(key, podCheckInterval)
-		pc.pendingTooLong(v, pending)
+		if rolling {
+			pc.pendingTooLong(v, pending)
+		}
 		if why != "" {
 			pc.waves.mu.Lock()
 			pc.waves.failing[key] = failing{hash: v.Hash, why: why}
@@ -49,14 +64,13 @@ func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 			pc.waves.mu.Unlock()
 		}
 	}
-	pc.waves.mu.Lock()
-	g, ok := pc.waves.grants[key]
-	if !ok {
-		pc.waves.mu.Unlock()
-		return nil
+	source := g.source
+	if !granted {
+		source = canary.Change.SourceRef
 	}
-	id := waveID{v.Namespace, g.source}
-	st := pc.stand(&wave{id: id, users: pc.workloads.users(id.namespace, id.source)}, time.Now())
+	id := waveID{v.Namespace, source}
+	pc.waves.mu.Lock()
+	st := pc.stand(&wave{id: id, change: pc.changeOf(id), users: pc.workloads.users(id.namespace, id.source)}, time.Now())
 	if !st.Halts() {
 		pc.waves.mu.Unlock()
 		return nil
@@ -71,13 +85,17 @@ func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 // namespace user may make more with its labels, as large as their quota allows.
 var podsLimits = bounded.Limits{Page: 100, PageBytes: 4 << 20, Items: 100_000, Bytes: 1 << 30}
 
-// failingPods returns why a pod of the workload's latest template cannot start, "" if
-// none is known to fail, and since when one has been Pending.
-func (pc *pacer) failingPods(ctx context.Context, v *view) (why string, pending time.Time, err error) {
+// failingPods returns why a pod of the workload's latest template cannot start, or,
+// baking since a time, restarted or lost its readiness since, "" if none is known to
+// fail; and since when one has been Pending.
+func (pc *pacer) failingPods(ctx context.Context, v *view, bakingSince time.Time) (why string, pending time.Time, err error) {
 	res := bounded.Resource{GroupVersionResource: corev1.SchemeGroupVersion.WithResource("pods"), Namespace: v.Namespace}
 	err = bounded.Each(ctx, pc.reads, res, metav1.ListOptions{LabelSelector: v.Selector}, podsLimits, func(pods []corev1.Pod) error {
 		if why == "" {
 			why = failingPod(pods, v.Hash)
+		}
+		if why == "" && !bakingSince.IsZero() {
+			why = unhealthyPod(pods, v.Hash, bakingSince)
 		}
 		if since := pendingSince(pods, v.Hash); !since.IsZero() && (pending.IsZero() || since.Before(pending)) {
 			pending = since

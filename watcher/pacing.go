@@ -22,7 +22,8 @@ import (
 // the workload's rollout window is open and, for a change that reaches many workloads,
 // when its wave comes. A wave waits for the users it granted to roll out; one of them
 // that fails halts the rest (halts.go), and reverts itself where it asks to
-// (revert.go); --max-rolling caps them across namespaces (waveslots.go). It also
+// (revert.go); the first wave of a change may bake (bake.go); --max-rolling caps them
+// across namespaces (waveslots.go). It also
 // holds the users of a source that keeps changing (flapping.go).
 type pacer struct {
 	sources   *sourcecache.Cache
@@ -45,6 +46,15 @@ type pacer struct {
 	waves    *waves
 	flapping *flapBreaker
 	reverter *reverter
+	baker    *baker
+}
+
+// canaryMark is the baking marker the workload's release writes (baker.mark).
+func (pc *pacer) canaryMark(key workloadKey) any {
+	pc.waves.mu.Lock()
+	g, ok := pc.waves.grants[key]
+	pc.waves.mu.Unlock()
+	return pc.baker.mark(g, ok)
 }
 
 // forget drops what the pacer keeps of a workload.
@@ -112,34 +122,53 @@ func changedList(refs []confighash.SourceRef) string {
 
 // wave is one change of a source, rolled in waves.
 type wave struct {
-	id    waveID
-	size  int
-	users []*view
+	id     waveID
+	change confighash.Trigger
+	pacing confighash.Pacing
+	users  []*view
+}
+
+// size is the size of the wave's next wave: the first, or those after it.
+func (wv *wave) size(canaried bool) int {
+	if !canaried {
+		return wv.pacing.FirstWave(len(wv.users))
+	}
+	return wv.pacing.LaterWaves(len(wv.users))
 }
 
 // waveOf returns the wave the workload's due change rolls in, nil when it rolls at
-// once: it is a Job, which waves leave out (waveUsers), no wave size applies, or no
-// changed source reaches more workloads than the threshold.
+// once: it is a Job, which waves leave out (waveUsers), no wave applies, or no changed
+// source reaches more workloads than the first wave and the threshold.
 func (pc *pacer) waveOf(v *view, d confighash.Decision) *wave {
 	if v.Kind.Recreated() {
 		return nil
 	}
-	size := d.Pacing.WaveSize
+	pacing := d.Pacing
 	for _, ref := range d.Held {
-		if src, ok := pc.sources.Lookup(v.Namespace, ref); ok && src.Source.WaveSize > 0 && (size == 0 || src.Source.WaveSize < size) {
-			size = src.Source.WaveSize
+		if src, ok := pc.sources.Lookup(v.Namespace, ref); ok {
+			pacing = src.Source.Paces(pacing)
 		}
 	}
-	if size == 0 {
+	if !pacing.Waves() {
 		return nil
 	}
 	for _, ref := range d.Held {
 		id := waveID{v.Namespace, ref}
-		if users := pc.waveUsers(id); len(users) > max(size, pc.threshold) {
-			return &wave{id: id, size: size, users: users}
+		users := pc.waveUsers(id)
+		if len(users) > max(pacing.FirstWave(len(users)), pc.threshold) {
+			return &wave{id: id, change: pc.changeOf(id), pacing: pacing, users: users}
 		}
 	}
 	return nil
+}
+
+// changeOf is the latest change of the wave's source.
+func (pc *pacer) changeOf(id waveID) confighash.Trigger {
+	change := confighash.Trigger{SourceRef: id.source}
+	if d, ok := pc.sources.Lookup(id.namespace, id.source); ok {
+		change.ResourceVersion = d.ResourceVersion
+	}
+	return change
 }
 
 // waveUsers returns the users of the source that waves take, in their order: by kind
@@ -202,7 +231,7 @@ func (pc *pacer) joinWave(ctx context.Context, key workloadKey, v *view, d confi
 	}
 	ws.mu.Unlock()
 	if !granted && pc.hold(key, confighash.HoldWave, d.Release) {
-		why := fmt.Sprintf("%s: rolls in waves of %d of its %d users; waiting for its wave", changedList(d.Held), wv.size, len(wv.users))
+		why := fmt.Sprintf("%s: rolls in waves (%s) of its %d users; waiting for its wave", changedList(d.Held), wv.pacing.String(), len(wv.users))
 		pc.report.EventOn(v, corev1.EventTypeNormal, "Held", why)
 		return false, pc.report.status(ctx, v, confighash.Status{Act: confighash.ActHeld, Why: why})
 	}
@@ -217,9 +246,13 @@ func (pc *pacer) grantNext(key workloadKey, wv *wave, st standing, now time.Time
 	slices.SortStableFunc(pending, func(a, b int) int {
 		return boolOrder(st.users[a].Failed.IsZero(), st.users[b].Failed.IsZero())
 	})
-	for _, i := range pending[:pc.room(key, min(wv.size, len(pending)))] {
+	for _, i := range pending[:pc.room(key, min(wv.size(st.Canaried), len(pending)))] {
 		uk := keyOf(st.users[i])
-		pc.waves.grants[uk] = grant{Grant: confighash.Grant{Release: st.in[i].Due, At: now}, source: wv.id.source}
+		g := grant{Grant: confighash.Grant{Release: st.in[i].Due, At: now}, source: wv.id.source}
+		if !st.Canaried && (wv.pacing.Canary.N > 0 || wv.pacing.Bake > 0) {
+			g.canary = &confighash.Baking{Marker: confighash.Marker{Change: wv.change, Hash: g.Release}, Bake: wv.pacing.Bake}
+		}
+		pc.waves.grants[uk] = g
 		pc.waves.generation++
 		if uk != key {
 			pc.queue.Add(uk)
@@ -266,7 +299,7 @@ func (pc *pacer) standing(wv *wave, now time.Time) standing {
 func (pc *pacer) stand(wv *wave, now time.Time) standing {
 	st := standing{users: make([]*view, 0, len(wv.users)), in: make([]confighash.WaveUser, 0, len(wv.users))}
 	for _, u := range wv.users {
-		if in, ok := pc.waveUser(u, now); ok {
+		if in, ok := pc.waveUser(u, wv.change, now); ok {
 			st.users = append(st.users, u)
 			st.in = append(st.in, in)
 		}
@@ -278,9 +311,9 @@ func (pc *pacer) stand(wv *wave, now time.Time) standing {
 	return st
 }
 
-// waveUser reads what confighash.Stand needs of a user of a wave; false when its
-// decision fails; under the waves' lock.
-func (pc *pacer) waveUser(u *view, now time.Time) (confighash.WaveUser, bool) {
+// waveUser reads what confighash.Stand needs of a user of a wave of the change; false
+// when its decision fails; under the waves' lock.
+func (pc *pacer) waveUser(u *view, change confighash.Trigger, now time.Time) (confighash.WaveUser, bool) {
 	d, err := pc.decider.decide(u, confighash.Pods{})
 	if err != nil {
 		return confighash.WaveUser{}, false
@@ -289,6 +322,9 @@ func (pc *pacer) waveUser(u *view, now time.Time) (confighash.WaveUser, bool) {
 	in := confighash.WaveUser{Released: u.Release != "" && u.Release == u.Hash, Status: u.Status, Failing: pc.waves.failing[key].hash == u.Hash}
 	if g, ok := pc.waves.grants[key]; ok {
 		in.Grant = &g.Grant
+	}
+	if u.Baking.Change == change {
+		in.Canary = &u.Baking
 	}
 	if len(d.Held) > 0 {
 		in.Due, in.WindowOpen = d.Release, d.Pacing.Windows.Open(now)

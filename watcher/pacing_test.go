@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/confighash/confighash"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TestAClosedWindowHoldsAChangeWithOneEvent: outside its rollout window a due change
@@ -218,5 +219,66 @@ func TestAForgedFlappingMarkerHoldsItsOwnWorkloadForTheQuietPeriod(t *testing.T)
 	}
 	if got := h.annotation(marked, confighash.AnnotationFlapping); got != "" {
 		t.Errorf("released, %s = %q; want it removed", confighash.AnnotationFlapping, got)
+	}
+}
+
+// TestTheFirstWaveBakesBeforeTheNext: a source with a canary of one and a bake rolls
+// its change to the first user alone; once that one has rolled out it is marked baking,
+// from when, and the others wait until the bake ends; then they roll at once (no wave
+// size), each once, and are not marked. A new leader keeps the bake the marker says.
+func TestTheFirstWaveBakesBeforeTheNext(t *testing.T) {
+	users := []string{"w1", "w2", "w3", "w4"}
+	const bake = 2 * time.Second
+	source := harnessConfigMap("cfg", map[string]string{confighash.AnnotationCanary: "1", confighash.AnnotationBake: bake.String()})
+	objects := []runtime.Object{source}
+	for _, name := range users {
+		objects = append(objects, harnessDeployment(name, nil, "cfg"))
+	}
+	h := newHarness(t, Config{}, objects...)
+	key := func(name string) workloadKey { return harnessKey(confighash.Deployment, name) }
+	touched := func(want ...int) {
+		t.Helper()
+		for i, name := range users {
+			if n, r := h.touchesOf(key(name)), h.rolloutsOf(key(name)); n != want[i] || r != want[i] {
+				t.Errorf("%s touched %d times, rolled %d times; want %d", name, n, r, want[i])
+			}
+		}
+	}
+	h.change(confighash.ConfigMap, "cfg")
+	for _, name := range users {
+		h.sync(key(name))
+	}
+	touched(1, 0, 0, 0)
+	marker, err := confighash.ParseBaking(h.annotation(key("w1"), confighash.AnnotationBaking))
+	if err != nil || marker.Bake != bake || !marker.Since.IsZero() || marker.Hash != h.hash(key("w1")) {
+		t.Fatalf("the canary's marker at its release: %+v, %v; want its hash, the bake, no start", marker, err)
+	}
+
+	h.rollOut(key("w1"), false)
+	h.caughtUp()
+	h.sync(key("w1"))
+	marker, _ = confighash.ParseBaking(h.annotation(key("w1"), confighash.AnnotationBaking))
+	if marker.Since.IsZero() || h.status(key("w1")).Act != confighash.ActBaking || h.events.count(key("w1"), "Baking") != 1 {
+		t.Fatalf("the canary rolled out: marker %+v, status %+v, %d Baking Events; want baking since now, one Event", marker, h.status(key("w1")), h.events.count(key("w1"), "Baking"))
+	}
+	h.failOver() // a new leader reads the bake from the marker
+	h.caughtUp()
+	for _, name := range users[1:] {
+		h.sync(key(name))
+	}
+	touched(1, 0, 0, 0)
+
+	time.Sleep(time.Until(marker.Until()))
+	waitUntil(t, func() bool {
+		for _, name := range users[1:] {
+			h.sync(key(name))
+		}
+		return h.touchesOf(key("w4")) > 0
+	})
+	touched(1, 1, 1, 1)
+	for _, name := range users[1:] {
+		if m := h.annotation(key(name), confighash.AnnotationBaking); m != "" {
+			t.Errorf("%s, of a later wave, is marked baking: %q", name, m)
+		}
 	}
 }

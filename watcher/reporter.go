@@ -75,12 +75,14 @@ func (r *reporter) status(ctx context.Context, v *view, s confighash.Status) err
 }
 
 // unsay removes a status that no longer holds from a workload that carries its
-// decision: a hold that ended without a rollout, a bound it is no longer over.
+// decision: a hold that ended without a rollout, a bound it is no longer over, a bake
+// that ended.
 func (r *reporter) unsay(ctx context.Context, v *view) error {
-	if s, err := confighash.ParseStatus(v.Said); err != nil || s.Act != confighash.ActHeld && s.Act != confighash.ActNotHashed {
+	s, err := confighash.ParseStatus(v.Said)
+	if err != nil || s.Act != confighash.ActHeld && s.Act != confighash.ActNotHashed && (s.Act != confighash.ActBaking || time.Now().Before(s.Until)) {
 		return nil
 	}
-	_, err := r.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, nil))
+	_, err = r.workloads.patch(ctx, v, annotationPatch(confighash.AnnotationStatus, nil))
 	return err
 }
 

@@ -3,6 +3,8 @@ package watcher
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -89,6 +91,32 @@ func failingPod(pods []corev1.Pod, hash string) string {
 		for _, c := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 			if w := c.State.Waiting; w != nil && slices.Contains(cannotStart, w.Reason) {
 				return fmt.Sprintf("pod %s: container %s: %s", p.Name, c.Name, w.Reason)
+			}
+		}
+	}
+	return ""
+}
+
+// unhealthyPod returns why one of the pods that run the template of the given hash is
+// no longer healthy since a time: a container of it restarted, or it was ready and lost
+// its readiness; "" when all are healthy. A pod that started since is still starting.
+func unhealthyPod(pods []corev1.Pod, hash string, since time.Time) string {
+	for _, p := range pods {
+		if p.Annotations[confighash.AnnotationHash] != hash || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+			if t := c.LastTerminationState.Terminated; t != nil && !t.FinishedAt.Time.Before(since) {
+				return fmt.Sprintf("pod %s: container %s restarted at %s (exit code %d%s)", p.Name, c.Name,
+					t.FinishedAt.UTC().Format(time.RFC3339), t.ExitCode, strings.TrimSuffix(", "+t.Reason, ", "))
+			}
+		}
+		if p.Status.StartTime == nil || !p.Status.StartTime.Time.Before(since) {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue && !c.LastTransitionTime.Time.Before(since) {
+				return fmt.Sprintf("pod %s lost its readiness at %s", p.Name, c.LastTransitionTime.UTC().Format(time.RFC3339))
 			}
 		}
 	}

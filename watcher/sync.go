@@ -391,7 +391,8 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	}
 	w.tracking.pause(key, due.Policy.PausePeriod)
 	trig := triggers(v, due.Record, w.sources)
-	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil, confighash.AnnotationFlapping: nil}
+	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil, confighash.AnnotationFlapping: nil,
+		confighash.AnnotationBaking: w.pacer.canaryMark(key)}
 	maps.Copy(others, w.jobs.runMark(v, due))
 	if due.Hash != v.Hash {
 		others = withStatus(others, rolled(trig, due.Policy.PausePeriod))

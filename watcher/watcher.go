@@ -217,7 +217,8 @@ func New(cfg Config) (*Watcher, error) {
 		pauseEnd: w.tracking.pauseEnd, unreached: w.tracking.unreached,
 		threshold: cfg.WaveThreshold, waveTimeout: cfg.WaveTimeout, pendingTimeout: cfg.PendingTimeout, maxRolling: cfg.MaxRolling,
 		waves: newWaves(), flapping: newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
-		reverter: &reverter{workloads: w.workloads, revisions: revisions, decider: w.decider, report: w.report, metrics: cfg.Metrics}}
+		reverter: &reverter{workloads: w.workloads, revisions: revisions, decider: w.decider, report: w.report, metrics: cfg.Metrics},
+		baker:    &baker{sources: w.sources, workloads: w.workloads, report: w.report}}
 	w.sources.Writes(w.pacer.wrote)
 	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}

@@ -64,6 +64,9 @@ type failing struct{ hash, why string }
 type grant struct {
 	confighash.Grant
 	source confighash.SourceRef // whose change the wave rolls
+	// canary is the baking marker its release writes, for the first wave of a change
+	// that has a canary or a bake; nil for the others.
+	canary *confighash.Baking
 	// slotFreed is set once its pods stayed Pending too long: it no longer counts
 	// against MaxRolling.
 	slotFreed bool
