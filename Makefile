@@ -52,12 +52,16 @@ control-plane: ## build the local control plane's binaries once per machine (cac
 helm: ## build helm once per machine, for the chart tests
 	@tests/cluster/build-binaries.sh helm >/dev/null
 
+.PHONY: prometheus
+prometheus: ## build Prometheus once per machine, for the tests of the metric gate
+	@tests/cluster/build-binaries.sh prometheus >/dev/null
+
 .PHONY: node-packages
 node-packages: ## install the real node's Debian packages (containerd, runc, CNI plugins), where root
 	@tests/node/install.sh
 
 .PHONY: test
-test: control-plane helm node-packages ## unit and end-to-end tests against a real local control plane (and a real node where root on Linux), and a short fuzz run
+test: control-plane helm prometheus node-packages ## unit and end-to-end tests against a real local control plane (and a real node where root on Linux), and a short fuzz run
 	@echo "==> go test ./... (each package prints its result when it is done)"
 	@# The real node after the rest: a second control plane and containerd beside the
 	@# fault suite would slow what it times.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Explain explains a workload from the decision the webhook and the watcher make.
@@ -95,6 +96,7 @@ func Explain(in ExplainInput) (e Explanation) {
 		if r := state.Reverted; !r.IsZero() {
 			e.Why += fmt.Sprintf("; the watcher reverted it from %s, whose rollout failed", r.Change)
 		}
+		e.Why += bakingWhy(state, in.Now)
 	case !state.met() && in.New:
 		e.Verdict, e.Why = VerdictCreated, "the webhook writes this hash when the workload is created, so it starts with the current data"
 	case len(d.Unproven) > 0 && w.Kind.Recreated():
@@ -119,6 +121,24 @@ func Explain(in ExplainInput) (e Explanation) {
 	return e
 }
 
+// bakingWhy says where the workload stands in the bake of a change's first wave, ""
+// when it is in none.
+func bakingWhy(state State, now time.Time) string {
+	b := state.Baking
+	switch {
+	case b.IsZero() || b.Hash != state.Hash:
+		return ""
+	case b.Bake == 0:
+		return fmt.Sprintf("; it rolled in the first wave of %s, the canary", b.Change)
+	case b.Since.IsZero():
+		return fmt.Sprintf("; in the first wave of %s, the canary: once rolled out, it bakes for %s before the next wave rolls", b.Change, b.Bake)
+	case now.Before(b.Until()):
+		return fmt.Sprintf("; in the first wave of %s, the canary: baking until %s, before the next wave rolls; a container restart, a pod that loses its readiness or a metric gate that fails meanwhile fails the change",
+			b.Change, stamp(b.Until()))
+	}
+	return fmt.Sprintf("; it baked in the first wave of %s, the canary, until %s", b.Change, stamp(b.Until()))
+}
+
 // heldWhy says why a change due has not rolled, as the watcher decides it: the first
 // hold of the table that holds it, in its words.
 func heldWhy(d Decision, state State, in ExplainInput, e *Explanation) string {
@@ -132,7 +152,11 @@ func heldWhy(d Decision, state State, in ExplainInput, e *Explanation) string {
 	case len(state.Flapping) > 0:
 		return ListRefs(d.Held) + " changed; " + flappingWhy(state, in.Flapping)
 	}
-	return ListRefs(d.Held) + " changed; " + HoldOf(reason).Told(facts)
+	why := ListRefs(d.Held) + " changed; " + HoldOf(reason).Told(facts)
+	if reason == HoldWave && d.Pacing.Waves() {
+		why += " (" + d.Pacing.String() + ")"
+	}
+	return why
 }
 
 // unknownKey stands for the hash key where it is not known: digests and hashes made

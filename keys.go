@@ -30,7 +30,7 @@ var keys = [...][]string{
 		AnnotationExcludeConfigMaps, AnnotationExcludeSecrets, AnnotationSearch, AnnotationPausePeriod,
 		AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationHash, AnnotationSources,
 		AnnotationAdopted, AnnotationTrigger, AnnotationRelease, AnnotationHeld, AnnotationFailed, AnnotationFlapping, AnnotationReverted, AnnotationStatus, AnnotationOnFailure,
-		AnnotationCanary, AnnotationBake, AnnotationBaking,
+		AnnotationCanary, AnnotationBake, AnnotationAnalysis, AnnotationBaking,
 		AnnotationPinned, AnnotationRemakeSnapshots, AnnotationNotPinned, AnnotationRecreatedFrom,
 		AnnotationRecreateFinished, LabelRecreationOf, AnnotationReplaces, AnnotationRunOnChange, AnnotationRunDue,
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken,
@@ -42,11 +42,11 @@ var keys = [...][]string{
 		"reloader.stakater.com/rollout-strategy",
 	},
 	OnSource: {
-		AnnotationMatch, AnnotationIgnore, AnnotationWaveSize, AnnotationOnFailure, AnnotationCanary, AnnotationBake, LabelSnapshotOf, ReloaderMatch, ReloaderIgnore,
+		AnnotationMatch, AnnotationIgnore, AnnotationWaveSize, AnnotationOnFailure, AnnotationCanary, AnnotationBake, AnnotationAnalysis, LabelSnapshotOf, ReloaderMatch, ReloaderIgnore,
 		// On the sealed record of a Job's recreation, a Secret.
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, LabelRecreationOf, AnnotationReplaces,
 	},
-	OnNamespace: {InjectionLabel, AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationOnFailure, AnnotationCanary, AnnotationBake},
+	OnNamespace: {InjectionLabel, AnnotationRolloutWindow, AnnotationWaveSize, AnnotationPin, AnnotationOnFailure, AnnotationCanary, AnnotationBake, AnnotationAnalysis},
 }
 
 const reloaderDomain = "reloader.stakater.com/"

@@ -99,3 +99,27 @@ func TestTheBakingMarkerCarriesTheBake(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainSaysWhereTheCanaryBakes: before its rollout, while it bakes and after, in
+// words; nothing for a marker of another template.
+func TestExplainSaysWhereTheCanaryBakes(t *testing.T) {
+	since := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	m := Marker{Change: Trigger{SourceRef{ConfigMap, "app"}, "42"}, Hash: "v1:abc"}
+	for _, c := range []struct {
+		b    Baking
+		hash string
+		now  time.Time
+		want string
+	}{
+		{Baking{Marker: m, Bake: time.Minute}, "v1:abc", since, "once rolled out, it bakes for 1m0s"},
+		{Baking{Marker: m, Bake: time.Minute, Since: since}, "v1:abc", since.Add(30 * time.Second), "baking until 2026-11-29T12:01:00Z, before the next wave rolls"},
+		{Baking{Marker: m, Bake: time.Minute, Since: since}, "v1:abc", since.Add(2 * time.Minute), "it baked in the first wave of ConfigMap/app@42, the canary, until 2026-11-29T12:01:00Z"},
+		{Baking{Marker: m, Since: since}, "v1:abc", since, "it rolled in the first wave of ConfigMap/app@42, the canary"},
+		{Baking{Marker: m, Bake: time.Minute, Since: since}, "v1:def", since, ""},
+	} {
+		got := bakingWhy(State{Hash: c.hash, Baking: c.b}, c.now)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("bakingWhy(%v at %v) = %q, want %q", c.b, c.now, got, c.want)
+		}
+	}
+}

@@ -53,6 +53,10 @@ const (
 	// wave of a change must stay healthy once rolled out before the next wave rolls
 	// ("5m"): no container restarts, no pod loses its readiness, none crash-loops.
 	AnnotationBake = Domain + "/bake"
+	// AnnotationAnalysis, on a workload, a source or a Namespace, gates a bake on a
+	// metric: a query the install names, a comparison and a number ("error-ratio <
+	// 0.05"), which must hold while the first wave bakes (see Analysis).
+	AnnotationAnalysis = Domain + "/analysis"
 
 	// AnnotationMatch on a ConfigMap or Secret makes it count for workloads in search mode.
 	AnnotationMatch = Domain + "/match"

@@ -28,6 +28,8 @@ type Pacing struct {
 	// once rolled out before the next rolls. Either rolls the change in waves.
 	Canary Canary
 	Bake   time.Duration
+	// Analysis gates the bake on a metric; zero for none.
+	Analysis Analysis
 }
 
 // Waves reports whether changes roll in waves: a wave size, a canary or a bake is set.
@@ -211,6 +213,9 @@ func (p Pacing) Over(wider Pacing) Pacing {
 	if p.Bake == 0 {
 		p.Bake = wider.Bake
 	}
+	if p.Analysis.IsZero() {
+		p.Analysis = wider.Analysis
+	}
 	return p
 }
 
@@ -232,6 +237,9 @@ func (p Pacing) String() string {
 	if p.Bake > 0 {
 		parts = append(parts, "baking the first wave "+p.Bake.String())
 	}
+	if !p.Analysis.IsZero() {
+		parts = append(parts, "while "+p.Analysis.String())
+	}
 	if p.OnFailure == FailRevert {
 		parts = append(parts, "reverting a failed change")
 	}
@@ -241,12 +249,12 @@ func (p Pacing) String() string {
 // Equal reports whether two pacings are the same.
 func (p Pacing) Equal(o Pacing) bool {
 	return p.WaveSize == o.WaveSize && slices.EqualFunc(p.Windows, o.Windows, Window.Equal) && p.Pinning == o.Pinning &&
-		p.OnFailure == o.OnFailure && p.Canary == o.Canary && p.Bake == o.Bake
+		p.OnFailure == o.OnFailure && p.Canary == o.Canary && p.Bake == o.Bake && p.Analysis == o.Analysis
 }
 
 // PacingText is a pacing as written in annotations, labels or flags.
 type PacingText struct {
-	Window, WaveSize, Pin, OnFailure, Canary, Bake string
+	Window, WaveSize, Pin, OnFailure, Canary, Bake, Analysis string
 }
 
 // ParsePacing reads a pacing as written; empty text sets nothing. Each setting is
@@ -276,6 +284,9 @@ func ParsePacing(t PacingText) (Pacing, error) {
 		errs = append(errs, err)
 	}
 	if r.Bake, err = parseBake(t.Bake); err != nil {
+		errs = append(errs, err)
+	}
+	if r.Analysis, err = parseAnalysis(t.Analysis); err != nil {
 		errs = append(errs, err)
 	}
 	return r, JoinErrors(errs...)

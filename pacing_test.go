@@ -154,6 +154,7 @@ func TestABadPacingValueDropsNoOther(t *testing.T) {
 		wantOnFailure OnFailure
 		wantCanary    Canary
 		wantBake      time.Duration
+		wantAnalysis  Analysis
 		wantErr       string
 	}{
 		{text: PacingText{Window: "daily 09:00-17:00 UTC", WaveSize: "five"}, wantWindow: true, wantErr: `wave size "five"`},
@@ -169,10 +170,16 @@ func TestABadPacingValueDropsNoOther(t *testing.T) {
 		{text: PacingText{WaveSize: "2", Canary: "0", Bake: "48h"}, wantWave: 2, wantErr: `canary "0"`},
 		{text: PacingText{Canary: "150%", Bake: "90s"}, wantBake: 90 * time.Second, wantErr: `canary "150%"`},
 		{text: PacingText{Bake: "500ms"}, wantErr: `bake "500ms"`},
+		{text: PacingText{Bake: "1m", Analysis: "error-ratio < 0.05"}, wantBake: time.Minute, wantAnalysis: Analysis{"error-ratio", "<", 0.05}},
+		{text: PacingText{Bake: "1m", Analysis: " p99-latency>=1e3 "}, wantBake: time.Minute, wantAnalysis: Analysis{"p99-latency", ">=", 1000}},
+		{text: PacingText{Bake: "1m", Analysis: `sum(rate(x[1m])) < 1`}, wantBake: time.Minute, wantErr: "want a query the install names"},
+		{text: PacingText{Bake: "1m", Analysis: "error-ratio < NaN"}, wantBake: time.Minute, wantErr: "want a query the install names"},
+		{text: PacingText{Bake: "1m", Analysis: "error-ratio = 1"}, wantBake: time.Minute, wantErr: "want a query the install names"},
+		{text: PacingText{Bake: "1m", Analysis: "q < " + strings.Repeat("1", 300)}, wantBake: time.Minute, wantErr: "more than 256"},
 	} {
 		p, err := ParsePacing(c.text)
 		if p.WaveSize != c.wantWave || (p.Windows != nil) != c.wantWindow || p.Pinning != c.wantPin || p.OnFailure != c.wantOnFailure ||
-			p.Canary != c.wantCanary || p.Bake != c.wantBake {
+			p.Canary != c.wantCanary || p.Bake != c.wantBake || p.Analysis != c.wantAnalysis {
 			t.Errorf("ParsePacing(%+v) = %+v; want wave %d, window %v, pin %v, on failure %v, canary %v, bake %v", c.text, p, c.wantWave, c.wantWindow, c.wantPin, c.wantOnFailure, c.wantCanary, c.wantBake)
 		}
 		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {

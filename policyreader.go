@@ -257,7 +257,8 @@ func (r *policyReader) pattern(annotation, entry string, kind SourceKind) (NameP
 }
 
 // pacing reads the workload's AnnotationRolloutWindow, AnnotationWaveSize,
-// AnnotationPin, AnnotationOnFailure, AnnotationCanary and AnnotationBake.
+// AnnotationPin, AnnotationOnFailure, AnnotationCanary, AnnotationBake and
+// AnnotationAnalysis.
 func (r *policyReader) pacing() Pacing {
 	var out Pacing
 	if v, ok := r.get(AnnotationRolloutWindow); ok {
@@ -302,6 +303,13 @@ func (r *policyReader) pacing() Pacing {
 			r.problem(AnnotationBake, v, wantBake)
 		}
 		out.Bake = b
+	}
+	if v, ok := r.get(AnnotationAnalysis); ok {
+		a, err := parseAnalysis(v)
+		if err != nil {
+			r.problem(AnnotationAnalysis, v, wantAnalysis)
+		}
+		out.Analysis = a
 	}
 	return out
 }

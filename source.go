@@ -67,8 +67,9 @@ type Source struct {
 	OnFailure OnFailure
 	// Canary and Bake are its AnnotationCanary and AnnotationBake, for all its users
 	// (Pacing.WithSource); a bad value is unset.
-	Canary Canary
-	Bake   time.Duration
+	Canary   Canary
+	Bake     time.Duration
+	Analysis Analysis
 	// Whole is set for a Secret of a type other than Opaque: its snapshot copies it
 	// whole, since a type may require keys a workload does not use (kubernetes.io/tls:
 	// tls.key).
@@ -93,7 +94,7 @@ const MaxSourceKeys = 10_000
 // counting annotations.
 func (s Source) Equal(o Source) bool {
 	return s.SourceRef == o.SourceRef && s.Present == o.Present &&
-		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.OnFailure == o.OnFailure && s.Canary == o.Canary && s.Bake == o.Bake && s.Whole == o.Whole && s.Bad == o.Bad &&
+		s.Ignore == o.Ignore && s.Match == o.Match && s.ReloaderIgnore == o.ReloaderIgnore && s.ReloaderMatch == o.ReloaderMatch && s.WaveSize == o.WaveSize && s.OnFailure == o.OnFailure && s.Canary == o.Canary && s.Bake == o.Bake && s.Analysis == o.Analysis && s.Whole == o.Whole && s.Bad == o.Bad &&
 		s.TooLarge == o.TooLarge &&
 		slices.Equal(s.Data, o.Data) && slices.Equal(s.BinaryData, o.BinaryData)
 }
@@ -129,7 +130,7 @@ func sumBytes(v []byte) Sum { return sha256.Sum256(v) }
 func (s Source) Waves() bool { return s.WaveSize > 0 || s.Canary.N > 0 || s.Bake > 0 }
 
 // Paces returns a user's pacing with the source's own wave settings, which bind all
-// its users: the smaller wave, its canary, the longer bake.
+// its users: the smaller wave, its canary, the longer bake, its metric gate.
 func (s Source) Paces(p Pacing) Pacing {
 	if s.WaveSize > 0 && (p.WaveSize == 0 || s.WaveSize < p.WaveSize) {
 		p.WaveSize = s.WaveSize
@@ -138,6 +139,9 @@ func (s Source) Paces(p Pacing) Pacing {
 		p.Canary = s.Canary
 	}
 	p.Bake = max(p.Bake, s.Bake)
+	if !s.Analysis.IsZero() {
+		p.Analysis = s.Analysis
+	}
 	return p
 }
 
@@ -149,6 +153,7 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 	onFailure, _ := parseOnFailure(annotations[AnnotationOnFailure])
 	canary, _ := parseCanary(annotations[AnnotationCanary])
 	bake, _ := parseBake(annotations[AnnotationBake])
+	analysis, _ := parseAnalysis(annotations[AnnotationAnalysis])
 	return Source{
 		SourceRef:      SourceRef{kind, name},
 		Present:        true,
@@ -160,6 +165,7 @@ func sourceMeta(kind SourceKind, name string, annotations map[string]string) Sou
 		OnFailure:      onFailure,
 		Canary:         canary,
 		Bake:           bake,
+		Analysis:       analysis,
 		Bad:            sourceProblems(annotations),
 	}
 }
@@ -187,6 +193,11 @@ func sourceProblems(annotations map[string]string) string {
 	if v, ok := annotations[AnnotationBake]; ok {
 		if _, err := parseBake(v); err != nil {
 			problems = append(problems, Problem{AnnotationBake, v, wantBake})
+		}
+	}
+	if v, ok := annotations[AnnotationAnalysis]; ok {
+		if _, err := parseAnalysis(v); err != nil {
+			problems = append(problems, Problem{AnnotationAnalysis, v, wantAnalysis})
 		}
 	}
 	for _, name := range []string{AnnotationIgnore, AnnotationMatch} {

@@ -66,7 +66,8 @@ func PacingOf(n *corev1.Namespace) (confighash.Pacing, error) {
 	}
 	p, err := confighash.ParsePacing(confighash.PacingText{Window: n.Annotations[confighash.AnnotationRolloutWindow], WaveSize: n.Annotations[confighash.AnnotationWaveSize],
 		Pin: n.Labels[confighash.AnnotationPin], OnFailure: n.Annotations[confighash.AnnotationOnFailure],
-		Canary: n.Annotations[confighash.AnnotationCanary], Bake: n.Annotations[confighash.AnnotationBake]})
+		Canary: n.Annotations[confighash.AnnotationCanary], Bake: n.Annotations[confighash.AnnotationBake],
+		Analysis: n.Annotations[confighash.AnnotationAnalysis]})
 	errs := []error{err}
 	for _, m := range []map[string]string{n.Annotations, n.Labels} {
 		for _, u := range confighash.UnknownKeys(m, confighash.OnNamespace, false) {

@@ -53,13 +53,17 @@ func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 		if err != nil {
 			return err
 		}
+		unsure := false
+		if why == "" && !bakingSince.IsZero() {
+			why, unsure = pc.gate(ctx, v, canary.Change.SourceRef)
+		}
 		pc.queue.AddAfter(key, podCheckInterval)
 		if rolling {
 			pc.pendingTooLong(v, pending)
 		}
 		if why != "" {
 			pc.waves.mu.Lock()
-			pc.waves.failing[key] = failing{hash: v.Hash, why: why}
+			pc.waves.failing[key] = failing{hash: v.Hash, why: why, unsure: unsure}
 			pc.waves.generation++
 			pc.waves.mu.Unlock()
 		}
@@ -78,6 +82,22 @@ func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 	h := pc.claimHalt(id, st)
 	pc.waves.mu.Unlock()
 	return pc.halt(ctx, key, h)
+}
+
+// gate reads the metric gate of the canary's bake, if it has one (analyst.check).
+func (pc *pacer) gate(ctx context.Context, v *view, source confighash.SourceRef) (why string, unsure bool) {
+	d, err := pc.decider.decide(v, confighash.Pods{})
+	if err != nil {
+		return "", false
+	}
+	pacing := d.Pacing
+	if src, ok := pc.sources.Lookup(v.Namespace, source); ok {
+		pacing = src.Source.Paces(pacing)
+	}
+	if pacing.Analysis.IsZero() {
+		return "", false
+	}
+	return pc.analyst.check(ctx, v, pacing.Analysis)
 }
 
 // podsLimits bound the list of a workload's pods: read whole, for their statuses, a
@@ -116,6 +136,8 @@ type haltWrites struct {
 	due    []string
 	failed []*view
 	whys   []string
+	// unsure are the failed not known to have failed: they are not reverted.
+	unsure []bool
 }
 
 // claimHalt claims the wave's halt for this worker and collects what it writes; nil
@@ -133,12 +155,13 @@ func (pc *pacer) claimHalt(id waveID, st standing) *haltWrites {
 	}
 	for _, i := range st.Failed {
 		u := st.users[i]
-		why := u.Status.String()
+		why, unsure := u.Status.String(), false
 		if f := pc.waves.failing[keyOf(u)]; f.hash == u.Hash {
-			why = f.why
+			why, unsure = f.why, f.unsure
 		}
 		h.failed = append(h.failed, u)
 		h.whys = append(h.whys, why)
+		h.unsure = append(h.unsure, unsure)
 	}
 	return h
 }
@@ -177,6 +200,9 @@ func (pc *pacer) halt(ctx context.Context, key workloadKey, h *haltWrites) error
 	var reverted, halted []*view
 	for i, u := range h.failed {
 		reverts, why := pc.reverter.reverts(u, h.id.source)
+		if reverts && h.unsure[i] {
+			reverts, why = false, "it is not known to have failed ("+h.whys[i]+"): it halts"
+		}
 		if reverts {
 			var err error
 			if why, err = pc.reverter.revert(ctx, u, change, h.whys[i]); err != nil {

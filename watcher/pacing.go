@@ -47,6 +47,7 @@ type pacer struct {
 	flapping *flapBreaker
 	reverter *reverter
 	baker    *baker
+	analyst  *analyst
 }
 
 // canaryMark is the baking marker the workload's release writes (baker.mark).

@@ -95,6 +95,11 @@ type Config struct {
 	// changed for FlapQuiet, then roll once. 0: no limit.
 	FlapLimit             int
 	FlapWindow, FlapQuiet time.Duration
+	// PrometheusURL is where the metric gates of bakes are read (AnnotationAnalysis),
+	// and AnalysisQueries the queries they may name, by name; "$namespace" and
+	// "$workload" in a query are the canary's.
+	PrometheusURL   string
+	AnalysisQueries map[string]string
 	// Over is told of each object of a tenant read over its kind's bound
 	// (watches.Overs); nil: no one.
 	Over func(kind watches.Kind, namespace, name string, bytes int)
@@ -218,7 +223,8 @@ func New(cfg Config) (*Watcher, error) {
 		threshold: cfg.WaveThreshold, waveTimeout: cfg.WaveTimeout, pendingTimeout: cfg.PendingTimeout, maxRolling: cfg.MaxRolling,
 		waves: newWaves(), flapping: newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 		reverter: &reverter{workloads: w.workloads, revisions: revisions, decider: w.decider, report: w.report, metrics: cfg.Metrics},
-		baker:    &baker{sources: w.sources, workloads: w.workloads, report: w.report}}
+		baker:    &baker{sources: w.sources, workloads: w.workloads, report: w.report},
+		analyst:  newAnalyst(cfg.PrometheusURL, cfg.AnalysisQueries)}
 	w.sources.Writes(w.pacer.wrote)
 	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}

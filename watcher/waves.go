@@ -58,7 +58,12 @@ type waveID struct {
 	source    confighash.SourceRef
 }
 
-type failing struct{ hash, why string }
+// failing is why a template's pods failed; unsure when that is not known, as when a
+// metric gate could not be read: it halts its wave and reverts nothing.
+type failing struct {
+	hash, why string
+	unsure    bool
+}
 
 // grant is a wave's leave for a workload to roll.
 type grant struct {

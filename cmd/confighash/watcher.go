@@ -53,6 +53,26 @@ type watcherConfig struct {
 	leaseName, identity         string
 	leaseDuration, renew, retry time.Duration
 	alerts                      alertConfig
+	prometheusURL               string
+	analysisQueries             analysisQueries
+}
+
+// analysisQueries are the queries the metric gates of bakes may name:
+// --analysis-query NAME=QUERY, repeatable.
+type analysisQueries map[string]string
+
+func (q analysisQueries) String() string { return fmt.Sprint(map[string]string(q)) }
+
+func (q analysisQueries) Set(v string) error {
+	name, query, ok := strings.Cut(v, "=")
+	if !ok || !confighash.IsQueryName(name) || strings.TrimSpace(query) == "" {
+		return fmt.Errorf("%q: want NAME=QUERY, a name of lowercase letters, digits and dashes, and a PromQL query", v)
+	}
+	if _, dup := q[name]; dup {
+		return fmt.Errorf("%q: a second query named %s", v, name)
+	}
+	q[name] = query
+	return nil
 }
 
 // alertConfig is what the watcher's alerts need; flags named as Reloader's variables.
@@ -82,6 +102,9 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.flapLimit, "flap-limit", watcher.DefaultFlapLimit, "changes of one ConfigMap or Secret within --flap-window that roll the workloads using it; past it they are held at their current revision, with a Warning Event naming who writes it, until it has not changed for --flap-quiet, then roll once with its latest data; 0: no limit")
 	fs.DurationVar(&c.flapWindow, "flap-window", watcher.DefaultFlapWindow, "the window --flap-limit counts a source's changes in")
 	fs.DurationVar(&c.flapQuiet, "flap-quiet", watcher.DefaultFlapQuiet, "how long a source held by --flap-limit must go without a change before its users roll, once")
+	fs.StringVar(&c.prometheusURL, "prometheus-url", "", "the Prometheus the metric gates of bakes are read from ("+confighash.AnnotationAnalysis+"); one that cannot be read halts the wave, and reverts nothing")
+	c.analysisQueries = analysisQueries{}
+	fs.Var(c.analysisQueries, "analysis-query", `NAME=QUERY: a PromQL query that `+confighash.AnnotationAnalysis+` may name, its "$namespace" and "$workload" the canary's; write it to read only them, for a namespace user picks the threshold; repeatable`)
 	fs.DurationVar(&c.waveTimeout, "wave-timeout", watcher.DefaultWaveTimeout, "how long a workload a wave rolled may take to roll out before it counts as failed and halts the wave")
 	fs.DurationVar(&c.snapshotSweep, "snapshot-sweep", 10*time.Minute, "how often to delete the snapshots of pinned workloads that nothing has owned or named for this long (left by a create the API server refused); 0: never")
 	fs.IntVar(&c.healAfter, "heal-after", 3, "touches the webhook may leave unconverged before the watcher writes the hash itself")
@@ -195,6 +218,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Pacing: set.pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, InPlace: cfg.restartInPlace && inPlaceServed(ctx, client, log),
 		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
+		PrometheusURL: cfg.prometheusURL, AnalysisQueries: cfg.analysisQueries,
 		Events: events, Metrics: recorder, Over: overs.Over, Log: log,
 	}
 	if notifier != nil {

@@ -10,6 +10,8 @@
 #   $CONFIGHASH_CACHE/kwok-vX.Y.Z/kwok
 #   $CONFIGHASH_CACHE/node-vX.Y.Z/{kubelet,kube-proxy,pause} (a real node, for make test-node)
 #   $CONFIGHASH_CACHE/helm-vX.Y.Z/helm (only the tests need it, to lint and render the chart)
+#   $CONFIGHASH_CACHE/prometheus-vX.Y.Z/prometheus (the tests of the metric gate read a real one),
+#     without its service discovery plugins (tag remove_all_sd): the tests name their targets
 #
 # Each directory is built under a temporary name and renamed into place, under a lock,
 # so concurrent runs never see or leave a half-built cache. Prints one line per named
@@ -21,6 +23,8 @@ KUBE_VERSION="${CONFIGHASH_KUBE_VERSION:-v1.36.3}"
 ETCD_VERSION="${CONFIGHASH_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${CONFIGHASH_KWOK_VERSION:-v0.7.0}"
 HELM_VERSION="${CONFIGHASH_HELM_VERSION:-v3.22.0}"
+# Prometheus 3.x, as its Go module numbers it (v0.316.0 is Prometheus v3.16.0).
+PROMETHEUS_VERSION="${CONFIGHASH_PROMETHEUS_VERSION:-v0.316.0}"
 CACHE="${CONFIGHASH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confighash}"
 
 mkdir -p "$CACHE"
@@ -145,6 +149,7 @@ build_main() {
 build_etcd() { build_main "$1" "$2" go.etcd.io/etcd/server/v3 etcd; }
 build_kwok() { build_main "$1" "$2" sigs.k8s.io/kwok/cmd/kwok kwok; }
 build_helm() { build_main "$1" "$2" helm.sh/helm/v3/cmd/helm helm; }
+build_prometheus() { GOFLAGS=-tags=remove_all_sd build_main "$1" "$2" github.com/prometheus/prometheus/cmd/prometheus prometheus; }
 
 components=("$@")
 [[ ${#components[@]} -gt 0 ]] || components=(etcd kwok kubernetes)
@@ -154,8 +159,9 @@ for c in "${components[@]}"; do
 	kwok) version="$KWOK_VERSION" ;;
 	kubernetes | node) version="$KUBE_VERSION" ;;
 	helm) version="$HELM_VERSION" ;;
+	prometheus) version="$PROMETHEUS_VERSION" ;;
 	*)
-		echo "build-binaries.sh: unknown component $c (want etcd, kwok, kubernetes, node or helm)" >&2
+		echo "build-binaries.sh: unknown component $c (want etcd, kwok, kubernetes, node, helm or prometheus)" >&2
 		exit 2
 		;;
 	esac

@@ -548,6 +548,16 @@ func Helm(ctx context.Context) (string, error) {
 	return filepath.Join(bins["helm"], "helm"), nil
 }
 
+// Prometheus returns the path of a prometheus binary, for the tests of the metric gate,
+// building it first if needed.
+func Prometheus(ctx context.Context) (string, error) {
+	bins, err := ensureBinaries(ctx, "prometheus")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(bins["prometheus"], "prometheus"), nil
+}
+
 // NodeBinaries returns the directory holding kubelet, kube-proxy and pause, of the
 // control plane's version, building them first if needed (tests/node).
 func NodeBinaries(ctx context.Context) (string, error) {
