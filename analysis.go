@@ -31,7 +31,9 @@ var (
 
 // IsQueryName reports whether a query of the install may be named so: lowercase
 // letters, digits and dashes, as an analysis names it.
-func IsQueryName(name string) bool { return len(name) <= maxAnalysisBytes && queryNameRE.MatchString(name) }
+func IsQueryName(name string) bool {
+	return len(name) <= maxAnalysisBytes && queryNameRE.MatchString(name)
+}
 
 const wantAnalysis = "want a query the install names, a comparison and a number, such as error-ratio < 0.05"
 

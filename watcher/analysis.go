@@ -1,15 +1,15 @@
 package watcher
 
 import (
-	"math"
-	"slices"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
