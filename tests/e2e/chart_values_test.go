@@ -730,6 +730,10 @@ func chartValues(appVersion, other string) []chartValue {
 		{name: "pacing.rolloutWindow", on: []string{"--set", "pacing.rolloutWindow=Mon-Fri 09:00-17:00"},
 			whenOn: bothFlag("--rollout-window", "Mon-Fri 09:00-17:00"), whenOff: bothFlag("--rollout-window", "")},
 		{name: "pacing.onFailure", on: []string{"--set", "pacing.onFailure=revert"}, whenOn: bothFlag("--on-failure", "revert"), whenOff: bothFlag("--on-failure", "")},
+		{name: "pacing.prometheusURL", on: []string{"--set", "pacing.prometheusURL=http://prometheus.monitoring:9090"},
+			whenOn: argIs("watcher", "--prometheus-url", "http://prometheus.monitoring:9090"), whenOff: argIs("watcher", "--prometheus-url", "")},
+		{name: "pacing.analysisQueries", on: []string{"--set-json", `pacing.analysisQueries={"error-ratio":"max(errors{namespace=\"$namespace\"})"}`},
+			whenOn: argIs("watcher", "--analysis-query", `error-ratio=max(errors{namespace="$namespace"})`), whenOff: argIs("watcher", "--analysis-query", "")},
 		{name: "webhook.timeoutSeconds", on: []string{"--set", "webhook.timeoutSeconds=10"}, whenOn: webhookTimeout("10"), whenOff: webhookTimeout("null")},
 		{name: "webhook.clientCA.configMap", on: []string{"--set", "webhook.clientCA.configMap=apiserver-ca"},
 			whenOn: allOf(argIs("webhook", "--client-ca-file", "/etc/confighash/client-ca/ca.crt"), onPod("webhook", func(p corev1.PodSpec, _ metav1.ObjectMeta) error {

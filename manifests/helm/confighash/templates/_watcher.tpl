@@ -23,6 +23,12 @@ args:
 - {{ printf "--wave-timeout=%s" . | quote }}
 {{- end }}
 {{- end }}
+{{- with .Values.pacing.prometheusURL }}
+- {{ printf "--prometheus-url=%s" . | quote }}
+{{- end }}
+{{- range $name, $query := .Values.pacing.analysisQueries }}
+- {{ printf "--analysis-query=%s=%s" $name $query | quote }}
+{{- end }}
 {{- include "confighash.extraArgs" .Values.watcher.extraArgs }}
 {{ include "confighash.env" (dict "own" (include "confighash.watcherEnv" .) "extra" .Values.watcher.extraEnv "at" "watcher.extraEnv") }}
 ports:
