@@ -21,8 +21,9 @@ import (
 // (--analysis-query), for the canary's namespace and workload, is read from Prometheus
 // (--prometheus-url), and each value it returns must hold against the threshold the
 // workload, its source or its namespace sets (confighash.dev/analysis). A value that
-// does not hold fails the canary. A Prometheus that cannot be read, or has no data,
-// proves nothing: the wave halts, and reverts nothing.
+// does not hold fails the canary. A Prometheus that cannot be read proves nothing: the
+// wave halts, and reverts nothing. So does one with no data at the bake's last check:
+// before it, the canary's new pods may not have been scraped yet.
 
 // analysisTimeout bounds one query; analysisBytes and analysisSamples, its answer.
 const (
@@ -43,8 +44,9 @@ func newAnalyst(prometheusURL string, queries map[string]string) *analyst {
 }
 
 // check reads the gate for the workload: why it fails, "" when every value holds; and
-// unsure when it could not be read, which proves no failure.
-func (a *analyst) check(ctx context.Context, v *view, gate confighash.Analysis) (why string, unsure bool) {
+// unsure when it could not be read, which proves no failure. No data holds until the
+// last check of the bake.
+func (a *analyst) check(ctx context.Context, v *view, gate confighash.Analysis, last bool) (why string, unsure bool) {
 	text, ok := a.queries[gate.Query]
 	switch {
 	case !ok:
@@ -58,8 +60,10 @@ func (a *analyst) check(ctx context.Context, v *view, gate confighash.Analysis) 
 	switch {
 	case err != nil:
 		return fmt.Sprintf("the metric gate %q could not be read from Prometheus: %v", gate, err), true
+	case len(values) == 0 && !last:
+		return "", false
 	case len(values) == 0:
-		return fmt.Sprintf("the metric gate %q: Prometheus has no data for it", gate), true
+		return fmt.Sprintf("the metric gate %q: Prometheus had no data for it by the end of the bake", gate), true
 	}
 	for _, value := range values {
 		if !gate.Holds(value) {

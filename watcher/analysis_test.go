@@ -14,8 +14,8 @@ import (
 )
 
 // TestAMetricGateFailsOnlyOnAValueThatDoesNotHold: a value past the threshold fails
-// the canary; a server that is slow, dead, says an error, answers too much or has no
-// data proves nothing (unsure), and each says why. The query reads the canary's own
+// the canary; a server that is slow, dead, says an error or answers too much proves
+// nothing (unsure), and so does no data at the bake's last check, and each says why. The query reads the canary's own
 // namespace and name.
 func TestAMetricGateFailsOnlyOnAValueThatDoesNotHold(t *testing.T) {
 	var mu sync.Mutex
@@ -51,24 +51,25 @@ func TestAMetricGateFailsOnlyOnAValueThatDoesNotHold(t *testing.T) {
 	v := &view{}
 	v.Namespace, v.Name = "shop", "web"
 	for _, c := range []struct {
-		query       string
-		why         string
-		unsure      bool
-		takesLonger bool
+		query  string
+		why    string
+		unsure bool
+		last   bool
 	}{
 		{query: "fine"},
 		{query: "bad", why: "the metric gate failed: bad is 0.5, want < 0.1"},
 		{query: "scalar", why: "the metric gate failed: scalar is 0.2, want < 0.1"},
-		{query: "empty", why: "Prometheus has no data for it", unsure: true},
-		{query: "nan", why: "Prometheus has no data for it", unsure: true},
+		{query: "empty", why: "Prometheus had no data for it by the end of the bake", unsure: true, last: true},
+		{query: "nan", why: "Prometheus had no data for it by the end of the bake", unsure: true, last: true},
+		{query: "empty"},
 		{query: "refused", why: "400 Bad Request: parse error", unsure: true},
 		{query: "huge", why: "more than 1048576 bytes", unsure: true},
 		{query: "slow", why: "could not be read from Prometheus", unsure: true},
 		{query: "unnamed", why: "names no query of the install", unsure: true},
 	} {
-		why, unsure := a.check(t.Context(), v, confighash.Analysis{Query: c.query, Op: "<", Threshold: 0.1})
+		why, unsure := a.check(t.Context(), v, confighash.Analysis{Query: c.query, Op: "<", Threshold: 0.1}, c.last)
 		if unsure != c.unsure || c.why == "" && why != "" || !strings.Contains(why, c.why) {
-			t.Errorf("%s: %q, unsure %v; want %q, unsure %v", c.query, why, unsure, c.why, c.unsure)
+			t.Errorf("%s (last check %v): %q, unsure %v; want %q, unsure %v", c.query, c.last, why, unsure, c.why, c.unsure)
 		}
 	}
 	mu.Lock()
@@ -83,11 +84,11 @@ func TestAMetricGateFailsOnlyOnAValueThatDoesNotHold(t *testing.T) {
 	}
 	dead := "http://" + l.Addr().String()
 	l.Close()
-	why, unsure := newAnalyst(dead, queries).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1})
+	why, unsure := newAnalyst(dead, queries).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1}, false)
 	if !unsure || !strings.Contains(why, "could not be read from Prometheus") || !strings.Contains(why, "refused") {
 		t.Errorf("a dead Prometheus: %q, unsure %v; want it could not be read, unsure", why, unsure)
 	}
-	why, unsure = newAnalyst("", queries).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1})
+	why, unsure = newAnalyst("", queries).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1}, false)
 	if !unsure || !strings.Contains(why, "no --prometheus-url") {
 		t.Errorf("no Prometheus: %q, unsure %v", why, unsure)
 	}

@@ -55,7 +55,8 @@ func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 		}
 		unsure := false
 		if why == "" && !bakingSince.IsZero() {
-			why, unsure = pc.gate(ctx, v, canary.Change.SourceRef)
+			last := time.Now().Add(podCheckInterval).After(canary.Until())
+			why, unsure = pc.gate(ctx, v, canary.Change.SourceRef, last)
 		}
 		pc.queue.AddAfter(key, podCheckInterval)
 		if rolling {
@@ -84,8 +85,9 @@ func (pc *pacer) followRollout(ctx context.Context, v *view) error {
 	return pc.halt(ctx, key, h)
 }
 
-// gate reads the metric gate of the canary's bake, if it has one (analyst.check).
-func (pc *pacer) gate(ctx context.Context, v *view, source confighash.SourceRef) (why string, unsure bool) {
+// gate reads the metric gate of the canary's bake, if it has one, at its last check or
+// not (analyst.check).
+func (pc *pacer) gate(ctx context.Context, v *view, source confighash.SourceRef, last bool) (why string, unsure bool) {
 	d, err := pc.decider.decide(v, confighash.Pods{})
 	if err != nil {
 		return "", false
@@ -97,7 +99,7 @@ func (pc *pacer) gate(ctx context.Context, v *view, source confighash.SourceRef)
 	if pacing.Analysis.IsZero() {
 		return "", false
 	}
-	return pc.analyst.check(ctx, v, pacing.Analysis)
+	return pc.analyst.check(ctx, v, pacing.Analysis, last)
 }
 
 // podsLimits bound the list of a workload's pods: read whole, for their statuses, a

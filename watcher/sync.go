@@ -371,8 +371,8 @@ func (w *Watcher) paced(ctx context.Context, key workloadKey, v *view, d configh
 }
 
 // release touches the workload with AnnotationRelease set to the hash it is due, so
-// the webhook rolls it, and clears the markers of a wave that halted and of sources
-// that kept changing; a Job it recreates.
+// the webhook rolls it, and clears the markers of a wave that halted or reverted it and
+// of sources that kept changing; a Job it recreates.
 func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
 	released := *v
 	released.Release = d.Release
@@ -392,7 +392,7 @@ func (w *Watcher) release(ctx context.Context, key workloadKey, v *view, d confi
 	w.tracking.pause(key, due.Policy.PausePeriod)
 	trig := triggers(v, due.Record, w.sources)
 	others := map[string]any{confighash.AnnotationRelease: d.Release, confighash.AnnotationHeld: nil, confighash.AnnotationFailed: nil, confighash.AnnotationFlapping: nil,
-		confighash.AnnotationBaking: w.pacer.canaryMark(key)}
+		confighash.AnnotationReverted: nil, confighash.AnnotationBaking: w.pacer.canaryMark(key)}
 	maps.Copy(others, w.jobs.runMark(v, due))
 	if due.Hash != v.Hash {
 		others = withStatus(others, rolled(trig, due.Policy.PausePeriod))

@@ -20,8 +20,8 @@ import (
 // ConfigMap with a canary of one, a bake and on-failure revert. A good change rolls the
 // first alone; a new leader, started while it bakes, keeps the bake; the other 3 roll
 // once it has ended, each once. A bad change rolls the first alone again; its pod
-// restarts while it bakes: it is reverted, the other 3 are held, one reverted alert. The
-// fix then rolls each once. Rollouts are counted in ReplicaSets: a rollback reuses the
+// restarts while it bakes, with the watcher down: the next leader reverts it, the other
+// 3 are held, one reverted alert. The fix then rolls each once. Rollouts are counted in ReplicaSets: a rollback reuses the
 // old one.
 func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 	c := sharedCluster(t)
@@ -95,12 +95,16 @@ func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 		b := bakingOf(names[0])
 		return !b.Since.IsZero() && b.Change.ResourceVersion != "" && maps.Equal(replicaSetsPerApp(t, c, ns), want)
 	})
+	// The watcher is killed as the canary's container exits: the new leader, which never
+	// saw the bake start, reverts it once.
 	time.Sleep(5 * time.Second) // into the bake
+	w.kill()
 	crashed := crashPodOf(t, c, ns, names[0])
+	w = startWatcher(t, c, append(append(slices.Clone(flags), fastLease...), alertArgs(sink.URL)...)...)
 	waitFor(t, time.Minute, "the canary reverted, the rest held", func() bool {
 		return slices.Equal(annotated(t, c, ns, confighash.AnnotationReverted), names[:1]) && len(annotated(t, c, ns, confighash.AnnotationHeld)) == n-1
 	})
-	t.Logf("a restart %v into the bake: reverted %v after it", crashed.Sub(bakingOf(names[0]).Since).Round(time.Second), time.Since(crashed).Round(100*time.Millisecond))
+	t.Logf("a restart %v into the bake, the watcher killed: reverted %v after it by the next leader", crashed.Sub(bakingOf(names[0]).Since).Round(time.Second), time.Since(crashed).Round(100*time.Millisecond))
 	waitQuiet(t, w)
 	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
 		t.Errorf("ReplicaSets after the revert %v, want %v: the canary reuses its old one, the rest untouched", got, want)

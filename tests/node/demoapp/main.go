@@ -5,10 +5,15 @@
 //
 // With STATE_DIR set, each start appends a line to STATE_DIR/starts, and /starts
 // serves how many there are: on a volume, what the pod's starts kept.
+//
+// A bad configuration, as the tests of a bake play it: CRASH_AFTER, a duration, makes it
+// exit with code 1 that long after its start; ERROR_RATIO is what /metrics serves as
+// demo_error_ratio, for a Prometheus to see.
 package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,6 +74,21 @@ func main() {
 				return
 			}
 			fmt.Fprintln(w, bytes.Count(b, []byte("\n")))
+		})
+	}
+	errorRatio := cmp.Or(os.Getenv("ERROR_RATIO"), "0")
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "# TYPE demo_error_ratio gauge\ndemo_error_ratio %s\n", errorRatio)
+	})
+	if after := os.Getenv("CRASH_AFTER"); after != "" {
+		d, err := time.ParseDuration(after)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		time.AfterFunc(d, func() {
+			fmt.Fprintf(os.Stderr, "CRASH_AFTER=%s: exiting\n", after)
+			os.Exit(1)
 		})
 	}
 	srv := &http.Server{Addr: ":8080", ReadHeaderTimeout: 5 * time.Second, Handler: mux}
