@@ -74,7 +74,7 @@ test-faults: control-plane ## the fault suite alone, with its figures: API serve
 	go test -count=1 -v -timeout $(GO_TEST_TIMEOUT) -run '^TestFault' ./tests/cluster ./tests/e2e ./webhook 2>&1 | grep --line-buffered -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:[0-9]+:'
 
 .PHONY: test-node
-test-node: control-plane helm node-packages ## the real node's suite alone: the image installed as docs/install.md says, on containerd and kubelet (root on Linux)
+test-node: control-plane helm prometheus node-packages ## the real node's suite alone: the image installed as docs/install.md says, on containerd and kubelet (root on Linux)
 	go test -count=1 -v -timeout $(GO_TEST_TIMEOUT) ./tests/node/...
 
 .PHONY: run-node

@@ -96,6 +96,9 @@ func (r *reverter) revert(ctx context.Context, v *view, change confighash.Trigge
 	}
 	r.metrics.Reverted()
 	r.report.EventOn(v, corev1.EventTypeWarning, "Reverted", said.Why)
-	r.report.alert(alert.Reverted, v, []confighash.Trigger{change}, said.Why)
+	// One alert for the change: its reason says nothing of the workload's own pods or
+	// revisions, which the Event on it says.
+	r.report.alert(alert.Reverted, v, []confighash.Trigger{change}, fmt.Sprintf(
+		"the rollout of %s failed: rolled back to the revision before it, which runs the data from before it; the change is not rolled again", change))
 	return "", nil
 }

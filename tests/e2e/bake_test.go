@@ -18,10 +18,11 @@ import (
 
 // TestTheCanaryBakesAndACrashDuringItsBakeReverts: 4 pinned Deployments use a
 // ConfigMap with a canary of one, a bake and on-failure revert. A good change rolls the
-// first alone; a new leader, started while it bakes, keeps the bake; the other 3 roll
-// once it has ended, each once. A bad change rolls the first alone again; its pod
+// first alone; a new leader, started while it bakes, and a write of one that waits keep
+// the bake; the other 3 roll once it has ended, each once. A bad change rolls the first alone again; its pod
 // restarts while it bakes, with the watcher down: the next leader reverts it, the other
-// 3 are held, one reverted alert. The fix then rolls each once. Rollouts are counted in ReplicaSets: a rollback reuses the
+// 3 are held, and a write of one rolls nothing; one reverted alert. The fix then rolls
+// each once. Rollouts are counted in ReplicaSets: a rollback reuses the
 // old one.
 func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 	c := sharedCluster(t)
@@ -72,8 +73,18 @@ func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 	until := bakingOf(names[0]).Until()
 	w.kill()
 	w = startWatcher(t, c, append(append(slices.Clone(flags), fastLease...), alertArgs(sink.URL)...)...)
+	// A write of a workload that waits for the bake rolls nothing: the hold is on it.
+	annotate := func(name, value string) {
+		t.Helper()
+		p := fmt.Appendf(nil, `{"metadata":{"annotations":{"team":%q}}}`, value)
+		if _, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	annotate(names[1], "payments")
+	waitQuiet(t, w)
 	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
-		t.Fatalf("ReplicaSets while the canary bakes %v, want %v: the canary alone", got, want)
+		t.Fatalf("ReplicaSets while the canary bakes, one of the rest written %v, want %v: the canary alone", got, want)
 	}
 	for _, name := range names[1:] {
 		rolled(name)
@@ -105,9 +116,10 @@ func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 		return slices.Equal(annotated(t, c, ns, confighash.AnnotationReverted), names[:1]) && len(annotated(t, c, ns, confighash.AnnotationHeld)) == n-1
 	})
 	t.Logf("a restart %v into the bake, the watcher killed: reverted %v after it by the next leader", crashed.Sub(bakingOf(names[0]).Since).Round(time.Second), time.Since(crashed).Round(100*time.Millisecond))
+	annotate(names[1], "checkout") // held by the halt: a write of it rolls nothing
 	waitQuiet(t, w)
 	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
-		t.Errorf("ReplicaSets after the revert %v, want %v: the canary reuses its old one, the rest untouched", got, want)
+		t.Errorf("ReplicaSets after the revert, one held written %v, want %v: the canary reuses its old one, the rest untouched", got, want)
 	}
 	waitFor(t, 30*time.Second, "the reverted alert", func() bool {
 		return slices.ContainsFunc(sink.received(), func(a alert.Alert) bool { return a.What == alert.Reverted })

@@ -33,6 +33,7 @@ func TestInstalledAsTheDocsSay(t *testing.T) {
 		{"apps that reload their files on a signal or a POST serve a change with no restart", appsReloadWithoutARestart},
 		{"restarts in place go in waves across controllers, and a bad change halts after the first", restartsInPlaceGoInWaves},
 		{"a template change with the data rolls once: no pod is restarted in place too", aTemplateChangeWithTheDataRollsOnce},
+		{"6 pinned Deployments revert a removed key, a crash in a 1-minute bake and a metric gate past its threshold", badChangesRevertThemselves},
 		{"kubectl delete -k, then helm install: Ready, caBundle injected, admission through the Service", reinstallWithHelm},
 	}
 	for _, s := range steps {
