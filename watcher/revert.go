@@ -36,14 +36,18 @@ func (r *reverter) reverts(v *view, source confighash.SourceRef) (bool, string) 
 	switch {
 	case !p.Reverts():
 		return false, p.NotReverted()
-	case v.Kind.Kind != confighash.Deployment.Kind:
-		return false, fmt.Sprintf("a %s is not reverted, only a Deployment: it halts", v.Kind.Kind)
+	case v.Kind.Kind == confighash.StatefulSet.Kind:
+		// Its controller waits on the pod that failed, which a rollback does not replace
+		// (kubernetes/kubernetes#67250): a person deletes it.
+		return false, "a StatefulSet is not reverted: its controller waits for the pod that failed, which a rollback alone does not replace; it halts"
+	case v.Kind.Kind != confighash.Deployment.Kind && v.Kind.Kind != confighash.DaemonSet.Kind:
+		return false, fmt.Sprintf("a %s is not reverted, only a Deployment or a DaemonSet: it halts", v.Kind.Kind)
 	}
 	return true, ""
 }
 
-// revert rolls the Deployment back to the revision before the one whose rollout of the
-// change failed, its pod template that revision's, in one write that marks it reverted
+// revert rolls the Deployment or DaemonSet back to the revision before the one whose
+// rollout of the change failed, its pod template that revision's, in one write that marks it reverted
 // from that change (and failed), so that it is done once: a workload already marked is
 // not written again. It returns why it halts instead, "" once reverted.
 func (r *reverter) revert(ctx context.Context, v *view, change confighash.Trigger, why string) (string, error) {
@@ -55,27 +59,25 @@ func (r *reverter) revert(ctx context.Context, v *view, change confighash.Trigge
 	if err != nil {
 		return "", fmt.Errorf("read the revisions of %s %s/%s: %w", v.Kind.Kind, v.Namespace, v.Name, err)
 	}
-	var before *appsv1.ReplicaSet
+	var before *corev1.PodTemplateSpec
+	var revision int64
 	for _, o := range revs.all {
-		rs, ok := o.(*appsv1.ReplicaSet)
-		if !ok || rs.Spec.Template.Annotations[confighash.AnnotationHash] == v.Hash {
-			continue
-		}
-		if before == nil || revisionOf(rs) > revisionOf(before) {
-			before = rs
+		n, template, ok := revisionTemplate(o)
+		if ok && template.Annotations[confighash.AnnotationHash] != v.Hash && (before == nil || n > revision) {
+			before, revision = template, n
 		}
 	}
 	switch {
 	case before == nil:
 		return "it has no revision before the change to go back to", nil
-	case before.Spec.Template.Annotations[confighash.AnnotationPinned] == "":
-		return fmt.Sprintf("its revision %d, before the change, was not pinned: the data it ran is not kept", revisionOf(before)), nil
+	case before.Annotations[confighash.AnnotationPinned] == "":
+		return fmt.Sprintf("its revision %d, before the change, was not pinned: the data it ran is not kept", revision), nil
 	}
-	template := before.Spec.Template.DeepCopy()
+	template := before.DeepCopy()
 	delete(template.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
 	said := confighash.Status{Act: confighash.ActReverted, At: time.Now(), Why: fmt.Sprintf(
 		"the rollout of %s failed (%s): rolled back to revision %d, which runs the data from before it; the change is not rolled again, the next change of %s rolls as usual",
-		change, why, revisionOf(before), change.SourceRef)}
+		change, why, revision, change.SourceRef)}
 	// The resourceVersion is a precondition: a workload written since it was read is
 	// refused (a conflict), and looked at again.
 	admitted, err := r.workloads.patch(ctx, v, map[string]any{

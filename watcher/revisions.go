@@ -2,10 +2,12 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -121,6 +123,25 @@ func revisionOf(rs *appsv1.ReplicaSet) int64 {
 // may run pods.
 func (r *revisionReader) controllerRevisions(ctx context.Context, v *view, selector *metav1.LabelSelector, keep func(all []*appsv1.ControllerRevision, r *appsv1.ControllerRevision) bool) (revisions, error) {
 	return ownedRevisions(ctx, r.reads, v, appsv1.SchemeGroupVersion.WithResource("controllerrevisions"), selector, keep)
+}
+
+// revisionTemplate returns a revision's number and its pod template: a ReplicaSet's,
+// or the one a ControllerRevision keeps in its data; false for neither.
+func revisionTemplate(obj metav1.Object) (int64, *corev1.PodTemplateSpec, bool) {
+	switch r := obj.(type) {
+	case *appsv1.ReplicaSet:
+		return revisionOf(r), &r.Spec.Template, true
+	case *appsv1.ControllerRevision:
+		var data struct {
+			Spec struct {
+				Template corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal(r.Data.Raw, &data); err == nil {
+			return r.Revision, &data.Spec.Template, true
+		}
+	}
+	return 0, nil, false
 }
 
 // ownedRevisions lists the revisions of the workload with its selector, those it

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -189,18 +188,12 @@ func (sn *snapshots) pinnedRevisions(ctx context.Context, v *view) ([]revisionPi
 	}
 	var out []revisionPins
 	for _, obj := range revs.all {
-		switch r := obj.(type) {
-		case *appsv1.ReplicaSet:
-			out = append(out, revisionPins{metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: r.Name, UID: r.UID}, confighash.TemplatePins(&r.Spec.Template)})
-		case *appsv1.ControllerRevision:
-			var data struct {
-				Spec struct {
-					Template corev1.PodTemplateSpec `json:"template"`
-				} `json:"spec"`
+		if _, template, ok := revisionTemplate(obj); ok {
+			kind := "ReplicaSet"
+			if _, cr := obj.(*appsv1.ControllerRevision); cr {
+				kind = "ControllerRevision"
 			}
-			if err := json.Unmarshal(r.Data.Raw, &data); err == nil {
-				out = append(out, revisionPins{metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ControllerRevision", Name: r.Name, UID: r.UID}, confighash.TemplatePins(&data.Spec.Template)})
-			}
+			out = append(out, revisionPins{metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: obj.GetName(), UID: obj.GetUID()}, confighash.TemplatePins(template)})
 		}
 	}
 	return out, nil

@@ -236,13 +236,16 @@ func crashOf(ctx context.Context, t *testing.T, env *Env, ns, name string) time.
 	if err != nil || len(events.Items) == 0 {
 		t.Fatalf("no Reverted Event on %s (%v)", name, err)
 	}
-	msg := events.Items[len(events.Items)-1].Message
-	_, after, ok := strings.Cut(msg, "restarted at ")
-	at, err := time.Parse(time.RFC3339, strings.Fields(after + " ")[0])
-	if !ok || err != nil {
-		t.Fatalf("the Reverted Event on %s names no restart: %q", name, msg)
+	for _, e := range events.Items {
+		_, after, ok := strings.Cut(e.Message, "restarted at ")
+		if stamp, _, _ := strings.Cut(after, " "); ok {
+			if at, err := time.Parse(time.RFC3339, stamp); err == nil {
+				return at
+			}
+		}
 	}
-	return at
+	t.Fatalf("no Reverted Event on %s names a restart: %v", name, events.Items)
+	return time.Time{}
 }
 
 // bakeOf is when the Deployment's bake of its latest change started: when its ratio
