@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/alert"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // TestAFailedChangeRevertsThePinnedWorkloadsOfItsFirstWave: 6 pinned Deployments use
@@ -135,5 +138,113 @@ func TestAFailedChangeRevertsThePinnedWorkloadsOfItsFirstWave(t *testing.T) {
 	}
 	if held := annotated(t, c, ns, confighash.AnnotationHeld); len(held) != 0 {
 		t.Errorf("still held after the fix: %v", held)
+	}
+}
+
+// TestAFailedChangeRevertsAPinnedDaemonSet: 3 pinned DaemonSets use a ConfigMap that
+// rolls in waves of 1 and reverts a failed change. A bad change's first cannot start its
+// new pod: it is rolled back to its revision before, from its ControllerRevision, the
+// other 2 held; the fix rolls each once. Rollouts are counted in the DaemonSets'
+// revision numbers, which a rollback moves too.
+func TestAFailedChangeRevertsAPinnedDaemonSet(t *testing.T) {
+	c := sharedCluster(t)
+	startWebhook(t, c)
+	w := startWatcher(t, c, "--wave-timeout=20s")
+	ns := labeledNamespace(t, c)
+	ctx := t.Context()
+	cm := createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"1",%q:"revert"}}}`, confighash.AnnotationWaveSize, confighash.AnnotationOnFailure)
+	if _, err := c.Client.CoreV1().ConfigMaps(ns).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"agent-0", "agent-1", "agent-2"}
+	for _, name := range names {
+		d := fixtures.DaemonSet(name, fixtures.EnvFromTemplate(cm.Name))
+		d.Annotations = map[string]string{confighash.AnnotationPin: "true"}
+		one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+		d.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxSurge: &one, MaxUnavailable: &zero}}
+		if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	daemonSets := func() map[string]appsv1.DaemonSet {
+		list, err := c.Client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]appsv1.DaemonSet{}
+		for _, d := range list.Items {
+			out[d.Name] = d
+		}
+		return out
+	}
+	rolledOut := func() bool {
+		for _, d := range daemonSets() {
+			if d.Status.ObservedGeneration < d.Generation || d.Status.DesiredNumberScheduled == 0 || d.Status.UpdatedNumberScheduled < d.Status.DesiredNumberScheduled ||
+				d.Status.NumberAvailable < d.Status.DesiredNumberScheduled {
+				return false
+			}
+		}
+		return true
+	}
+	revisions := func() map[string]int64 {
+		list, err := c.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, r := range list.Items {
+			out[r.Labels["app"]] = max(out[r.Labels["app"]], r.Revision)
+		}
+		return out
+	}
+	marked := func(annotation string) []string {
+		var out []string
+		for name, d := range daemonSets() {
+			if d.Annotations[annotation] != "" {
+				out = append(out, name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	waitFor(t, 2*time.Minute, "the DaemonSets rolled out", rolledOut)
+	waitQuiet(t, w)
+	before := map[string]string{}
+	for name, d := range daemonSets() {
+		before[name] = d.Spec.Template.Annotations[confighash.AnnotationPinned]
+	}
+	want := map[string]int64{"agent-0": 1, "agent-1": 1, "agent-2": 1}
+	if got := revisions(); !maps.Equal(got, want) {
+		t.Fatalf("revisions %v before the change, want %v", got, want)
+	}
+
+	quota := noMorePods(t, c, ns, len(names))
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: cm.Name}, "k", "bad")
+	waitFor(t, 2*time.Minute, "the first reverted, the rest held", func() bool {
+		return slices.Equal(marked(confighash.AnnotationReverted), names[:1]) && slices.Equal(marked(confighash.AnnotationHeld), names[1:])
+	})
+	if got := daemonSets()["agent-0"].Spec.Template.Annotations[confighash.AnnotationPinned]; got != before["agent-0"] {
+		t.Errorf("agent-0 reverted to the snapshots %q, want those it ran before, %q", got, before["agent-0"])
+	}
+	waitFor(t, time.Minute, "the reverted one rolled out", rolledOut)
+	waitQuiet(t, w)
+	want["agent-0"] = 3 // forward, and back
+	if got := revisions(); !maps.Equal(got, want) {
+		t.Errorf("revisions %v after the revert, want %v", got, want)
+	}
+
+	if err := c.Client.CoreV1().ResourceQuotas(ns).Delete(ctx, quota.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: cm.Name}, "k", "fixed")
+	for name := range want {
+		want[name]++
+	}
+	waitFor(t, 2*time.Minute, fmt.Sprintf("revisions %v after the fix", want), func() bool { return maps.Equal(revisions(), want) && rolledOut() })
+	waitQuiet(t, w)
+	if got := revisions(); !maps.Equal(got, want) {
+		t.Errorf("revisions %v after the fix, want %v: each rolled once", got, want)
 	}
 }

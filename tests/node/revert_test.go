@@ -228,8 +228,9 @@ func firstFailure(ctx context.Context, t *testing.T, env *Env, ns string) time.T
 	return first
 }
 
-// crashOf is when the container whose restart failed the Deployment's bake exited, as
-// the watcher's Reverted Event on it says, from the pod's status.
+// crashOf is when the crash that failed the Deployment's bake was seen, as the
+// watcher's Reverted Event on it says from the pod's status: its container restarted,
+// or, first, its pod lost its readiness.
 func crashOf(ctx context.Context, t *testing.T, env *Env, ns, name string) time.Time {
 	t.Helper()
 	events, err := env.Cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Reverted,involvedObject.name=" + name})
@@ -237,14 +238,15 @@ func crashOf(ctx context.Context, t *testing.T, env *Env, ns, name string) time.
 		t.Fatalf("no Reverted Event on %s (%v)", name, err)
 	}
 	for _, e := range events.Items {
-		_, after, ok := strings.Cut(e.Message, "restarted at ")
-		if stamp, _, _ := strings.Cut(after, " "); ok {
-			if at, err := time.Parse(time.RFC3339, stamp); err == nil {
+		for _, said := range []string{"restarted at ", "lost its readiness at "} {
+			_, after, ok := strings.Cut(e.Message, said)
+			stamp, _, _ := strings.Cut(strings.TrimRight(after, ")"), " ")
+			if at, err := time.Parse(time.RFC3339, strings.TrimSuffix(stamp, ")")); ok && err == nil {
 				return at
 			}
 		}
 	}
-	t.Fatalf("no Reverted Event on %s names a restart: %v", name, events.Items)
+	t.Fatalf("no Reverted Event on %s names a restart or a readiness lost: %v", name, events.Items)
 	return time.Time{}
 }
 
