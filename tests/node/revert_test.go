@@ -239,10 +239,11 @@ func crashOf(ctx context.Context, t *testing.T, env *Env, ns, name string) time.
 	}
 	for _, e := range events.Items {
 		for _, said := range []string{"restarted at ", "lost its readiness at "} {
-			_, after, ok := strings.Cut(e.Message, said)
-			stamp, _, _ := strings.Cut(strings.TrimRight(after, ")"), " ")
-			if at, err := time.Parse(time.RFC3339, strings.TrimSuffix(stamp, ")")); ok && err == nil {
-				return at
+			// A time in UTC, as the watcher writes it: 2026-11-29T12:54:46Z.
+			if _, after, ok := strings.Cut(e.Message, said); ok && len(after) >= len(time.RFC3339)-5 {
+				if at, err := time.Parse(time.RFC3339, after[:len(time.RFC3339)-5]); err == nil {
+					return at
+				}
 			}
 		}
 	}
