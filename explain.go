@@ -139,6 +139,32 @@ func bakingWhy(state State, now time.Time) string {
 	return fmt.Sprintf("; it baked in the first wave of %s, the canary, until %s", b.Change, stamp(b.Until()))
 }
 
+// wavePlace says which wave takes the workload, for the first changed source whose
+// users were listed, and how the change rolls.
+func wavePlace(d Decision, in ExplainInput) string {
+	var me string
+	if in.Workload != nil {
+		me = in.Workload.Kind.Kind + "/" + in.Workload.Name
+	}
+	for _, ref := range d.Held {
+		users := in.WaveUsers[ref]
+		place := slices.Index(users, me)
+		if place < 0 {
+			continue
+		}
+		p := d.Pacing
+		if src, ok := in.Sources[ref]; ok {
+			p = src.Paces(p)
+		}
+		return fmt.Sprintf(" (%s): of the %d users of %s, by kind and name, it is number %d, in wave %d; a failed workload of an earlier change goes first",
+			p.String(), len(users), ref, place+1, p.WaveOf(place, len(users)))
+	}
+	if d.Pacing.Waves() {
+		return " (" + d.Pacing.String() + ")"
+	}
+	return ""
+}
+
 // heldWhy says why a change due has not rolled, as the watcher decides it: the first
 // hold of the table that holds it, in its words.
 func heldWhy(d Decision, state State, in ExplainInput, e *Explanation) string {
@@ -153,8 +179,8 @@ func heldWhy(d Decision, state State, in ExplainInput, e *Explanation) string {
 		return ListRefs(d.Held) + " changed; " + flappingWhy(state, in.Flapping)
 	}
 	why := ListRefs(d.Held) + " changed; " + HoldOf(reason).Told(facts)
-	if reason == HoldWave && d.Pacing.Waves() {
-		why += " (" + d.Pacing.String() + ")"
+	if reason == HoldWave {
+		why += wavePlace(d, in)
 	}
 	return why
 }

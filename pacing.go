@@ -51,6 +51,16 @@ func (p Pacing) FirstWave(users int) int {
 // once.
 func (p Pacing) LaterWaves(users int) int { return cmp.Or(p.WaveSize, users) }
 
+// WaveOf is the wave, from 1, that takes the user at place (from 0) of users in the
+// waves' order.
+func (p Pacing) WaveOf(place, users int) int {
+	first := p.FirstWave(users)
+	if place < first {
+		return 1
+	}
+	return 2 + (place-first)/max(1, p.LaterWaves(users))
+}
+
 // Canary is the size of a change's first wave (AnnotationCanary): N workloads, or N
 // percent of the source's users; zero N, unset.
 type Canary struct {

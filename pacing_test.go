@@ -208,6 +208,19 @@ func TestTheFirstWaveIsTheCanary(t *testing.T) {
 			t.Errorf("%+v of %d users: first wave %d, later %d; want %d, %d", c.p, c.users, first, later, c.first, c.later)
 		}
 	}
+	for _, c := range []struct {
+		p            Pacing
+		place, users int
+		wave         int
+	}{
+		{Pacing{WaveSize: 2}, 0, 6, 1}, {Pacing{WaveSize: 2}, 2, 6, 2}, {Pacing{WaveSize: 2}, 5, 6, 3},
+		{Pacing{Canary: Canary{N: 1}, WaveSize: 2}, 0, 6, 1}, {Pacing{Canary: Canary{N: 1}, WaveSize: 2}, 1, 6, 2}, {Pacing{Canary: Canary{N: 1}, WaveSize: 2}, 3, 6, 3},
+		{Pacing{Canary: Canary{N: 1}}, 5, 6, 2},
+	} {
+		if got := c.p.WaveOf(c.place, c.users); got != c.wave {
+			t.Errorf("%+v: number %d of %d is in wave %d, want %d", c.p, c.place+1, c.users, got, c.wave)
+		}
+	}
 	src := Source{WaveSize: 4, Canary: Canary{N: 2}, Bake: time.Minute}
 	if got := src.Paces(Pacing{WaveSize: 3, Bake: 5 * time.Minute}); got.WaveSize != 3 || got.Canary != src.Canary || got.Bake != 5*time.Minute {
 		t.Errorf("Paces(%+v) = %+v; want the smaller wave, the source's canary, the longer bake", src, got)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -62,21 +63,26 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 			return nil, fmt.Errorf("read %s %s/%s: %w", k.Kind, ns, name, err)
 		}
 		objs = append(objs, u)
-	} else {
-		skip := func(k confighash.Kind, err error) bool {
-			if !apierrors.IsForbidden(err) {
-				return false
-			}
-			in.Unseen = append(in.Unseen, fmt.Sprintf("%s in namespace %s: list refused, so they are not explained", k.Resource, ns))
-			return true
+	}
+	// The namespace's workloads: each explained with -n, and the users of a source
+	// whose waves hold a change.
+	var all []*unstructured.Unstructured
+	skip := func(k confighash.Kind, err error) bool {
+		if !apierrors.IsForbidden(err) {
+			return false
 		}
-		err := eachWorkload(ctx, dyn, ns, kinds, skip, func(_ confighash.Kind, u *unstructured.Unstructured) error {
-			objs = append(objs, u)
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
+		in.Unseen = append(in.Unseen, fmt.Sprintf("%s in namespace %s: list refused, so they are not explained nor counted in waves", k.Resource, ns))
+		return true
+	}
+	err = eachWorkload(ctx, dyn, ns, kinds, skip, func(_ confighash.Kind, u *unstructured.Unstructured) error {
+		all = append(all, u)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if target == "" {
+		objs = all
 	}
 
 	in.Now = time.Now()
@@ -117,6 +123,7 @@ func (c *explainConfig) explainLive(ctx context.Context, in confighash.ExplainIn
 		return nil, err
 	}
 	held := flappingOf(events)
+	in.WaveUsers = waveUsers(all, kinds, in.Vocabulary, in.Mode)
 	var out []confighash.Explanation
 	for _, u := range objs {
 		w, err := kinds.WorkloadOf(u)
@@ -247,6 +254,39 @@ func listWorkloads(ctx context.Context, dyn dynamic.Interface, ns string, kinds 
 }
 
 // eachWorkload is listWorkloads, going on past the kinds whose list error skip takes.
+// waveUsers are the users of each source that waves take, in their order: the
+// workloads that act in the namespace's mode, but Jobs, by kind and name, as the watcher
+// takes them.
+func waveUsers(all []*unstructured.Unstructured, kinds confighash.Kinds, v confighash.Vocabulary, mode confighash.Mode) map[confighash.SourceRef][]string {
+	type user struct{ kind, name string }
+	by := map[confighash.SourceRef][]user{}
+	for _, u := range all {
+		w, err := kinds.WorkloadOf(u)
+		if err != nil || w.Kind.Recreated() {
+			continue
+		}
+		state := v.Read(w)
+		if _, acts := state.PolicyIn(mode); !acts {
+			continue
+		}
+		seen := map[confighash.SourceRef]bool{}
+		for _, r := range state.References {
+			if !seen[r.SourceRef] {
+				seen[r.SourceRef] = true
+				by[r.SourceRef] = append(by[r.SourceRef], user{w.Kind.Kind, w.Name})
+			}
+		}
+	}
+	out := make(map[confighash.SourceRef][]string, len(by))
+	for ref, users := range by {
+		slices.SortFunc(users, func(a, b user) int { return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.name, b.name)) })
+		for _, u := range users {
+			out[ref] = append(out[ref], u.kind+"/"+u.name)
+		}
+	}
+	return out
+}
+
 func eachWorkload(ctx context.Context, dyn dynamic.Interface, ns string, kinds confighash.Kinds, skip func(confighash.Kind, error) bool, fn func(confighash.Kind, *unstructured.Unstructured) error) error {
 	for _, k := range kinds {
 		list, err := dyn.Resource(k.GroupVersion().WithResource(k.Resource)).Namespace(ns).List(ctx, metav1.ListOptions{})

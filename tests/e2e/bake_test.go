@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,13 @@ func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 	until := bakingOf(names[0]).Until()
 	w.kill()
 	w = startWatcher(t, c, append(append(slices.Clone(flags), fastLease...), alertArgs(sink.URL)...)...)
+	if out, stderr, status := explain(t, c, "deployment/"+names[0], "-n", ns, flags[0]); status != 0 || len(out) != 1 || !strings.Contains(out[0].Why, "the canary: baking until") {
+		t.Errorf("explain the canary: status %d, %+v, %s; want it baking, and until when", status, out, stderr)
+	}
+	if out, stderr, status := explain(t, c, "deployment/"+names[2], "-n", ns, flags[0]); status != 0 || len(out) != 1 || out[0].Verdict != confighash.VerdictHeld ||
+		!strings.Contains(out[0].Why, "of the 4 users of ConfigMap/shared, by kind and name, it is number 3, in wave 2") {
+		t.Errorf("explain one that waits: status %d, %+v, %s; want it held, number 3 of 4, in wave 2", status, out, stderr)
+	}
 	// A write of a workload that waits for the bake rolls nothing: the hold is on it.
 	annotate := func(name, value string) {
 		t.Helper()
