@@ -359,6 +359,7 @@ func startNodePrometheus(t *testing.T, env *Env) string {
 				groups = append(groups, group{[]string{p.Status.PodIP + ":8080"}, map[string]string{"namespace": p.Namespace, "deployment": p.Labels["app"]}})
 			}
 		}
+		w.Header().Set("Content-Type", "application/json") // Prometheus takes no other
 		_ = json.NewEncoder(w).Encode(groups)
 	})}
 	go func() { _ = sdSrv.Serve(sd) }()
