@@ -25,15 +25,6 @@ type baker struct {
 	report    *reporter
 }
 
-// mark is the baking marker a release writes: the grant's, for a workload of the first
-// wave; for any other, none, which clears one of an earlier change.
-func (b *baker) mark(g grant, granted bool) any {
-	if !granted || g.canary == nil {
-		return nil
-	}
-	return g.canary.String()
-}
-
 // current is the workload's baking marker when it is of the template it runs and of its
 // source's latest change, nil when it has none that holds.
 func (b *baker) current(v *view) *confighash.Baking {

@@ -50,12 +50,17 @@ type pacer struct {
 	analyst  *analyst
 }
 
-// canaryMark is the baking marker the workload's release writes (baker.mark).
+// canaryMark is the baking marker the workload's release writes: its grant's, for a
+// workload of a change's first wave; for any other, none, which clears one of an
+// earlier change.
 func (pc *pacer) canaryMark(key workloadKey) any {
 	pc.waves.mu.Lock()
 	g, ok := pc.waves.grants[key]
 	pc.waves.mu.Unlock()
-	return pc.baker.mark(g, ok)
+	if !ok || g.canary == nil {
+		return nil
+	}
+	return g.canary.String()
 }
 
 // forget drops what the pacer keeps of a workload.
