@@ -37,41 +37,49 @@ type analyst struct {
 	url     string
 	queries map[string]string
 	client  *http.Client
+	metrics Recorder
 }
 
-func newAnalyst(prometheusURL string, queries map[string]string) *analyst {
-	return &analyst{url: strings.TrimSuffix(prometheusURL, "/"), queries: queries, client: &http.Client{Timeout: analysisTimeout}}
+func newAnalyst(prometheusURL string, queries map[string]string, metrics Recorder) *analyst {
+	return &analyst{url: strings.TrimSuffix(prometheusURL, "/"), queries: queries, client: &http.Client{Timeout: analysisTimeout}, metrics: metrics}
 }
 
 // check reads the gate for the workload: why it fails, "" when every value holds; and
 // unsure when it could not be read, which proves no failure. No data holds until the
 // last check of the bake.
 func (a *analyst) check(ctx context.Context, v *view, gate confighash.Analysis, last bool) (why string, unsure bool) {
+	why, result := a.read(ctx, v, gate, last)
+	a.metrics.AnalysisRead(result)
+	return why, result == AnalysisUnreadable || result == AnalysisNoData && why != ""
+}
+
+// read reads the gate, and says why it fails or could not be read.
+func (a *analyst) read(ctx context.Context, v *view, gate confighash.Analysis, last bool) (string, AnalysisResult) {
 	text, ok := a.queries[gate.Query]
 	switch {
 	case !ok:
-		return fmt.Sprintf("the metric gate %q names no query of the install (--analysis-query)", gate), true
+		return fmt.Sprintf("the metric gate %q names no query of the install (--analysis-query)", gate), AnalysisUnreadable
 	case a.url == "":
-		return fmt.Sprintf("the metric gate %q cannot be read: the watcher has no --prometheus-url", gate), true
+		return fmt.Sprintf("the metric gate %q cannot be read: the watcher has no --prometheus-url", gate), AnalysisUnreadable
 	}
 	query := strings.NewReplacer("$namespace", v.Namespace, "$workload", v.Name).Replace(text)
 	values, err := a.query(ctx, query)
 	values = slices.DeleteFunc(values, math.IsNaN) // 0/0: no traffic, no data
 	switch {
 	case err != nil:
-		return fmt.Sprintf("the metric gate %q could not be read from Prometheus: %v", gate, err), true
+		return fmt.Sprintf("the metric gate %q could not be read from Prometheus: %v", gate, err), AnalysisUnreadable
 	case len(values) == 0 && !last:
-		return "", false
+		return "", AnalysisNoData
 	case len(values) == 0:
-		return fmt.Sprintf("the metric gate %q: Prometheus had no data for it by the end of the bake", gate), true
+		return fmt.Sprintf("the metric gate %q: Prometheus had no data for it by the end of the bake", gate), AnalysisNoData
 	}
 	for _, value := range values {
 		if !gate.Holds(value) {
 			return fmt.Sprintf("the metric gate failed: %s is %s, want %s %s", gate.Query, strconv.FormatFloat(value, 'g', 4, 64),
-				gate.Op, strconv.FormatFloat(gate.Threshold, 'g', -1, 64)), false
+				gate.Op, strconv.FormatFloat(gate.Threshold, 'g', -1, 64)), AnalysisFails
 		}
 	}
-	return "", false
+	return "", AnalysisHolds
 }
 
 // promAnswer is what Prometheus's instant query API answers, the parts read.

@@ -47,7 +47,7 @@ func TestAMetricGateFailsOnlyOnAValueThatDoesNotHold(t *testing.T) {
 	for name := range answers {
 		queries[name] = name + ` ratio{namespace="$namespace",deployment="$workload"}`
 	}
-	a := newAnalyst(srv.URL, queries)
+	a := newAnalyst(srv.URL, queries, NoopRecorder{})
 	v := &view{}
 	v.Namespace, v.Name = "shop", "web"
 	for _, c := range []struct {
@@ -84,11 +84,11 @@ func TestAMetricGateFailsOnlyOnAValueThatDoesNotHold(t *testing.T) {
 	}
 	dead := "http://" + l.Addr().String()
 	l.Close()
-	why, unsure := newAnalyst(dead, queries).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1}, false)
+	why, unsure := newAnalyst(dead, queries, NoopRecorder{}).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1}, false)
 	if !unsure || !strings.Contains(why, "could not be read from Prometheus") || !strings.Contains(why, "refused") {
 		t.Errorf("a dead Prometheus: %q, unsure %v; want it could not be read, unsure", why, unsure)
 	}
-	why, unsure = newAnalyst("", queries).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1}, false)
+	why, unsure = newAnalyst("", queries, NoopRecorder{}).check(t.Context(), v, confighash.Analysis{Query: "fine", Op: "<", Threshold: 0.1}, false)
 	if !unsure || !strings.Contains(why, "no --prometheus-url") {
 		t.Errorf("no Prometheus: %q, unsure %v", why, unsure)
 	}

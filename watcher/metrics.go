@@ -28,6 +28,8 @@ type Recorder interface {
 	// Reverted records a workload rolled back to the revision it ran before a change
 	// whose rollout failed.
 	Reverted()
+	// AnalysisRead records a read of a bake's metric gate by result.
+	AnalysisRead(result AnalysisResult)
 	// Flapping records a source whose users were held because it kept changing.
 	Flapping()
 	// PendingTooLong records a workload whose new pods stayed Pending too long: its
@@ -49,6 +51,18 @@ type Recorder interface {
 	// place, and those waiting for their wave or for room under --max-rolling.
 	RestartingControllers(underWay, waiting int)
 }
+
+// AnalysisResult is the outcome of one read of a bake's metric gate.
+type AnalysisResult string
+
+// The results of a metric gate's read: every value holds, one does not, Prometheus had
+// no data, or it could not be read (or the gate names no query of the install).
+const (
+	AnalysisHolds      AnalysisResult = "holds"
+	AnalysisFails      AnalysisResult = "fails"
+	AnalysisNoData     AnalysisResult = "no_data"
+	AnalysisUnreadable AnalysisResult = "unreadable"
+)
 
 // TouchResult is the outcome of one write to a workload.
 type TouchResult string
@@ -79,6 +93,7 @@ func (NoopRecorder) Held(map[string]int)                     {}
 func (NoopRecorder) Flapping()                               {}
 func (NoopRecorder) Halted()                                 {}
 func (NoopRecorder) Reverted()                               {}
+func (NoopRecorder) AnalysisRead(AnalysisResult)             {}
 func (NoopRecorder) PendingTooLong()                         {}
 func (NoopRecorder) Relisted()                               {}
 func (NoopRecorder) SnapshotSwept()                          {}
@@ -98,6 +113,7 @@ type PrometheusRecorder struct {
 	flapping     prometheus.Counter
 	halts        prometheus.Counter
 	reverts      prometheus.Counter
+	analysis     *prometheus.CounterVec
 	pending      prometheus.Counter
 	relists      prometheus.Counter
 	swept        prometheus.Counter
@@ -122,6 +138,7 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 		flapping:     m.Counter("confighash_watcher_flapping_sources_total", "Sources that changed more than --flap-limit times within --flap-window: their users were held at their current revision until the source was quiet (held_workloads{reason=\"flapping\"})."),
 		halts:        m.Counter("confighash_watcher_wave_halts_total", "Waves halted because a workload they rolled failed."),
 		reverts:      m.Counter("confighash_watcher_reverts_total", "Workloads rolled back to the revision they ran before a change whose rollout failed, with its data (confighash.dev/on-failure: revert)."),
+		analysis:     m.CounterVec("confighash_watcher_analysis_reads_total", "Reads of the metric gates of bakes (confighash.dev/analysis) by result: holds, fails (a value past its threshold: the canary failed), no_data, unreadable (Prometheus down, slow or refusing, or a query the install does not name: the canary halts).", "result"),
 		pending:      m.Counter("confighash_watcher_pending_too_long_total", "Workloads a wave let roll whose new pods stayed Pending longer than --pending-timeout: their --max-rolling slot went to others."),
 		relists:      m.Counter("confighash_watcher_workload_relists_total", "Lists of a kind's workloads made again because a namespace's mode came to act on workloads kept only by their key (a namespace labelled, or labelled all)."),
 		sweepCalls:   m.Counter("confighash_watcher_snapshot_sweep_requests_total", "API calls the sweeps of snapshots made: lists, reads of revisions and deletes, at most 200 a sweep."),
@@ -144,6 +161,9 @@ func NewPrometheusRecorder(reg prometheus.Registerer) (*PrometheusRecorder, erro
 	for _, reason := range confighash.CountedHolds() {
 		r.held.WithLabelValues(string(reason))
 	}
+	for _, res := range []AnalysisResult{AnalysisHolds, AnalysisFails, AnalysisNoData, AnalysisUnreadable} {
+		r.analysis.WithLabelValues(string(res))
+	}
 	for _, how := range []confighash.RestartMode{confighash.RestartInPlace, confighash.RestartReload} {
 		r.restarted.WithLabelValues(how.String())
 	}
@@ -162,12 +182,15 @@ func (r *PrometheusRecorder) Resynced(drifted int)      { r.drifted.Set(float64(
 func (r *PrometheusRecorder) QueueDepth(n int)          { r.depth.Set(float64(n)) }
 func (r *PrometheusRecorder) Halted()                   { r.halts.Inc() }
 func (r *PrometheusRecorder) Reverted()                 { r.reverts.Inc() }
-func (r *PrometheusRecorder) Flapping()                 { r.flapping.Inc() }
-func (r *PrometheusRecorder) PendingTooLong()           { r.pending.Inc() }
-func (r *PrometheusRecorder) Relisted()                 { r.relists.Inc() }
-func (r *PrometheusRecorder) SnapshotSwept()            { r.swept.Inc() }
-func (r *PrometheusRecorder) SweepCalls(n int)          { r.sweepCalls.Add(float64(n)) }
-func (r *PrometheusRecorder) RestartHalted()            { r.restartHalts.Inc() }
+func (r *PrometheusRecorder) AnalysisRead(result AnalysisResult) {
+	r.analysis.WithLabelValues(string(result)).Inc()
+}
+func (r *PrometheusRecorder) Flapping()        { r.flapping.Inc() }
+func (r *PrometheusRecorder) PendingTooLong()  { r.pending.Inc() }
+func (r *PrometheusRecorder) Relisted()        { r.relists.Inc() }
+func (r *PrometheusRecorder) SnapshotSwept()   { r.swept.Inc() }
+func (r *PrometheusRecorder) SweepCalls(n int) { r.sweepCalls.Add(float64(n)) }
+func (r *PrometheusRecorder) RestartHalted()   { r.restartHalts.Inc() }
 func (r *PrometheusRecorder) RestartedInPlace(how confighash.RestartMode) {
 	r.restarted.WithLabelValues(how.String()).Inc()
 }

@@ -224,7 +224,7 @@ func New(cfg Config) (*Watcher, error) {
 		waves: newWaves(), flapping: newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 		reverter: &reverter{workloads: w.workloads, revisions: revisions, decider: w.decider, report: w.report, metrics: cfg.Metrics},
 		baker:    &baker{sources: w.sources, workloads: w.workloads, report: w.report},
-		analyst:  newAnalyst(cfg.PrometheusURL, cfg.AnalysisQueries)}
+		analyst:  newAnalyst(cfg.PrometheusURL, cfg.AnalysisQueries, cfg.Metrics)}
 	w.sources.Writes(w.pacer.wrote)
 	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}

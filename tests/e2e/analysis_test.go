@@ -111,6 +111,11 @@ func TestAMetricGateARealPrometheusSeesFailRevertsTheCanary(t *testing.T) {
 	if why := eventMessage(t, c, ns, names[0], "NotReverted"); !strings.Contains(why, "could not be read from Prometheus") {
 		t.Errorf("the NotReverted Event says %q; want that Prometheus could not be read", why)
 	}
+	for result, want := range map[string]bool{"holds": true, "fails": true, "unreadable": true} {
+		if n := w.metric(t, fmt.Sprintf(`confighash_watcher_analysis_reads_total{result=%q}`, result)); (n > 0) != want {
+			t.Errorf("confighash_watcher_analysis_reads_total{result=%q} = %v", result, n)
+		}
+	}
 	waitQuiet(t, w)
 	if got := replicaSetsPerApp(t, c, ns); !maps.Equal(got, want) {
 		t.Errorf("ReplicaSets after the halt %v, want %v: the canary stays on the change, the rest untouched", got, want)
