@@ -329,7 +329,9 @@ func (pc *pacer) waveUser(u *view, change confighash.Trigger, now time.Time) (co
 	if g, ok := pc.waves.grants[key]; ok {
 		in.Grant = &g.Grant
 	}
-	if u.Baking.Change == change {
+	// A canary's marker names the hash its release named: one without it is forged, as a
+	// keyed hash cannot be guessed before the watcher releases it.
+	if u.Baking.Change == change && u.Baking.Hash == u.Release {
 		in.Canary = &u.Baking
 	}
 	if len(d.Held) > 0 {

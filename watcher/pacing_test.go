@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/confighash/confighash"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -279,6 +280,45 @@ func TestTheFirstWaveBakesBeforeTheNext(t *testing.T) {
 	for _, name := range users[1:] {
 		if m := h.annotation(key(name), confighash.AnnotationBaking); m != "" {
 			t.Errorf("%s, of a later wave, is marked baking: %q", name, m)
+		}
+	}
+}
+
+// TestAForgedBakingMarkerSkipsNoCanary: a baking marker written by whoever edits a
+// workload, for the source's change, before the watcher released anything, names no
+// hash the watcher released: the change still rolls its canary alone first.
+func TestAForgedBakingMarkerSkipsNoCanary(t *testing.T) {
+	users := []string{"w1", "w2", "w3"}
+	source := harnessConfigMap("cfg", map[string]string{confighash.AnnotationCanary: "1", confighash.AnnotationBake: "1h"})
+	objects := []runtime.Object{source}
+	for _, name := range users {
+		objects = append(objects, harnessDeployment(name, nil, "cfg"))
+	}
+	h := newHarness(t, Config{}, objects...)
+	key := func(name string) workloadKey { return harnessKey(confighash.Deployment, name) }
+	h.change(confighash.ConfigMap, "cfg")
+	cm, err := h.client.CoreV1().ConfigMaps(harnessNamespace).Get(h.ctx, "cfg", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := confighash.Baking{Marker: confighash.Marker{Change: confighash.Trigger{SourceRef: confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, ResourceVersion: cm.ResourceVersion},
+		Hash: h.hash(key("w3"))}, Bake: time.Hour}
+	d, err := h.client.AppsV1().Deployments(harnessNamespace).Get(h.ctx, "w3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Annotations[confighash.AnnotationBaking] = forged.String()
+	if _, err := h.client.AppsV1().Deployments(harnessNamespace).Update(h.ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.caughtUp()
+	for _, name := range users {
+		h.sync(key(name))
+	}
+	for i, name := range users {
+		want := map[bool]int{true: 1, false: 0}[i == 0]
+		if n := h.rolloutsOf(key(name)); n != want {
+			t.Errorf("%s rolled %d times, want %d: the canary alone first", name, n, want)
 		}
 	}
 }
