@@ -147,7 +147,10 @@ func wavePlace(d Decision, in ExplainInput) string {
 		me = in.Workload.Kind.Kind + "/" + in.Workload.Name
 	}
 	for _, ref := range d.Held {
-		users := in.WaveUsers[ref]
+		if in.WaveUsers == nil {
+			break
+		}
+		users := in.WaveUsers(ref)
 		place := slices.Index(users, me)
 		if place < 0 {
 			continue

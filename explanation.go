@@ -120,7 +120,8 @@ type ExplainInput struct {
 	// since an admission hashed them.
 	Written  map[SourceRef]Written
 	Admitted time.Time
-	// WaveUsers are the users of each source waves take, "Kind/name", in the order they
-	// take them (by kind and name); nil when they were not listed.
-	WaveUsers map[SourceRef][]string
+	// WaveUsers returns the users of a source that waves take, "Kind/name", in the
+	// order they take them (WaveOrder); nil when the namespace's workloads were not
+	// listed.
+	WaveUsers func(SourceRef) []string
 }

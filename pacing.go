@@ -83,10 +83,27 @@ func (c Canary) String() string {
 	return strconv.Itoa(c.N)
 }
 
+// What each pacing setting wants, in the words a bad value is told with.
 const (
-	wantCanary = "want a number of workloads, such as 1, or a percent of them, such as 10%"
-	wantBake   = "want a duration from 1s to 24h, such as 5m"
+	wantWaveSize  = "want a number of workloads, such as 5"
+	wantPin       = "want true or false"
+	wantOnFailure = "want halt or revert"
+	wantCanary    = "want a number of workloads, such as 1, or a percent of them, such as 10%"
+	wantBake      = "want a duration from 1s to 24h, such as 5m"
 )
+
+// readSetting reads the setting name, as get finds it, with parse: a bad value is told
+// to bad with want, and is the zero value, so that the other settings stand.
+func readSetting[T any](get func(name string) (string, bool), bad func(name, value, want string), name string, parse func(string) (T, error), want string) T {
+	var out T
+	if v, ok := get(name); ok {
+		var err error
+		if out, err = parse(v); err != nil {
+			bad(name, v, want)
+		}
+	}
+	return out
+}
 
 func parseWaveSize(text string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(text))
@@ -147,7 +164,7 @@ func parseOnFailure(text string) (OnFailure, error) {
 	if f, ok := onFailureNames[text]; ok {
 		return f, nil
 	}
-	return FailUnset, fmt.Errorf("on-failure %q: want halt or revert", text)
+	return FailUnset, fmt.Errorf("on-failure %q: %s", text, wantOnFailure)
 }
 
 // Reverts reports whether a failed rollout reverts the workload: it asks to, and it is
@@ -185,7 +202,7 @@ func parsePinning(text string) (Pinning, error) {
 	on, err := strconv.ParseBool(text)
 	switch {
 	case err != nil:
-		return PinUnset, fmt.Errorf("pin %q: want true or false", text)
+		return PinUnset, fmt.Errorf("pin %q: %s", text, wantPin)
 	case on:
 		return PinOn, nil
 	}
@@ -287,7 +304,7 @@ func ParsePacing(t PacingText) (Pacing, error) {
 	}
 	if waveSize := strings.TrimSpace(t.WaveSize); waveSize != "" {
 		if r.WaveSize, err = parseWaveSize(waveSize); err != nil {
-			errs = append(errs, fmt.Errorf("wave size %q: want a number of workloads, such as 5", waveSize))
+			errs = append(errs, fmt.Errorf("wave size %q: %s", waveSize, wantWaveSize))
 		}
 	}
 	if r.Canary, err = parseCanary(t.Canary); err != nil {

@@ -269,48 +269,12 @@ func (r *policyReader) pacing() Pacing {
 			out.Windows = ws
 		}
 	}
-	if v, ok := r.get(AnnotationWaveSize); ok {
-		n, err := parseWaveSize(v)
-		if err != nil {
-			r.problem(AnnotationWaveSize, v, "want a number of workloads, such as 5")
-		}
-		out.WaveSize = n
-	}
-	if v, ok := r.get(AnnotationPin); ok {
-		pin, err := parsePinning(v)
-		if err != nil {
-			r.problem(AnnotationPin, v, "want true or false")
-		}
-		out.Pinning = pin
-	}
-	if v, ok := r.get(AnnotationOnFailure); ok {
-		f, err := parseOnFailure(v)
-		if err != nil {
-			r.problem(AnnotationOnFailure, v, "want halt or revert")
-		}
-		out.OnFailure = f
-	}
-	if v, ok := r.get(AnnotationCanary); ok {
-		c, err := parseCanary(v)
-		if err != nil {
-			r.problem(AnnotationCanary, v, wantCanary)
-		}
-		out.Canary = c
-	}
-	if v, ok := r.get(AnnotationBake); ok {
-		b, err := parseBake(v)
-		if err != nil {
-			r.problem(AnnotationBake, v, wantBake)
-		}
-		out.Bake = b
-	}
-	if v, ok := r.get(AnnotationAnalysis); ok {
-		a, err := parseAnalysis(v)
-		if err != nil {
-			r.problem(AnnotationAnalysis, v, wantAnalysis)
-		}
-		out.Analysis = a
-	}
+	out.WaveSize = readSetting(r.get, r.problem, AnnotationWaveSize, parseWaveSize, wantWaveSize)
+	out.Pinning = readSetting(r.get, r.problem, AnnotationPin, parsePinning, wantPin)
+	out.OnFailure = readSetting(r.get, r.problem, AnnotationOnFailure, parseOnFailure, wantOnFailure)
+	out.Canary = readSetting(r.get, r.problem, AnnotationCanary, parseCanary, wantCanary)
+	out.Bake = readSetting(r.get, r.problem, AnnotationBake, parseBake, wantBake)
+	out.Analysis = readSetting(r.get, r.problem, AnnotationAnalysis, parseAnalysis, wantAnalysis)
 	return out
 }
 

@@ -65,8 +65,8 @@ type Source struct {
 	// OnFailure is its AnnotationOnFailure, for the users whose own is unset; a value
 	// that is neither is unset.
 	OnFailure OnFailure
-	// Canary and Bake are its AnnotationCanary and AnnotationBake, for all its users
-	// (Pacing.WithSource); a bad value is unset.
+	// Canary, Bake and Analysis are its AnnotationCanary, AnnotationBake and
+	// AnnotationAnalysis, for all its users (Paces); a bad value is unset.
 	Canary   Canary
 	Bake     time.Duration
 	Analysis Analysis
@@ -149,57 +149,30 @@ func (s Source) Paces(p Pacing) Pacing {
 func AbsentSource(ref SourceRef) Source { return Source{SourceRef: ref} }
 
 func sourceMeta(kind SourceKind, name string, annotations map[string]string) Source {
-	waveSize, _ := parseWaveSize(annotations[AnnotationWaveSize]) // a bad one is 0, and a problem
-	onFailure, _ := parseOnFailure(annotations[AnnotationOnFailure])
-	canary, _ := parseCanary(annotations[AnnotationCanary])
-	bake, _ := parseBake(annotations[AnnotationBake])
-	analysis, _ := parseAnalysis(annotations[AnnotationAnalysis])
-	return Source{
+	var problems []Problem
+	get := func(name string) (string, bool) { v, ok := annotations[name]; return v, ok }
+	bad := func(name, value, want string) { problems = append(problems, Problem{name, value, want}) }
+	s := Source{
 		SourceRef:      SourceRef{kind, name},
 		Present:        true,
 		Ignore:         isTrue(annotations[AnnotationIgnore]),
 		Match:          isTrue(annotations[AnnotationMatch]),
 		ReloaderIgnore: isTrue(annotations[ReloaderIgnore]),
 		ReloaderMatch:  isTrue(annotations[ReloaderMatch]),
-		WaveSize:       waveSize,
-		OnFailure:      onFailure,
-		Canary:         canary,
-		Bake:           bake,
-		Analysis:       analysis,
-		Bad:            sourceProblems(annotations),
+		WaveSize:       readSetting(get, bad, AnnotationWaveSize, parseWaveSize, wantWaveSize),
+		OnFailure:      readSetting(get, bad, AnnotationOnFailure, parseOnFailure, wantOnFailure),
+		Canary:         readSetting(get, bad, AnnotationCanary, parseCanary, wantCanary),
+		Bake:           readSetting(get, bad, AnnotationBake, parseBake, wantBake),
+		Analysis:       readSetting(get, bad, AnnotationAnalysis, parseAnalysis, wantAnalysis),
 	}
+	s.Bad = sourceProblems(annotations, problems)
+	return s
 }
 
-// sourceProblems says what is wrong with a source's confighash annotations: a value
-// that is not one, a key nothing reads. "" for nothing, the common case, at the cost of
-// a look at each key.
-func sourceProblems(annotations map[string]string) string {
-	var problems []Problem
-	if v, ok := annotations[AnnotationWaveSize]; ok {
-		if _, err := parseWaveSize(v); err != nil {
-			problems = append(problems, Problem{AnnotationWaveSize, v, "want a number of workloads, such as 5"})
-		}
-	}
-	if v, ok := annotations[AnnotationOnFailure]; ok {
-		if _, err := parseOnFailure(v); err != nil {
-			problems = append(problems, Problem{AnnotationOnFailure, v, "want halt or revert"})
-		}
-	}
-	if v, ok := annotations[AnnotationCanary]; ok {
-		if _, err := parseCanary(v); err != nil {
-			problems = append(problems, Problem{AnnotationCanary, v, wantCanary})
-		}
-	}
-	if v, ok := annotations[AnnotationBake]; ok {
-		if _, err := parseBake(v); err != nil {
-			problems = append(problems, Problem{AnnotationBake, v, wantBake})
-		}
-	}
-	if v, ok := annotations[AnnotationAnalysis]; ok {
-		if _, err := parseAnalysis(v); err != nil {
-			problems = append(problems, Problem{AnnotationAnalysis, v, wantAnalysis})
-		}
-	}
+// sourceProblems says what is wrong with a source's confighash annotations: the bad
+// wave settings sourceMeta read, a value of another that is not one, a key nothing
+// reads. "" for nothing, the common case, at the cost of a look at each key.
+func sourceProblems(annotations map[string]string, problems []Problem) string {
 	for _, name := range []string{AnnotationIgnore, AnnotationMatch} {
 		if v, ok := annotations[name]; ok {
 			if _, err := strconv.ParseBool(strings.TrimSpace(v)); err != nil {

@@ -1,6 +1,8 @@
 package confighash
 
 import (
+	"cmp"
+	"strings"
 	"time"
 )
 
@@ -26,6 +28,11 @@ const (
 
 func (r RolloutStatus) String() string {
 	return [...]string{"rolled out", "rolling out", "failed"}[r]
+}
+
+// WaveOrder is the order waves take the users of a source in: by kind, then by name.
+func WaveOrder(kindA, nameA, kindB, nameB string) int {
+	return cmp.Or(strings.Compare(kindA, kindB), strings.Compare(nameA, nameB))
 }
 
 // Grant is a wave's leave for a workload to roll to a hash, given at a time.

@@ -92,10 +92,7 @@ func (pc *pacer) gate(ctx context.Context, v *view, source confighash.SourceRef,
 	if err != nil {
 		return "", false
 	}
-	pacing := d.Pacing
-	if src, ok := pc.sources.Lookup(v.Namespace, source); ok {
-		pacing = src.Source.Paces(pacing)
-	}
+	pacing := pc.pacingWith(v.Namespace, d.Pacing, source)
 	if pacing.Analysis.IsZero() {
 		return "", false
 	}
@@ -181,10 +178,7 @@ func (pc *pacer) halt(ctx context.Context, key workloadKey, h *haltWrites) error
 		delete(pc.waves.halting, h.id)
 		pc.waves.mu.Unlock()
 	}()
-	change := confighash.Trigger{SourceRef: h.id.source}
-	if src, ok := pc.sources.Lookup(h.id.namespace, h.id.source); ok {
-		change.ResourceVersion = src.ResourceVersion
-	}
+	change := pc.changeOf(h.id)
 	failedNames := make([]string, len(h.failed))
 	for i, u := range h.failed {
 		failedNames[i] = u.Kind.Kind + "/" + u.Name

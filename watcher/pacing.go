@@ -1,11 +1,9 @@
 package watcher
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,8 +21,8 @@ import (
 // when its wave comes. A wave waits for the users it granted to roll out; one of them
 // that fails halts the rest (halts.go), and reverts itself where it asks to
 // (revert.go); the first wave of a change may bake (bake.go); --max-rolling caps them
-// across namespaces (waveslots.go). It also
-// holds the users of a source that keeps changing (flapping.go).
+// across namespaces (waveslots.go). It also holds the users of a source that keeps
+// changing (flapping.go).
 type pacer struct {
 	sources   *sourcecache.Cache
 	workloads *workloads
@@ -149,12 +147,7 @@ func (pc *pacer) waveOf(v *view, d confighash.Decision) *wave {
 	if v.Kind.Recreated() {
 		return nil
 	}
-	pacing := d.Pacing
-	for _, ref := range d.Held {
-		if src, ok := pc.sources.Lookup(v.Namespace, ref); ok {
-			pacing = src.Source.Paces(pacing)
-		}
-	}
+	pacing := pc.pacingWith(v.Namespace, d.Pacing, d.Held...)
 	if !pacing.Waves() {
 		return nil
 	}
@@ -166,6 +159,17 @@ func (pc *pacer) waveOf(v *view, d confighash.Decision) *wave {
 		}
 	}
 	return nil
+}
+
+// pacingWith is a user's pacing with the own wave settings of the changed sources,
+// which bind all their users (confighash.Source.Paces).
+func (pc *pacer) pacingWith(namespace string, p confighash.Pacing, changed ...confighash.SourceRef) confighash.Pacing {
+	for _, ref := range changed {
+		if src, ok := pc.sources.Lookup(namespace, ref); ok {
+			p = src.Source.Paces(p)
+		}
+	}
+	return p
 }
 
 // changeOf is the latest change of the wave's source.
@@ -191,7 +195,7 @@ func (pc *pacer) waveUsers(id waveID) []*view {
 	// can be written on it.
 	users = slices.DeleteFunc(pc.workloads.users(id.namespace, id.source), func(v *view) bool { return v.Kind.Recreated() })
 	slices.SortFunc(users, func(a, b *view) int {
-		return cmp.Or(strings.Compare(a.Kind.Kind, b.Kind.Kind), strings.Compare(a.Name, b.Name))
+		return confighash.WaveOrder(a.Kind.Kind, a.Name, b.Kind.Kind, b.Name)
 	})
 	pc.waves.mu.Lock()
 	if pc.memo().at == at {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -254,37 +253,35 @@ func listWorkloads(ctx context.Context, dyn dynamic.Interface, ns string, kinds 
 }
 
 // eachWorkload is listWorkloads, going on past the kinds whose list error skip takes.
-// waveUsers are the users of each source that waves take, in their order: the
-// workloads that act in the namespace's mode, but Jobs, by kind and name, as the watcher
-// takes them.
-func waveUsers(all []*unstructured.Unstructured, kinds confighash.Kinds, v confighash.Vocabulary, mode confighash.Mode) map[confighash.SourceRef][]string {
-	type user struct{ kind, name string }
-	by := map[confighash.SourceRef][]user{}
+// waveUsers returns the users of a source that waves take, in their order, as the
+// watcher takes them: the workloads that act in the namespace's mode and may use it,
+// but Jobs, by WaveOrder.
+func waveUsers(all []*unstructured.Unstructured, kinds confighash.Kinds, v confighash.Vocabulary, mode confighash.Mode) func(confighash.SourceRef) []string {
+	type user struct {
+		kind, name string
+		state      confighash.State
+	}
+	var users []user
 	for _, u := range all {
 		w, err := kinds.WorkloadOf(u)
 		if err != nil || w.Kind.Recreated() {
 			continue
 		}
 		state := v.Read(w)
-		if _, acts := state.PolicyIn(mode); !acts {
-			continue
+		if _, acts := state.PolicyIn(mode); acts {
+			users = append(users, user{w.Kind.Kind, w.Name, state})
 		}
-		seen := map[confighash.SourceRef]bool{}
-		for _, r := range state.References {
-			if !seen[r.SourceRef] {
-				seen[r.SourceRef] = true
-				by[r.SourceRef] = append(by[r.SourceRef], user{w.Kind.Kind, w.Name})
+	}
+	slices.SortFunc(users, func(a, b user) int { return confighash.WaveOrder(a.kind, a.name, b.kind, b.name) })
+	return func(ref confighash.SourceRef) []string {
+		var out []string
+		for _, u := range users {
+			if u.state.MayUse(ref) {
+				out = append(out, u.kind+"/"+u.name)
 			}
 		}
+		return out
 	}
-	out := make(map[confighash.SourceRef][]string, len(by))
-	for ref, users := range by {
-		slices.SortFunc(users, func(a, b user) int { return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.name, b.name)) })
-		for _, u := range users {
-			out[ref] = append(out[ref], u.kind+"/"+u.name)
-		}
-	}
-	return out
 }
 
 func eachWorkload(ctx context.Context, dyn dynamic.Interface, ns string, kinds confighash.Kinds, skip func(confighash.Kind, error) bool, fn func(confighash.Kind, *unstructured.Unstructured) error) error {
