@@ -548,14 +548,44 @@ func Helm(ctx context.Context) (string, error) {
 	return filepath.Join(bins["helm"], "helm"), nil
 }
 
-// Prometheus returns the path of a prometheus binary, for the tests of the metric gate,
-// building it first if needed.
-func Prometheus(ctx context.Context) (string, error) {
+// StartPrometheus starts a real Prometheus (built first if needed) with the scrape
+// config on a free port of host, its data and log in dir, and returns it and its URL
+// once it is ready. Stop stops it, by its pid; the kernel kills it if the test dies.
+func StartPrometheus(ctx context.Context, dir, host, config string) (*Process, string, error) {
 	bins, err := ensureBinaries(ctx, "prometheus")
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	return filepath.Join(bins["prometheus"], "prometheus"), nil
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
+		return nil, "", err
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		return nil, "", err
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(ports[0]))
+	p, err := StartProcess(dir, "prometheus", filepath.Join(bins["prometheus"], "prometheus"),
+		[]string{"--config.file=" + filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path=" + filepath.Join(dir, "data"), "--web.listen-address=" + addr}, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	url := "http://" + addr
+	ready := func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/-/ready", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, ready); err != nil {
+		return nil, "", errors.Join(fmt.Errorf("prometheus not ready: %w\n%s", err, p.LogTail(20)), p.Stop())
+	}
+	return p, url, nil
 }
 
 // NodeBinaries returns the directory holding kubelet, kube-proxy and pause, of the

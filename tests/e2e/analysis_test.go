@@ -6,19 +6,15 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"net/url"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -36,24 +32,20 @@ func TestAMetricGateARealPrometheusSeesFailRevertsTheCanary(t *testing.T) {
 	const bake = 15 * time.Second
 	errorRatio := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "canary_error_ratio", Help: "errors per request"}, []string{"namespace", "deployment"})
 	target := serveMetrics(t, errorRatio)
-	prom := startPrometheus(t, target)
+	prom, promURL := startPrometheus(t, target)
 
 	flags := []string{"--pin-by-default"}
 	startWebhook(t, c, flags...)
-	w := startWatcher(t, c, append(slices.Clone(flags), "--prometheus-url="+prom.url,
+	w := startWatcher(t, c, append(slices.Clone(flags), "--prometheus-url="+promURL,
 		`--analysis-query=error-ratio=max(canary_error_ratio{namespace="$namespace",deployment="$workload"})`)...)
 	ns := labeledNamespace(t, c)
 	names := pacedApps(t, c, ns, n, 5)
 	for _, name := range names {
 		errorRatio.WithLabelValues(ns, name).Set(0)
 	}
-	ctx := t.Context()
 	shared := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"1",%q:%q,%q:"revert",%q:"error-ratio < 0.1"}}}`,
-		confighash.AnnotationCanary, confighash.AnnotationBake, bake.String(), confighash.AnnotationOnFailure, confighash.AnnotationAnalysis)
-	if _, err := c.Client.CoreV1().ConfigMaps(ns).Patch(ctx, shared.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	annotateConfigMap(t, c, ns, shared.Name, map[string]string{confighash.AnnotationCanary: "1", confighash.AnnotationBake: bake.String(),
+		confighash.AnnotationOnFailure: "revert", confighash.AnnotationAnalysis: "error-ratio < 0.1"})
 	waitQuiet(t, w)
 	defer func() {
 		if t.Failed() {
@@ -65,12 +57,8 @@ func TestAMetricGateARealPrometheusSeesFailRevertsTheCanary(t *testing.T) {
 		want[name] = 1
 	}
 	baking := func() bool {
-		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, names[0], metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := confighash.ParseBaking(d.Annotations[confighash.AnnotationBaking])
-		return !b.Since.IsZero() && b.Hash == d.Spec.Template.Annotations[confighash.AnnotationHash]
+		b, current := deploymentBaking(t, c, ns, names[0])
+		return !b.Since.IsZero() && current
 	}
 
 	// A bad change: Prometheus sees the canary's errors while it bakes.
@@ -91,8 +79,19 @@ func TestAMetricGateARealPrometheusSeesFailRevertsTheCanary(t *testing.T) {
 		t.Errorf("ReplicaSets after the revert %v, want %v", got, want)
 	}
 
-	// The fix: each rolls once, the canary first.
+	// The fix: each rolls once, the canary first. Its ratio is back to 0 before it, as
+	// Prometheus has it: the gate reads from the bake's start.
 	errorRatio.WithLabelValues(ns, names[0]).Set(0)
+	waitFor(t, 30*time.Second, "Prometheus to see the canary's ratio back to 0", func() bool {
+		query := url.Values{"query": {fmt.Sprintf(`canary_error_ratio{namespace=%q,deployment=%q}`, ns, names[0])}}
+		resp, err := http.Get(promURL + "/api/v1/query?" + query.Encode())
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		return err == nil && strings.Contains(string(body), `,"0"]`)
+	})
 	setKey(t, c, ns, shared, "k", "fixed")
 	for _, name := range names {
 		want[name]++
@@ -102,7 +101,9 @@ func TestAMetricGateARealPrometheusSeesFailRevertsTheCanary(t *testing.T) {
 	})
 
 	// Prometheus stops: the next canary is halted, not reverted, and the rest held.
-	prom.stop()
+	if err := prom.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	setKey(t, c, ns, shared, "k", "unseen")
 	want[names[0]]++
 	waitFor(t, 2*time.Minute, "the canary halted, the rest held", func() bool {
@@ -156,52 +157,23 @@ func serveMetrics(t *testing.T, cs ...prometheus.Collector) string {
 	return l.Addr().String()
 }
 
-// promServer is a real Prometheus, scraping a target every second.
-type promServer struct {
-	url  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// startPrometheus starts Prometheus on a loopback port, scraping target, and waits until
-// it has scraped it; the test's end stops it.
-func startPrometheus(t *testing.T, target string) *promServer {
+// startPrometheus starts Prometheus on a loopback port, scraping target every second,
+// and waits until it has scraped it; the test's end stops it.
+func startPrometheus(t *testing.T, target string) (*cluster.Process, string) {
 	t.Helper()
-	bin, err := cluster.Prometheus(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
 	config := fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: app\n    static_configs:\n      - targets: [%q]\n", target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ports, err := cluster.FreePorts(1)
+	proc, url, err := cluster.StartPrometheus(t.Context(), t.TempDir(), "127.0.0.1", config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &promServer{url: "http://" + addr, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr)
-	p.cmd.Stdout, p.cmd.Stderr = log, log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		p.stop()
 		if t.Failed() {
-			t.Logf("prometheus log:\n%s", cluster.LogTail(log.Name(), 20))
+			t.Logf("prometheus log:\n%s", proc.LogTail(20))
 		}
-		log.Close()
+		_ = proc.Stop()
 	})
 	waitFor(t, time.Minute, "Prometheus to scrape its target", func() bool {
-		resp, err := http.Get(p.url + `/api/v1/query?query=up{job="app"}`)
+		resp, err := http.Get(url + `/api/v1/query?query=up{job="app"}`)
 		if err != nil {
 			return false
 		}
@@ -209,21 +181,5 @@ func startPrometheus(t *testing.T, target string) *promServer {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"1"]`)
 	})
-	return p
-}
-
-// stop stops Prometheus, by its pid, and waits until it has exited.
-func (p *promServer) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	return proc, url
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -37,11 +38,8 @@ func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 	names := pacedApps(t, c, ns, n, 5)
 	ctx := t.Context()
 	shared := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"1",%q:%q,%q:"revert"}}}`,
-		confighash.AnnotationCanary, confighash.AnnotationBake, bake.String(), confighash.AnnotationOnFailure)
-	if _, err := c.Client.CoreV1().ConfigMaps(ns).Patch(ctx, shared.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	annotateConfigMap(t, c, ns, shared.Name, map[string]string{
+		confighash.AnnotationCanary: "1", confighash.AnnotationBake: bake.String(), confighash.AnnotationOnFailure: "revert"})
 	waitQuiet(t, w) // the settings are read before the change they are for
 	defer func() {
 		if t.Failed() {
@@ -56,14 +54,7 @@ func TestTheCanaryBakesAndACrashDuringItsBakeReverts(t *testing.T) {
 		want[name]++
 	}
 	bakingOf := func(name string) confighash.Baking {
-		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := confighash.ParseBaking(d.Annotations[confighash.AnnotationBaking])
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		b, _ := deploymentBaking(t, c, ns, name)
 		return b
 	}
 
@@ -201,4 +192,32 @@ func crashPodOf(t *testing.T, c *cluster.Cluster, ns, name string) time.Time {
 	}
 	t.Fatalf("%s has no running pod of its latest template", name)
 	return time.Time{}
+}
+
+// annotateConfigMap writes the annotations on the namespace's ConfigMap, as kubectl
+// annotate does.
+func annotateConfigMap(t *testing.T, c *cluster.Cluster, ns, name string, annotations map[string]string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().ConfigMaps(ns).Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deploymentBaking reads the Deployment's baking marker, and whether it names the
+// template it runs.
+func deploymentBaking(t *testing.T, c *cluster.Cluster, ns, name string) (confighash.Baking, bool) {
+	t.Helper()
+	d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := confighash.ParseBaking(d.Annotations[confighash.AnnotationBaking])
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return b, b.Hash == d.Spec.Template.Annotations[confighash.AnnotationHash]
 }

@@ -10,7 +10,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/confighash/confighash"
@@ -36,10 +35,7 @@ func TestAFailedChangeRevertsThePinnedWorkloadsOfItsFirstWave(t *testing.T) {
 	names := pacedApps(t, c, ns, n, 5)
 	ctx := t.Context()
 	shared := confighash.SourceRef{Kind: confighash.ConfigMap, Name: "shared"}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"revert"}}}`, confighash.AnnotationOnFailure)
-	if _, err := c.Client.CoreV1().ConfigMaps(ns).Patch(ctx, shared.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	annotateConfigMap(t, c, ns, shared.Name, map[string]string{confighash.AnnotationOnFailure: "revert"})
 	waitQuiet(t, w) // the setting is read before the change it is for
 	pinnedOf := func(name string) string {
 		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
@@ -153,10 +149,7 @@ func TestAFailedChangeRevertsAPinnedDaemonSet(t *testing.T) {
 	ns := labeledNamespace(t, c)
 	ctx := t.Context()
 	cm := createConfigMap(t, c, ns, "shared", map[string]string{"k": "v0"})
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"1",%q:"revert"}}}`, confighash.AnnotationWaveSize, confighash.AnnotationOnFailure)
-	if _, err := c.Client.CoreV1().ConfigMaps(ns).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	annotateConfigMap(t, c, ns, cm.Name, map[string]string{confighash.AnnotationWaveSize: "1", confighash.AnnotationOnFailure: "revert"})
 	names := []string{"agent-0", "agent-1", "agent-2"}
 	for _, name := range names {
 		d := fixtures.DaemonSet(name, fixtures.EnvFromTemplate(cm.Name))

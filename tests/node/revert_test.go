@@ -8,14 +8,10 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -337,10 +333,6 @@ func (s *nodeAlertSink) count(what alert.What) int {
 // URL; the test's end stops it, by its pid.
 func startNodePrometheus(t *testing.T, env *Env) string {
 	t.Helper()
-	bin, err := cluster.Prometheus(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
 	sd, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -367,46 +359,16 @@ func startNodePrometheus(t *testing.T, env *Env) string {
 	go func() { _ = sdSrv.Serve(sd) }()
 	t.Cleanup(func() { _ = sdSrv.Close() })
 
-	dir := t.TempDir()
 	config := fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: demo\n    http_sd_configs:\n      - url: http://%s/\n        refresh_interval: 1s\n", sd.Addr())
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ports, err := cluster.FreePorts(1)
+	proc, url, err := cluster.StartPrometheus(t.Context(), t.TempDir(), env.network.HostIP.String(), config)
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort(env.network.HostIP.String(), strconv.Itoa(ports[0]))
-	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
 		if t.Failed() {
-			t.Logf("prometheus log:\n%s", cluster.LogTail(log.Name(), 20))
+			t.Logf("prometheus log:\n%s", proc.LogTail(20))
 		}
-		log.Close()
+		_ = proc.Stop()
 	})
-	url := "http://" + addr
-	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := Get(ctx, url+"/-/ready")
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("Prometheus not ready: %v\n%s", err, cluster.LogTail(log.Name(), 20))
-	}
 	return url
 }
