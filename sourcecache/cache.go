@@ -7,6 +7,7 @@ package sourcecache
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,6 +96,9 @@ type Digested struct {
 	// Uniform, for a SecretProviderClass, says every pod that mounts it reports the
 	// same versions (see ProviderClass).
 	Uniform bool
+	// Applied says a tool that writes a set of objects in turn writes it (see
+	// appliedWithOthers): the others may follow its write by milliseconds.
+	Applied bool
 }
 
 var (
@@ -165,7 +169,28 @@ func NewDigested(meta metav1.Object, src confighash.Source) *Digested {
 		d.Source.Name = d.Name()
 	}
 	d.SetTimes(meta.GetCreationTimestamp().Time, lastWritten(meta))
+	d.Applied = appliedWithOthers(meta)
 	return d
+}
+
+// helmRelease is the annotation Helm puts on every object of a release.
+const helmRelease = "meta.helm.sh/release-name"
+
+// appliedWithOthers reports whether the object is written by a tool that writes a set
+// of objects one after the other: Helm marks each with its release, kubectl apply
+// with the configuration it applied, and a server-side apply (kubectl apply
+// --server-side, Flux, Argo CD's, Helm 4's) records its manager as an Apply.
+func appliedWithOthers(meta metav1.Object) bool {
+	a := meta.GetAnnotations()
+	if _, ok := a[helmRelease]; ok {
+		return true
+	}
+	if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
+		return true
+	}
+	return slices.ContainsFunc(meta.GetManagedFields(), func(f metav1.ManagedFieldsEntry) bool {
+		return f.Operation == metav1.ManagedFieldsOperationApply
+	})
 }
 
 // sourceIndexers are the indexes of ConfigMaps and Secrets.

@@ -48,15 +48,15 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	if len(users) > 0 && prev != nil && w.pacer.flapped(src, time.Now()) {
 		w.cfg.Metrics.Flapping()
 	}
-	w.enqueueSpread(users)
+	now := time.Now()
+	w.enqueueSpread(users, now, w.tracking.alone(prev, d, now))
 }
 
-// enqueueSpread enqueues the workloads a change reached once it is quiet, spread at
-// TouchRate.
-func (w *Watcher) enqueueSpread(views []*view) {
-	now := time.Now()
+// enqueueSpread enqueues the workloads a change reached at now, once it is quiet or at
+// once if it came alone, spread at TouchRate after a first burst.
+func (w *Watcher) enqueueSpread(views []*view, now time.Time, alone bool) {
 	for i, v := range views {
-		w.enqueue(v, w.tracking.changeReached(keyOf(v), now)+time.Duration(i)*w.tracking.spacing)
+		w.enqueue(v, w.tracking.changeReached(keyOf(v), now, alone)+w.tracking.spread(i))
 	}
 }
 
@@ -85,7 +85,7 @@ func (w *Watcher) workloadChanged(old, obj any, initial bool) {
 	}
 	switch {
 	case w.workloads.acts(v):
-		w.enqueue(v, w.tracking.changeReached(keyOf(v), time.Now()))
+		w.enqueue(v, w.tracking.changeReached(keyOf(v), time.Now(), false))
 	case len(v.Problems) > 0:
 		w.queue.Add(keyOf(v)) // to be told: a typo may be what keeps it from opting in
 	}
@@ -116,7 +116,7 @@ func (w *Watcher) resync() {
 		if !drift && len(v.Pins) == 0 && !v.RunDue {
 			continue
 		}
-		w.enqueue(v, time.Duration(queued)*w.tracking.spacing)
+		w.enqueue(v, w.tracking.spread(queued))
 		queued++
 		if drift {
 			drifted++

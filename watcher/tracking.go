@@ -3,6 +3,9 @@ package watcher
 import (
 	"sync"
 	"time"
+
+	"github.com/confighash/confighash"
+	"github.com/confighash/confighash/sourcecache"
 )
 
 // tracking is the one owner of what the watcher remembers of each workload between
@@ -31,10 +34,17 @@ type tracked struct {
 	pausedUntil time.Time
 }
 
-// changed is when the first and the last change not yet checked reached a workload.
-type changed struct{ first, last time.Time }
+// changed is when the first and the last change not yet checked reached a workload;
+// alone says the first may be checked at once (tracking.alone) and none followed it.
+type changed struct {
+	first, last time.Time
+	alone       bool
+}
 
 func (p changed) due(quiet, max time.Duration) time.Time {
+	if p.alone {
+		return p.first
+	}
 	due := p.last.Add(quiet)
 	if limit := p.first.Add(max); limit.Before(due) {
 		due = limit
@@ -82,14 +92,39 @@ func (t *tracking) forget(key workloadKey) {
 	t.mu.Unlock()
 }
 
+// alone reports whether a change of a source, seen at now, may be checked at once: no
+// tool that writes a set of objects in turn wrote it, and the source had not been
+// written for the debounce before. An apply (Helm, kubectl apply, GitOps) writes the
+// rest of its objects next, some milliseconds apart, and a source written within the
+// debounce is in a burst: those wait the quiet period, so that what is written
+// together rolls once. prev's write time is to the second, hence the second more.
+// A SecretProviderClass's new versions are not alone: the CSI driver writes the Secret
+// it syncs right after.
+func (t *tracking) alone(prev, d *sourcecache.Digested, now time.Time) bool {
+	return prev != nil && !d.Applied && d.Source.Kind != confighash.SecretProviderClass && t.quiet > 0 &&
+		now.Sub(prev.Written()) > time.Second+t.max
+}
+
+// touchBurst is how many of the workloads one change reaches are touched at once,
+// before the touch rate spaces the rest: a fan-out of a few rolls together, as
+// client-go's own limiter lets a burst of 10 through.
+const touchBurst = 10
+
+// spread is how long after the first the i-th workload one change reaches is touched.
+func (t *tracking) spread(i int) time.Duration {
+	return time.Duration(max(0, i-touchBurst+1)) * t.spacing
+}
+
 // changeReached notes a change of the workload at now, and returns how long to wait
-// before checking it. The queue keeps the earliest time a key was added at, so a
-// change that comes later extends the wait when the key comes out of the queue
-// (untilQuiet), not when it is added.
-func (t *tracking) changeReached(key workloadKey, now time.Time) (wait time.Duration) {
+// before checking it: none for a change alone, unless another is waiting. The queue
+// keeps the earliest time a key was added at, so a change that comes later extends the
+// wait when the key comes out of the queue (untilQuiet), not when it is added.
+func (t *tracking) changeReached(key workloadKey, now time.Time, alone bool) (wait time.Duration) {
 	t.with(key, func(e *tracked) {
 		if e.changed.first.IsZero() {
-			e.changed.first = now
+			e.changed.first, e.changed.alone = now, alone
+		} else {
+			e.changed.alone = false
 		}
 		e.changed.last = now
 		wait = e.changed.due(t.quiet, t.max).Sub(now)

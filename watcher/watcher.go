@@ -200,7 +200,7 @@ func New(cfg Config) (*Watcher, error) {
 	// first.
 	checkNamespace := func(ns string) {
 		if w.workloads.modeChanged(ns) {
-			w.enqueueSpread(w.workloads.inNamespace(ns, nil))
+			w.enqueueSpread(w.workloads.inNamespace(ns, nil), time.Now(), false)
 		}
 	}
 	gate, err := namespaces.NewGate(cfg.Client, cfg.NamespaceSelectors, cfg.Watched, checkNamespace, cfg.Log)
@@ -272,7 +272,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.restarts.run(ctx)
 	go w.workloads.relist(ctx, func(ns string) {
 		w.cfg.Log.Info().Str("namespace", ns).Msg("namespace read again: confighash now acts on more of it")
-		w.enqueueSpread(w.workloads.inNamespace(ns, nil))
+		w.enqueueSpread(w.workloads.inNamespace(ns, nil), time.Now(), false)
 	})
 	<-ctx.Done()
 	w.queue.ShutDown()

@@ -83,9 +83,9 @@ type alertConfig struct {
 
 func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	c.common.flags(fs, 10*time.Second)
-	fs.DurationVar(&c.quietPeriod, "quiet-period", 100*time.Millisecond, "touch once no change reached a workload for this long, so that changes made together (a helm upgrade writes its objects some 10 ms apart) roll it once")
+	fs.DurationVar(&c.quietPeriod, "quiet-period", 100*time.Millisecond, "for a change that comes with others (an apply's, a burst), touch once no change reached a workload for this long, so that changes made together (a helm upgrade writes its objects some 10 ms apart) roll it once; a change alone is touched at once")
 	fs.DurationVar(&c.debounce, "debounce", time.Second, "touch at most this long after the first change, however long changes go on")
-	fs.Float64Var(&c.touchRate, "touch-rate", 50, "touches per second at most for the workloads one change reaches; other changes are not held behind them")
+	fs.Float64Var(&c.touchRate, "touch-rate", 50, "touches per second at most for the workloads one change reaches, after the first 10 at once; other changes are not held behind them")
 	fs.IntVar(&c.workers, "workers", 4, "workloads touched in parallel")
 	fs.BoolVar(&c.alerts.on, "alert-on-reload", false, "send an alert when workloads roll, are healed, or cannot be")
 	fs.StringVar(&c.alerts.sink, "alert-sink", string(alert.Webhook), "where alerts go: slack, teams (a Workflows webhook), gchat, or webhook (a JSON body, see docs/alerts.md)")

@@ -15,14 +15,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/cluster"
@@ -68,18 +64,7 @@ func BenchmarkChangeToRolloutAtDefaults(b *testing.B) {
 func changeToRollout(b *testing.B, c *cluster.Cluster, fanOut int) string {
 	ns := labeledNamespace(b, c)
 	createConfigMap(b, c, ns, "shared", map[string]string{"k": "0"})
-	parallel(b, 8, fanOut, func(i int) error {
-		_, err := c.Client.AppsV1().Deployments(ns).Create(b.Context(), fixtures.Deployment(fmt.Sprintf("web-%d", i), 0, fixtures.EnvFromTemplate("shared")), metav1.CreateOptions{})
-		return err
-	})
-	// The Deployment controller's first sync of each (its ReplicaSet, its status) is
-	// done before the change, so it does not compete with the fan-out.
-	waitFor(b, 15*time.Minute, fmt.Sprintf("the Deployment controller to observe %d Deployments", fanOut), func() bool {
-		list, err := c.Client.AppsV1().Deployments(ns).List(b.Context(), metav1.ListOptions{})
-		return err == nil && len(list.Items) == fanOut && !slices.ContainsFunc(list.Items, func(d appsv1.Deployment) bool {
-			return d.Status.ObservedGeneration < d.Generation
-		})
-	})
+	createUsersOfShared(b, c, ns, fanOut, nil)
 	var latencies []time.Duration
 	var patches, lists float64
 	round := 0
@@ -121,21 +106,7 @@ func changeToRollout(b *testing.B, c *cluster.Cluster, fanOut int) string {
 // that rolls them takes on this cluster. Its PATCHes pass the webhook, as touches do.
 func plainPatchFloor(b *testing.B, c *cluster.Cluster, ns string, n, workers int) time.Duration {
 	b.Helper()
-	cfg := rest.CopyConfig(c.Config)
-	cfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gen := generations(b, c, ns, n)
-	done := watchGenerationBumps(b, c, ns, gen)
-	start := time.Now()
-	patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"example.com/restarted":"` + start.Format(time.RFC3339Nano) + `"}}}}}`)
-	parallel(b, workers, n, func(i int) error {
-		_, err := client.AppsV1().Deployments(ns).Patch(b.Context(), fmt.Sprintf("web-%d", i), types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-		return err
-	})
-	return slices.MaxFunc(done(n), time.Time.Compare).Sub(start)
+	return slices.Max(timeFanOut(b, c, ns, n, func() { patchEach(b, c, ns, n, workers) }))
 }
 
 // watchedResources are what the watcher reads: LISTs of them during a fan-out are its

@@ -13,8 +13,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/confighash/confighash/tests/cluster"
+	"github.com/confighash/confighash/tests/fixtures"
 )
 
 // appChart is a release of a ConfigMap, a Secret and a Deployment that uses both, as
@@ -149,5 +151,35 @@ func TestHelmInstallSaysWhereScrapesAreAdmittedFrom(t *testing.T) {
 		if said != (tc.want != "") {
 			t.Errorf("%v: helm install's notes:\n%s\nwant them to say %q: %v", tc.set, notes, tc.want, tc.want != "")
 		}
+	}
+}
+
+// TestAServerSideApplyOfTwoConfigMapsRollsOnce: a server-side apply (as kubectl apply
+// --server-side, Flux or Argo CD send it) writes two ConfigMaps a Deployment uses one
+// after the other, 40 ms apart, three times, each time the first seconds after its last
+// write: one rollout each. The first is not a change alone, which would roll at once:
+// an apply wrote it, so the watcher waits its quiet period for the second.
+func TestAServerSideApplyOfTwoConfigMapsRollsOnce(t *testing.T) {
+	c := quietCluster(t) // the two writes, milliseconds apart, within the 100 ms quiet period
+	startWebhook(t, c)
+	startWatcher(t, c, "--debounce="+defaultDebounce)
+	ns := labeledNamespace(t, c)
+	apply := func(name, value string) {
+		t.Helper()
+		cm := corev1ac.ConfigMap(name, ns).WithData(map[string]string{"k": value})
+		if _, err := c.Client.CoreV1().ConfigMaps(ns).Apply(t.Context(), cm, metav1.ApplyOptions{FieldManager: "kubectl", Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply("a", "0")
+	apply("b", "0")
+	createDeployment(t, c, ns, fixtures.Deployment("app", 0, fixtures.UsingTemplate([]string{"a", "b"}, nil)))
+	expectRollouts(t, c, ns, map[string]int{"app": 1})
+	for i := range 3 {
+		time.Sleep(1500 * time.Millisecond) // with expectRollouts' sleep, past the debounce and its second
+		apply("a", fmt.Sprint(i+1))
+		time.Sleep(40 * time.Millisecond) // as an apply writes other objects between
+		apply("b", fmt.Sprint(i+1))
+		expectRollouts(t, c, ns, map[string]int{"app": 2 + i})
 	}
 }

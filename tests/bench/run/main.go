@@ -81,6 +81,7 @@ var suites = []suite{
 	{names: []string{"BenchmarkChangeToRolloutAtDefaults/fanout-10"}, pkg: "./tests/e2e",
 		args:    []string{"-test.bench", "^BenchmarkChangeToRolloutAtDefaults$", "-test.benchtime", "20x"},
 		command: "go test -run '^$' -bench '^BenchmarkChangeToRolloutAtDefaults$' -benchtime 20x ./tests/e2e"},
+	scenarioSuite("fanout-vs-reloader", "FanoutVsReloader"),
 	scenarioSuite("burst", "Burst"),
 	scenarioSuite("no-op", "NoOp"),
 	scenarioSuite("mixed-kinds", "MixedKinds"),
