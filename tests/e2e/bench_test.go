@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
 
@@ -300,18 +302,32 @@ var floorPatch = []byte(`[{"op":"add","path":"/metadata/annotations","value":{"c
 	`{"op":"add","path":"/spec/template/metadata/annotations","value":{"confighash.dev/hash":"v1:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}]`)
 
 // startFloorWebhook serves a webhook that does what rule 4 asks of an admission and
-// no more: one consistent read (a metadata GET of one ConfigMap of the namespace,
-// served by etcd), then the patch confighash returns. confighash's admission is held
-// against it.
+// no more: one consistent read of each of the five sources the pod template uses (a
+// metadata GET, served by etcd), all at once, then the patch confighash returns.
+// confighash's admission is held against it.
 func startFloorWebhook(b *testing.B, c *cluster.Cluster) map[string]string {
 	b.Helper()
 	meta, err := metadata.NewForConfig(c.Config)
 	if err != nil {
 		b.Fatal(err)
 	}
-	configMaps := corev1.SchemeGroupVersion.WithResource("configmaps")
+	configMaps, secrets := corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithResource("secrets")
+	sources := []struct {
+		resource schema.GroupVersionResource
+		name     string
+	}{{configMaps, "cm-0"}, {configMaps, "cm-1"}, {configMaps, "cm-2"}, {secrets, "secret-0"}, {secrets, "secret-1"}}
 	return startBenchWebhook(b, c, "floor", func(ctx context.Context, req *admissionv1.AdmissionRequest) ([]byte, error) {
-		if _, err := meta.Resource(configMaps).Namespace(req.Namespace).Get(ctx, "cm-0", metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		var g errgroup.Group
+		for _, src := range sources {
+			g.Go(func() error {
+				_, err := meta.Resource(src.resource).Namespace(req.Namespace).Get(ctx, src.name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return nil
+				}
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return nil, err
 		}
 		return floorPatch, nil
