@@ -38,8 +38,10 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	if w.workloads.mode(d.Namespace()) == confighash.ModeOff {
 		return
 	}
+	now := time.Now()
+	alone := w.tracking.alone(prev, d, now)
 	if w.restarts != nil {
-		w.restarts.sourceChanged(d.Namespace(), d.Source.SourceRef)
+		w.restarts.sourceChanged(d.Namespace(), d.Source.SourceRef, alone)
 	}
 	users := w.workloads.users(d.Namespace(), d.Source.SourceRef)
 	for _, v := range users {
@@ -48,8 +50,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	if len(users) > 0 && prev != nil && w.pacer.flapped(src, time.Now()) {
 		w.cfg.Metrics.Flapping()
 	}
-	now := time.Now()
-	w.enqueueSpread(users, now, w.tracking.alone(prev, d, now))
+	w.enqueueSpread(users, now, alone)
 }
 
 // enqueueSpread enqueues the workloads a change reached at now, once it is quiet or at

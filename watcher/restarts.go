@@ -106,17 +106,21 @@ func newRestarts(client kubernetes.Interface, door watches.Door, vocabulary conf
 	return r, r.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed})
 }
 
-// sourceChanged wakes, once the change is quiet, the groups of the namespace's pods
-// that may use the source.
-func (r *restarts) sourceChanged(namespace string, ref confighash.SourceRef) {
+// sourceChanged wakes the groups of the namespace's pods that may use the source: at
+// once for a change alone (tracking.alone), else once the change is quiet.
+func (r *restarts) sourceChanged(namespace string, ref confighash.SourceRef, alone bool) {
 	inf := r.pods.For(namespace)
 	if inf == nil {
 		return
 	}
+	after := r.quiet
+	if alone {
+		after = 0
+	}
 	objs, _ := inf.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	for _, obj := range objs {
 		if p, ok := obj.(*podView); ok && p.State.MayUse(ref) {
-			r.queue.AddAfter(podGroup{p.Namespace, p.Group}, r.quiet)
+			r.queue.AddAfter(podGroup{p.Namespace, p.Group}, after)
 		}
 	}
 }

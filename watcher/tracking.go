@@ -94,16 +94,20 @@ func (t *tracking) forget(key workloadKey) {
 
 // alone reports whether a change of a source, seen at now, may be checked at once: no
 // tool that writes a set of objects in turn wrote it, and the source had not been
-// written for the debounce before. An apply (Helm, kubectl apply, GitOps) writes the
-// rest of its objects next, some milliseconds apart, and a source written within the
-// debounce is in a burst: those wait the quiet period, so that what is written
-// together rolls once. prev's write time is to the second, hence the second more.
+// written for burstGap before. An apply (Helm, kubectl apply, GitOps) writes the rest
+// of its objects next, some milliseconds apart, and a source written more often is in
+// a burst: those wait the quiet period, so that what is written together rolls once.
 // A SecretProviderClass's new versions are not alone: the CSI driver writes the Secret
-// it syncs right after.
+// it syncs right after. prev's write time is to the second, hence the second more.
 func (t *tracking) alone(prev, d *sourcecache.Digested, now time.Time) bool {
 	return prev != nil && !d.Applied && d.Source.Kind != confighash.SecretProviderClass && t.quiet > 0 &&
-		now.Sub(prev.Written()) > time.Second+t.max
+		now.Sub(prev.Written()) > time.Second+burstGap
 }
+
+// burstGap is how long a source must have gone unwritten for a change of it to come
+// alone. A writer that changes a source every second or so (the burst scenario) leaves
+// a gap this long about once in 200 changes, so its changes are coalesced.
+const burstGap = 5 * time.Second
 
 // touchBurst is how many of the workloads one change reaches are touched at once,
 // before the touch rate spaces the rest: a fan-out of a few rolls together, as

@@ -38,7 +38,7 @@ func TestAChangeIsCheckedOnceQuietAndAtMostTheDebounceAfterTheFirst(t *testing.T
 	}
 }
 
-// A change of a source nothing else wrote for the debounce, by no apply, is checked at
+// A change of a source nothing wrote for the burst gap, by no apply, is checked at
 // once; one an apply wrote, or of a source in a burst, waits the quiet period; and a
 // change alone that another follows before its check waits for the quiet too.
 func TestAChangeAloneIsCheckedAtOnceAndOnlyABurstOrAnApplyWaits(t *testing.T) {
@@ -59,7 +59,9 @@ func TestAChangeAloneIsCheckedAtOnceAndOnlyABurstOrAnApplyWaits(t *testing.T) {
 		alone     bool
 	}{
 		{"an edit of a source last written a minute before", digest(now.Add(-time.Minute), nil), plain, true},
-		{"an edit of a source last written 1.5 s before, within the debounce and its second", digest(now.Add(-1500*time.Millisecond), nil), plain, false},
+		{"an edit of a source last written 1.5 s before, in a burst", digest(now.Add(-1500*time.Millisecond), nil), plain, false},
+		{"an edit of a source last written 5.5 s before, within the burst gap and its second", digest(now.Add(-5500*time.Millisecond), nil), plain, false},
+		{"an edit of a source last written 6.5 s before", digest(now.Add(-6500*time.Millisecond), nil), plain, true},
 		{"an edit of a source just created", nil, plain, false},
 		{"a write of a Helm release's source", digest(now.Add(-time.Minute), nil), digest(now, map[string]string{"meta.helm.sh/release-name": "app"}), false},
 		{"a write by kubectl apply", digest(now.Add(-time.Minute), nil), digest(now, map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"}), false},

@@ -176,7 +176,7 @@ func TestAServerSideApplyOfTwoConfigMapsRollsOnce(t *testing.T) {
 	createDeployment(t, c, ns, fixtures.Deployment("app", 0, fixtures.UsingTemplate([]string{"a", "b"}, nil)))
 	expectRollouts(t, c, ns, map[string]int{"app": 1})
 	for i := range 3 {
-		time.Sleep(1500 * time.Millisecond) // with expectRollouts' sleep, past the debounce and its second
+		time.Sleep(5 * time.Second) // with expectRollouts' sleep, past the burst gap and its second
 		apply("a", fmt.Sprint(i+1))
 		time.Sleep(40 * time.Millisecond) // as an apply writes other objects between
 		apply("b", fmt.Sprint(i+1))

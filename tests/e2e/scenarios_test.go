@@ -133,11 +133,14 @@ func BenchmarkScenarioBurst(b *testing.B) {
 		Setup: "10 ConfigMaps, 10 Deployments of 1 replica, each using one ConfigMap (envFrom)",
 		Load:  "a random ConfigMap updated every 100 ms for 30 s",
 	}, func(s *bench.Scenario) {
-		ns, l, _ := oneToOne(b, c, 10)
+		ns, l, w := oneToOne(b, c, 10)
 		rng := rand.New(rand.NewPCG(1, 1))
 		mustDrive(b, c, l, 100*time.Millisecond, 30*time.Second, func() ledger.Source { return ledger.ConfigMapIn(ns, fmt.Sprintf("cm-%d", rng.IntN(10))) })
 		l.Settle(b, 2*time.Minute, quietPeriod)
 		s.Judge(exactlyOnce, addOutcome(s, l.Outcome(time.Time{})))
+		flapping := w.metric(b, "confighash_watcher_flapping_sources_total")
+		s.Add("sources held as flapping", flapping, "count")
+		s.Notes = append(s.Notes, fmt.Sprintf("Each ConfigMap changes about once a second for 30 s: %v of the 10 changed more than --flap-limit (10) times, counted 1 s or more apart, within --flap-window, so the flapping breaker held their users until they had not changed for --flap-quiet (2 min), then rolled them once with the last data: the latencies over 2 minutes (docs/reliability.md).", flapping))
 	})
 }
 
