@@ -62,14 +62,22 @@ func badChangesRevertThemselves(t *testing.T, env *Env) {
 		}
 	}
 	waitServed(ctx, t, env, ns, names, "r1")
-	revisions := func() map[string]int {
+	// readRevisions reads each Deployment's revision; a poll retries what it cannot read.
+	readRevisions := func(ctx context.Context) (map[string]int, error) {
 		out := map[string]int{}
 		for _, name := range names {
 			d, err := c.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			out[name], _ = strconv.Atoi(d.Annotations["deployment.kubernetes.io/revision"])
+		}
+		return out, nil
+	}
+	revisions := func() map[string]int {
+		out, err := readRevisions(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
@@ -88,8 +96,11 @@ func badChangesRevertThemselves(t *testing.T, env *Env) {
 		for _, name := range names[:first] {
 			want[name] += 2
 		}
-		err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
-			return maps.Equal(revisions(), want) && slices.Equal(annotatedWith(ctx, t, env, ns, confighash.AnnotationReverted), names[:first]), nil
+		// Its own deadline, well within the step's, so that a revert that does not come
+		// is told with the state it left.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(context.Context) (bool, error) {
+			got, err := readRevisions(ctx)
+			return err == nil && maps.Equal(got, want) && slices.Equal(annotatedWith(ctx, t, env, ns, confighash.AnnotationReverted), names[:first]), nil
 		})
 		if err != nil {
 			t.Fatalf("%s: revisions %v, want %v; reverted %v, want %v\n%s", step, revisions(), want, annotatedWith(ctx, t, env, ns, confighash.AnnotationReverted), names[:first], env.describe(ctx, ns))
@@ -169,7 +180,9 @@ func pinnedWeb(name string) *appsv1.Deployment {
 // waitServed waits until each Deployment has rolled out and its pods serve want.
 func waitServed(ctx context.Context, t *testing.T, env *Env, ns string, names []string, want string) {
 	t.Helper()
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+	// Its own deadline, well within the step's, so that the failure is told with the
+	// state it left.
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := env.Cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "group=revert"})
 		if err != nil {
 			return false, nil
