@@ -47,7 +47,7 @@ func (w *Watcher) sourceChanged(old, obj any, initial bool) {
 	for _, v := range users {
 		w.decider.sourceChanged(v, d.Source.SourceRef)
 	}
-	if len(users) > 0 && prev != nil && w.pacer.flapped(src, time.Now()) {
+	if len(users) > 0 && prev != nil && w.pacer.flapped(src, now) {
 		w.cfg.Metrics.Flapping()
 	}
 	w.enqueueSpread(users, now, alone)

@@ -63,7 +63,7 @@ func BenchmarkScenarioFanoutVsReloader(b *testing.B) {
 			ours, theirs := labeledNamespace(b, c), namespace(b, c, nil)
 			for _, ns := range []string{ours, theirs} {
 				createConfigMap(b, c, ns, "shared", map[string]string{"k": "0"})
-				createUsersOfShared(b, c, ns, f.n, map[string]string{"reloader.stakater.com/auto": "true"})
+				createUsersOfShared(b, c, ns, f.n, map[string]string{confighash.ReloaderAuto: "true"})
 			}
 			startReloaderWay(b, c, theirs)
 			var confighashTook, reloaderTook, floorTook []time.Duration
@@ -220,7 +220,7 @@ func rollUsers(ctx context.Context, cfg *rest.Config, events kubernetes.Interfac
 	env := "STAKATER_" + strings.ToUpper(strings.ReplaceAll(cm.Name, "-", "_")) + "_CONFIGMAP"
 	sha := dataSHA(cm)
 	for _, d := range list.Items {
-		if d.Annotations["reloader.stakater.com/auto"] != "true" || !usesWhole(d.Spec.Template.Spec, cm.Name) {
+		if d.Annotations[confighash.ReloaderAuto] != "true" || !usesWhole(d.Spec.Template.Spec, cm.Name) {
 			continue
 		}
 		var containers []string
