@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -27,8 +28,9 @@ const maxToken = 1 << 10
 type Config struct {
 	// TokenFile is the downward API file of the pod's restart token. Required.
 	TokenFile string
-	// Poll is how often the file is read; 1 s, about as often as the kubelet
-	// rewrites it.
+	// Poll is how often the file is read besides each change of its directory;
+	// 1 s. Where the directory's changes cannot be watched, the poll alone finds
+	// the token.
 	Poll time.Duration
 	// Reload, when set ("signal:SIGHUP", "http:8080/-/reload"), tells the app to
 	// reload its files instead of restarting the pod, once the kubelet swapped those
@@ -74,33 +76,38 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if w.known {
 		e = e.Str("token", w.baseline)
 	}
-	e.Msg("watching the restart token")
+	swaps, err := watchDir(ctx, filepath.Dir(cfg.TokenFile))
+	if err != nil {
+		cfg.Log.Warn().Err(err).Msg("the token's directory cannot be watched: the poll alone finds a new token")
+	}
+	e.Bool("watched", swaps != nil).Msg("watching the restart token")
 	t := time.NewTicker(cfg.Poll)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return 0, nil
+		case <-swaps:
 		case <-t.C:
-			changed := w.changed()
-			if r != nil && !changed && w.known && r.applied != w.baseline {
-				// The first token read, after the start could not: the app holds it.
-				if err := r.apply(w.baseline); err != nil {
-					cfg.Log.Warn().Err(err).Msg("could not record the token the app holds")
-				}
-			}
-			if !changed {
-				continue
-			}
-			if r == nil {
-				return confighash.RestarterExitCode, nil
-			}
-			token := w.latest
-			if err := r.reloadFor(ctx, token, time.Now()); err != nil {
-				return reloadFailed(ctx, cfg.Log, err)
-			}
-			w.baseline = token
 		}
+		changed := w.changed()
+		if r != nil && !changed && w.known && r.applied != w.baseline {
+			// The first token read, after the start could not: the app holds it.
+			if err := r.apply(w.baseline); err != nil {
+				cfg.Log.Warn().Err(err).Msg("could not record the token the app holds")
+			}
+		}
+		if !changed {
+			continue
+		}
+		if r == nil {
+			return confighash.RestarterExitCode, nil
+		}
+		token := w.latest
+		if err := r.reloadFor(ctx, token, time.Now()); err != nil {
+			return reloadFailed(ctx, cfg.Log, err)
+		}
+		w.baseline = token
 	}
 }
 

@@ -24,7 +24,7 @@ func runRestarter(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var cfg restarter.Config
 	fs := flag.NewFlagSet("restarter", flag.ContinueOnError)
 	fs.StringVar(&cfg.TokenFile, "token-file", confighash.RestarterTokenFile, "the downward API file of the pod's "+confighash.AnnotationRestartToken+" annotation; read by path on each poll, as the kubelet swaps the volume's files")
-	fs.DurationVar(&cfg.Poll, "poll", time.Second, "how often to read --token-file")
+	fs.DurationVar(&cfg.Poll, "poll", time.Second, "how often to read --token-file besides each change of its directory (inotify), which is read at once; the only reads where inotify is not available")
 	fs.StringVar(&cfg.Reload, "reload", "", "tell the app to reload instead of restarting the pod: signal:SIGHUP (SIGUSR1, SIGUSR2; to the first process of each other container of the pod, whose process namespace is shared) or http:PORT/PATH (a POST to 127.0.0.1); a reload that fails restarts the pod")
 	fs.StringVar(&cfg.VolumesDir, "volumes-dir", confighash.RestarterVolumesDir, "with --reload: where the volumes of the app's files are mounted, one directory each; the reload waits for the kubelet's swap of their files")
 	fs.StringVar(&cfg.AppliedFile, "applied-file", confighash.RestarterAppliedFile, "with --reload: where the token the app last reloaded for is kept, for the readiness probe (confighash restarter ready)")

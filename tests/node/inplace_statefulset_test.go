@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -266,18 +267,44 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // timeDBChange times one change of the Secret of a new StatefulSet of 3, restarted in
-// place or rolled, until every pod serves it; it returns how long, and how many pods
-// were replaced and how many of their apps restarted other than once.
-func timeDBChange(ctx context.Context, t testing.TB, env *Env, inPlace bool) (took time.Duration, replaced, notOnce int) {
+// place or rolled: see timeSecretEdit.
+func timeDBChange(ctx context.Context, t testing.TB, env *Env, inPlace bool) (took time.Duration, replaced, notOnce int, tl *timeline) {
 	t.Helper()
 	ns := newDB(ctx, t, env, inPlace)
-	before := waitDBServes(ctx, t, env, ns, "p1", nil)
-	start := time.Now()
-	if _, err := env.Cluster.Client.CoreV1().Secrets(ns).Patch(ctx, "db", types.MergePatchType, []byte(`{"stringData":{"password":"p2"}}`), metav1.PatchOptions{}); err != nil {
+	return timeSecretEdit(ctx, t, env, ns, "p1", "p2")
+}
+
+// timeSecretEdit edits the StatefulSet's Secret from one password to the next and
+// waits until every pod serves the new one. It returns how long until the last pod
+// was Ready again, as a watch of the pods saw it (a poll of the pods' pages would add
+// its own waits, and a rollout's pods change IPs), how many pods were replaced and how
+// many of their apps restarted other than once, and the change's timeline.
+func timeSecretEdit(ctx context.Context, t testing.TB, env *Env, ns, from, to string) (took time.Duration, replaced, notOnce int, tl *timeline) {
+	t.Helper()
+	before := waitDBServes(ctx, t, env, ns, from, nil)
+	watching, stop := context.WithCancel(ctx)
+	defer stop()
+	tl = &timeline{start: time.Now()}
+	if err := tl.watchPods(watching, env, ns); err != nil {
 		t.Fatal(err)
 	}
-	after := waitDBServes(ctx, t, env, ns, "p2", nil)
-	took = time.Since(start)
+	if _, err := env.Cluster.Client.CoreV1().Secrets(ns).Patch(ctx, "db", types.MergePatchType, fmt.Appendf(nil, `{"stringData":{"password":%q}}`, to), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after := waitDBServes(ctx, t, env, ns, to, nil)
+	var back time.Time
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var all bool
+		back, all = tl.lastReady(slices.Collect(maps.Keys(after)))
+		return all, nil
+	})
+	if err != nil {
+		t.Fatalf("the watch did not see each pod Ready again after the edit:\n%s", tl)
+	}
+	tl.tokenFiles(env, after)
+	if err := tl.containerd(env, ns); err != nil {
+		t.Fatal(err)
+	}
 	for name, pod := range after {
 		switch {
 		case pod.UID != before[name].UID:
@@ -286,5 +313,5 @@ func timeDBChange(ctx context.Context, t testing.TB, env *Env, inPlace bool) (to
 			notOnce++
 		}
 	}
-	return took, replaced, notOnce
+	return back.Sub(tl.start), replaced, notOnce, tl
 }
