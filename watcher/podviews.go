@@ -34,6 +34,9 @@ type podView struct {
 	// wrote it (its managedFields entry), zero when it never did.
 	Token        string
 	TokenWritten time.Time
+	// Nudged is set once the watcher nudged the kubelet for its token: its
+	// confighash.dev/restart-nudge is the token.
+	Nudged bool
 	// Restarts counts its containers' restarts, and RestartsAt what they were when the
 	// watcher wrote its token (-1: it never did): more since means its containers
 	// restarted for that token, whatever the clocks of the node and the API server.
@@ -122,7 +125,9 @@ func podViewTransform(vocabulary confighash.Vocabulary) func(obj any) (any, erro
 		if p.LabelsOver = labelBytes(pod.Labels) > maxLabelBytes; !p.LabelsOver {
 			p.Labels = pod.Labels
 		}
-		p.Token, p.RestartsAt = parseToken(pod.Annotations[confighash.AnnotationRestartToken])
+		token := pod.Annotations[confighash.AnnotationRestartToken]
+		p.Token, p.RestartsAt = parseToken(token)
+		p.Nudged = token != "" && pod.Annotations[confighash.AnnotationRestartNudge] == token
 		p.Reloads = pod.Labels[confighash.LabelRestart] == confighash.RestartReload.String()
 		if owner := metav1.GetControllerOf(pod); owner != nil {
 			p.Group, p.Owner = owner.UID, owner.Kind+"/"+owner.Name

@@ -207,6 +207,48 @@ func (r *restarts) restart(ctx context.Context, p *podView, token string) error 
 	return nil
 }
 
+// nudgeAfter is how long after its token's write a pod's restart may not have begun
+// before the watcher nudges the kubelet: the kubelet writes the token at its next look
+// at the pod and sees the restarter's exit at the one after, within about 2 s.
+const nudgeAfter = 4 * time.Second
+
+// nudgeDue returns how long until the pod is to be nudged, 0 for now, and -1 for
+// never: only a pod restarted in place for a token the watcher wrote, still Ready with
+// no restart since, not nudged for it yet, within the restart timeout, after which it
+// halts its group instead.
+func (r *restarts) nudgeDue(p *podView, now time.Time) time.Duration {
+	if p.Reloads || !p.restarting() || !p.Ready || p.Nudged || p.TokenWritten.IsZero() {
+		return -1
+	}
+	since := now.Sub(p.TokenWritten)
+	switch {
+	case since >= r.timeout:
+		return -1
+	case since >= nudgeAfter:
+		return 0
+	}
+	return nudgeAfter - since
+}
+
+// nudge writes the pod's token again as its confighash.dev/restart-nudge: the pod
+// changes, and the kubelet, which now and then misses a pod's update in its downward
+// API volume until its periodic sync of the pod (a minute by default), looks at it
+// again and writes the token for the restarter. Once per token: the token is not
+// written again, so no restart comes of it.
+func (r *restarts) nudge(ctx context.Context, p *podView) error {
+	token := tokenOf(p.Token, p.RestartsAt)
+	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:%q}}}`, p.UID, confighash.AnnotationRestartNudge, token)
+	_, err := r.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("nudge the kubelet for pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	r.report.Eventf(p.ref(), corev1.EventTypeNormal, "RestartNudged", "its restart had not begun %v after its token (%s): written again as %s, for the kubelet to look at the pod again", nudgeAfter, p.Token, confighash.AnnotationRestartNudge)
+	return nil
+}
+
 // haltIfFailed tells, once per token, that a pod restarted for it failed to come back,
 // and reports whether it did: its group's other pods keep running on their data
 // until it does.

@@ -21,6 +21,9 @@ type groupLook struct {
 	notBack     []restart
 	lastWritten time.Time
 	deleting    bool
+	// nudges are the pods to nudge now, nudgeIn how long until the next is due.
+	nudges  []*podView
+	nudgeIn time.Duration
 }
 
 // underWay reports whether the group's restarts for a change are under way: a pod
@@ -75,6 +78,12 @@ func (r *restarts) look(g podGroup, now time.Time) groupLook {
 		case p.Token != want.Token:
 			stale = append(stale, restart{p, want})
 		default:
+			switch due := r.nudgeDue(p, now); {
+			case due == 0:
+				l.nudges = append(l.nudges, p)
+			case due > 0 && (l.nudgeIn == 0 || due < l.nudgeIn):
+				l.nudgeIn = due
+			}
 			pending := r.reloads.pending(p, now) // once: it notes what it sees of a reload
 			if !pending && p.Ready {
 				continue
@@ -135,16 +144,26 @@ func (r *restarts) holdUnderWay() {
 // whose release wakes it. A group takes a slot only to restart a pod now, and gives it
 // up while held with none of its pods restarting: a window, a pause, its rollout's or
 // its budgets' leave hold no other controller's wave.
-func (r *restarts) sync(ctx context.Context, g podGroup) (time.Duration, error) {
+func (r *restarts) sync(ctx context.Context, g podGroup) (after time.Duration, err error) {
 	if r.pods.For(g.Namespace) == nil || !r.covered(g.Namespace) {
 		return 0, nil
 	}
 	now := time.Now()
 	l := r.look(g, now)
-	defer func() { r.metrics.RestartingControllers(r.slots.counts()) }()
+	defer func() {
+		r.metrics.RestartingControllers(r.slots.counts())
+		if l.nudgeIn > 0 && err == nil && (after == 0 || l.nudgeIn < after) {
+			after = l.nudgeIn // nothing of the pod's changes while the kubelet misses it
+		}
+	}()
 	r.reloads.prune(g, l.pods)
 	if len(l.pods) == 0 {
 		r.forget(g) // gone, or none of its pods restarted in place any longer
+	}
+	for _, p := range l.nudges {
+		if err := r.nudge(ctx, p); err != nil {
+			return 0, err
+		}
 	}
 	halted := false
 	for _, b := range l.notBack {

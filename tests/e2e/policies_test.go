@@ -620,8 +620,9 @@ func TestWebhookWithAClientCAAnswersOnlyTheAPIServer(t *testing.T) {
 const (
 	podsOnlyPatched     = "the confighash watcher only patches pods, never creates, deletes or evicts one, nor writes a subresource"
 	podsInPlaceOnly     = "the confighash watcher patches only the pods restarted in place, labelled confighash.dev/restart=in-place or reload"
-	podsTokenOnly       = "the confighash watcher changes only a pod's confighash.dev/restart-token annotation, and never removes it"
+	podsTokenOnly       = "the confighash watcher changes only a pod's confighash.dev/restart-token and confighash.dev/restart-nudge annotations, and never removes them"
 	podsTokenForm       = "the confighash watcher writes a restart token of the form v1:<64 hex digits> <restarts so far>"
+	podsNudgeCopy       = "the confighash watcher writes a pod's confighash.dev/restart-nudge only as a copy of its restart token"
 	writesWhereItActs   = "confighash writes only in the namespaces it acts in"
 	restartTokenPattern = "v1:%064x 0"
 )
@@ -641,8 +642,9 @@ func saying(message string, write func(context.Context, []string) error) func(co
 // TestWatcherServiceAccountRestartsOnlyPodsInPlace: with the install's RBAC and
 // policies, in a namespace other than confighash, the watcher's ServiceAccount writes
 // the restart token of a pod labelled confighash.dev/restart=in-place, changed or
-// added, as the watcher does (a merge patch naming the pod's uid and resourceVersion).
-// Every variation is refused by a policy, with its message: another annotation, a
+// added, as the watcher does (a merge patch naming the pod's uid and resourceVersion),
+// and its restart-nudge, a copy of its token. Every variation is refused by a policy,
+// with its message: a nudge that is not the token, another annotation, a
 // label, the spec, the token removed or of another form, a pod without the label, a
 // pod where confighash does not act or in its own namespace; and, once a grant beyond
 // the install's lets RBAC through, a pod deleted, created or evicted, and a write of
@@ -668,6 +670,8 @@ func TestWatcherServiceAccountRestartsOnlyPodsInPlace(t *testing.T) {
 	}
 	pod(ns, "web", inPlace, token)
 	pod(ns, "fresh", inPlace, nil)
+	pod(ns, "missed", inPlace, token)
+	pod(ns, "nudged", inPlace, map[string]string{confighash.AnnotationRestartToken: token[confighash.AnnotationRestartToken], confighash.AnnotationRestartNudge: token[confighash.AnnotationRestartToken]})
 	pod(ns, "plain", nil, token)
 	pod(ns, "reloads", map[string]string{confighash.LabelRestart: confighash.RestartReload.String()}, token)
 	pod(ns, "mislabelled", map[string]string{confighash.LabelRestart: "rollout"}, token)
@@ -684,6 +688,9 @@ func TestWatcherServiceAccountRestartsOnlyPodsInPlace(t *testing.T) {
 	}
 	setToken := func(value string) string {
 		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, confighash.AnnotationRestartToken, value)
+	}
+	setNudge := func(value string) string {
+		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, confighash.AnnotationRestartNudge, value)
 	}
 	next := fmt.Sprintf(restartTokenPattern, 2)
 	// restart writes the token as the watcher does: on the pod it read, named by its uid
@@ -747,6 +754,7 @@ subjects:
 		{"a restart: the token of a pod restarted in place, changed", true, restart(ns, "web", next)},
 		{"a pod's first token, added", true, restart(ns, "fresh", next)},
 		{"the token of a pod that reloads its files", true, restart(ns, "reloads", next)},
+		{"a nudge: a pod's token copied into its restart-nudge", true, patch(ns, "missed", setNudge(token[confighash.AnnotationRestartToken]))},
 
 		// Another field of the pod.
 		{"another annotation", false, saying(podsTokenOnly, patch(ns, "web", `{"metadata":{"annotations":{"example.com/owner":"evil"}}}`))},
@@ -763,6 +771,12 @@ subjects:
 		})},
 		{"a token of another form", false, saying(podsTokenForm, patch(ns, "web", setToken("v1:"+strings.Repeat("x", 64))))},
 		{"a token too long", false, saying(podsTokenForm, patch(ns, "web", setToken(next+strings.Repeat("0", 4096))))},
+		{"a nudge that is not the pod's token", false, saying(podsNudgeCopy, patch(ns, "missed", setNudge(next)))},
+		{"a nudge of anything else", false, saying(podsNudgeCopy, patch(ns, "missed", setNudge(strings.Repeat("x", 4096))))},
+		{"a nudge beside a new token it does not copy", false,
+			saying(podsNudgeCopy, patch(ns, "missed", fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, confighash.AnnotationRestartToken, next, confighash.AnnotationRestartNudge, fmt.Sprintf(restartTokenPattern, 3))))},
+		{"the nudge removed", false, saying(podsTokenOnly, patch(ns, "nudged", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, confighash.AnnotationRestartNudge)))},
+		{"the nudge of a pod without the in-place label", false, saying(podsInPlaceOnly, patch(ns, "plain", setNudge(token[confighash.AnnotationRestartToken])))},
 
 		// Another pod.
 		{"the token of a pod without the in-place label", false, saying(podsInPlaceOnly, restart(ns, "plain", next))},
@@ -777,6 +791,9 @@ subjects:
 		{"a pod's status written", false, saying(podsOnlyPatched, status)},
 		{"an ephemeral container added", false, saying(podsOnlyPatched, debug)},
 	})
+	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "missed", metav1.GetOptions{}); err != nil || p.Annotations[confighash.AnnotationRestartNudge] != token[confighash.AnnotationRestartToken] {
+		t.Errorf("the nudged pod: %v, want its restart-nudge its token", err)
+	}
 	for name, want := range map[string]string{"web": next, "fresh": next} {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

@@ -20,7 +20,7 @@ import (
 
 // A timeline is where the time of one change's restarts in place goes, pod by pod,
 // from three sources with sub-second clocks on the one host: a watch of the
-// namespace's pods (the watcher's token written, Ready), the token file the kubelet
+// namespace's pods (the watcher's token written, a nudge, Ready), the token file the kubelet
 // writes (its modification time), and containerd's log (the restarter's exit, the
 // app stopped, each container started again).
 type timeline struct {
@@ -52,7 +52,7 @@ func (tl *timeline) watchPods(ctx context.Context, env *Env, ns string) error {
 	}
 	go func() {
 		defer w.Stop()
-		tokens, ready := map[string]string{}, map[string]bool{}
+		tokens, nudges, ready := map[string]string{}, map[string]string{}, map[string]bool{}
 		for ev := range w.ResultChan() {
 			pod, ok := ev.Object.(*corev1.Pod)
 			if !ok {
@@ -64,6 +64,11 @@ func (tl *timeline) watchPods(ctx context.Context, env *Env, ns string) error {
 				tl.add(now, pod.Name, "the watcher's token written (seen by a watch)")
 			}
 			tokens[pod.Name] = token
+			nudge := pod.Annotations[confighash.AnnotationRestartNudge]
+			if old, seen := nudges[pod.Name]; seen && old != nudge {
+				tl.add(now, pod.Name, "the watcher's nudge written (seen by a watch)")
+			}
+			nudges[pod.Name] = nudge
 			r := podReady(pod)
 			if old, seen := ready[pod.Name]; seen && old != r {
 				tl.add(now, pod.Name, map[bool]string{true: readySeen, false: "not Ready (seen by a watch)"}[r])
