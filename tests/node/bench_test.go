@@ -79,7 +79,7 @@ func BenchmarkScenarioRestartInPlace(b *testing.B) {
 		"Where the time goes: the median run of each, from a watch of the pods, the kubelet's token file and containerd's log; ms since the Secret's edit, and (+) since the pod's step before.",
 		"Restarted in place:\n\n"+median(timelines[true]).tl.table(),
 		"Rolled:\n\n"+median(timelines[false]).tl.table(),
-		inPlaceFloor)
+		inPlaceBefore, inPlaceFloor)
 	s.Seconds = time.Since(start).Round(time.Second).Seconds()
 	for _, f := range s.Figures {
 		b.ReportMetric(f.Value, strings.ReplaceAll(f.Name, " ", "-")+"-"+f.Unit)
@@ -102,9 +102,23 @@ func median(runs []timedChange) timedChange {
 	return sorted[(len(sorted)-1)/2]
 }
 
+// inPlaceBefore is where the time went before the restarter watched its token's
+// directory and the watcher nudged a kubelet that missed a token, as measured then.
+const inPlaceBefore = "Before (main at 5fdaf13, 2026-11-29), the restarter read its token each second, and found it up to a second after the kubelet wrote it, often missing the kubelet's next look (db-0 below: +806 ms, then +853 ms). One run, 6.4 s; over 3 runs in place took 7.2 s at p50 and the rollout 5.6 s. Then, with the token seen at once, 2 pods of 30 in place waited 13 and 15 s for the kubelet to write their token at all, until the watcher nudged it.\n\n" +
+	"| step | db-2 | db-1 | db-0 |\n|---|---|---|---|\n" +
+	"| the watcher's token written (seen by a watch) | 117 (+117) | 1659 (+11) | 3652 (+10) |\n" +
+	"| token file written by the kubelet | 498 (+381) | 2511 (+852) | 3720 (+68) |\n" +
+	"| confighash-restarter exited (containerd) | 757 (+259) | 2589 (+78) | 4526 (+806) |\n" +
+	"| app stopped by the kubelet (containerd) | 1369 (+612) | 3373 (+784) | 5379 (+853) |\n" +
+	"| not Ready (seen by a watch) | 1386 (+17) | 3396 (+23) | 5397 (+18) |\n" +
+	"| app exited (containerd) | 1405 (+19) | 3408 (+12) | 5416 (+19) |\n" +
+	"| confighash-restarter started (containerd) | 1538 (+133) | 3524 (+116) | 5545 (+129) |\n" +
+	"| app started (containerd) | 1615 (+77) | 3616 (+92) | 5643 (+98) |\n" +
+	"| Ready (seen by a watch) | 1648 (+33) | 3642 (+26) | 6404 (+761) |"
+
 // inPlaceFloor says what sets restart in place's time on a kubelet whose PLEG
 // relists its containers each second, as the tables show.
-const inPlaceFloor = "What sets the time. The kubelet looks at a pod's containers once a second (its PLEG relist; the event-driven PLEG is alpha, off by default, and needs a containerd that sends CRI events, 1.7 or later). A pod restarted in place waits for two of those looks: the first writes the new token into the restarter's file (a sync of the pod waits for a relist newer than its last one), the second sees the restarter's exit and restarts the containers; so about 2 s a pod, one after another, whatever confighash does in between (its own steps: the token written about 0.1 s after the edit, the next pod's 10 to 30 ms after one is Ready, the restarter's exit within 0.2 s of the file's write). A rolled pod waits for one: the kubelet stops a deleted pod's containers as soon as its deletion arrives, and starts the new pod's on its arrival. On this node, with an app that starts in a second, restart in place is as fast as a rollout, not a third of it; it spares what a rollout costs a real database (rescheduling, a volume's detach and attach, an image pull, a warm-up), which the demo app does not have."
+const inPlaceFloor = "What sets the time. The kubelet looks at a pod's containers once a second (its PLEG relist; the event-driven PLEG is alpha, off by default, and needs a containerd that sends CRI events, 1.7 or later: this node's 1.6 does not). A pod restarted in place waits for two of those looks: at the first the kubelet writes the new token into the restarter's file (a sync of the pod waits for a relist newer than its last one), at the second it sees the restarter's exit and restarts the containers; so about 2 s a pod, one pod after another, whatever confighash does in between. Its own steps: the first token written about 0.1 s after the edit, each next one 10 to 30 ms after a pod is Ready, the restarter's exit within 0.1 s of the file's write, and a nudge 3 to 4 s after a token the kubelet missed. A rolled pod waits for about one look: the kubelet stops a deleted pod's containers as soon as the deletion reaches it and starts a new pod's as soon as the pod does. So on this node, with an app that is Ready a second after it starts, restart in place takes about the time of a rollout, not a third of it; what it spares is what a rollout costs a real database (rescheduling, a volume's detach and attach, an image pull, a warm-up), which the demo app does not have."
 
 // containerdVersion is the node's containerd's version, as it says.
 func containerdVersion(ctx context.Context, env *Env) string {
