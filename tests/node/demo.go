@@ -215,6 +215,18 @@ func (e *Env) podLogs(ns string, lines int) string {
 	return b.String()
 }
 
+// logsMentioning is the lines of the logs of the namespace's containers that mention
+// what, as podLogs reads them.
+func (e *Env) logsMentioning(ns, what string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(e.podLogs(ns, 5000), "\n") {
+		if strings.HasPrefix(line, "==> ") || strings.Contains(line, what) {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
 // HelmInstall installs confighash with the chart as docs/install.md says, with the
 // image built here, and waits until both components are rolled out.
 func (e *Env) HelmInstall(ctx context.Context) error {

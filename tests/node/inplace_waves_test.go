@@ -40,6 +40,11 @@ func restartsInPlaceGoInWaves(t *testing.T, env *Env) {
 		}
 	}
 	before := waitAppServes(ctx, t, env, ns, "w1")
+	for name, pod := range before {
+		if pod.Labels[confighash.LabelRestart] != "in-place" {
+			t.Fatalf("%s was admitted without its restarter (labels %v); what the webhook logged of %s:\n%s", name, pod.Labels, ns, env.logsMentioning(InstallNamespace, ns))
+		}
+	}
 	patch := func(typ types.PatchType, p string) {
 		t.Helper()
 		if _, err := c.CoreV1().ConfigMaps(ns).Patch(ctx, "shared", typ, []byte(p), metav1.PatchOptions{}); err != nil {
