@@ -207,8 +207,8 @@ const (
 	// AnnotationRestartToken is written on a pod restarted in place: the hash of the
 	// data its containers are to start with. A change of it restarts them.
 	AnnotationRestartToken = Domain + "/restart-token"
-	// AnnotationRestartNudge is written by the watcher on a pod whose restart has not
-	// begun a few seconds after its token: a copy of the token, which changes the pod
+	// AnnotationRestartNudge is written by the watcher on a pod whose restart (or
+	// reload) has not begun a few seconds after its token: a copy of the token, which changes the pod
 	// and so has the kubelet look at it again. Now and then the kubelet misses a pod's
 	// update in its downward API volume until its periodic sync of the pod, a minute
 	// by default (kubernetes/kubernetes#59813).

@@ -213,14 +213,23 @@ func (r *restarts) restart(ctx context.Context, p *podView, token string) error 
 const nudgeAfter = 4 * time.Second
 
 // nudgeDue returns how long until the pod is to be nudged, 0 for now, and -1 for
-// never: only a pod restarted in place for a token the watcher wrote, still Ready with
-// no restart since, not nudged for it yet, within the restart timeout, after which it
-// halts its group instead.
+// never: only a pod restarted in place, or told to reload, for a token the watcher
+// wrote, whose restart or reload has not begun (still Ready with no restart since; its
+// restarter never seen not Ready for the reload), not nudged for it yet, within the
+// restart timeout, after which it halts its group instead. A reload is known only to
+// the watcher that asked for it: one that starts over nudges none.
 func (r *restarts) nudgeDue(p *podView, now time.Time) time.Duration {
-	if p.Reloads || !p.restarting() || !p.Ready || p.Nudged || p.TokenWritten.IsZero() {
+	written, begun := p.TokenWritten, !p.restarting() || !p.Ready
+	if p.Reloads {
+		written, begun = time.Time{}, true
+		if w, ok := r.reloads[p.UID]; ok && w.token == p.Token {
+			written, begun = w.since, w.sawUnready
+		}
+	}
+	if begun || p.Nudged || written.IsZero() {
 		return -1
 	}
-	since := now.Sub(p.TokenWritten)
+	since := now.Sub(written)
 	switch {
 	case since >= r.timeout:
 		return -1
@@ -245,7 +254,7 @@ func (r *restarts) nudge(ctx context.Context, p *podView) error {
 	case err != nil:
 		return fmt.Errorf("nudge the kubelet for pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	r.report.Eventf(p.ref(), corev1.EventTypeNormal, "RestartNudged", "its restart had not begun %v after its token (%s): written again as %s, for the kubelet to look at the pod again", nudgeAfter, p.Token, confighash.AnnotationRestartNudge)
+	r.report.Eventf(p.ref(), corev1.EventTypeNormal, "RestartNudged", "its restart (or its app's reload) had not begun %v after its token (%s): written again as %s, for the kubelet to look at the pod again", nudgeAfter, p.Token, confighash.AnnotationRestartNudge)
 	return nil
 }
 

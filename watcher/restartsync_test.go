@@ -247,3 +247,43 @@ func TestARestartTheKubeletMissedIsNudgedOnce(t *testing.T) {
 		t.Fatalf("the pod written a second ago is looked at again in %v, want by its nudge, within %v", after, nudgeAfter)
 	}
 }
+
+// TestANudgeIsDueOnlyForARestartOrAReloadNotBegun: the kubelet's miss holds a reload
+// as it holds a restart, and the watcher would take the reload as done once it
+// settled. A nudge is due 4 s after the token for a restart or a reload that has not
+// begun, and never for one begun, done, nudged already, past the restart timeout, or
+// a reload another watcher asked for.
+func TestANudgeIsDueOnlyForARestartOrAReloadNotBegun(t *testing.T) {
+	now := time.Now()
+	r := &restarts{timeout: 5 * time.Minute, reloads: reloadWaits{
+		"missed-reload": {token: "v1:new", since: now.Add(-5 * time.Second)},
+		"begun-reload":  {token: "v1:new", since: now.Add(-5 * time.Second), sawUnready: true},
+		"older-reload":  {token: "v1:old", since: now.Add(-5 * time.Second)},
+	}}
+	restart := func(ago time.Duration) podView {
+		return podView{Token: "v1:new", RestartsAt: 0, Ready: true, TokenWritten: now.Add(-ago)}
+	}
+	reload := func(uid types.UID) podView {
+		return podView{UID: uid, Reloads: true, Token: "v1:new", RestartsAt: 0, Ready: true, TokenWritten: now.Add(-5 * time.Second)}
+	}
+	for _, tt := range []struct {
+		name string
+		pod  podView
+		want time.Duration
+	}{
+		{"a restart the kubelet missed", restart(5 * time.Second), 0},
+		{"a restart written a second ago", restart(time.Second), 3 * time.Second},
+		{"a restart under way", func() podView { p := restart(5 * time.Second); p.Ready = false; return p }(), -1},
+		{"a restart done", func() podView { p := restart(5 * time.Second); p.Restarts = 1; return p }(), -1},
+		{"a restart nudged for its token", func() podView { p := restart(5 * time.Second); p.Nudged = true; return p }(), -1},
+		{"a restart past the restart timeout", restart(10 * time.Minute), -1},
+		{"a reload the kubelet missed", reload("missed-reload"), 0},
+		{"a reload begun", reload("begun-reload"), -1},
+		{"a reload asked for another token", reload("older-reload"), -1},
+		{"a reload another watcher asked for", reload("unknown"), -1},
+	} {
+		if got := r.nudgeDue(&tt.pod, now); got != tt.want {
+			t.Errorf("%s: nudge due in %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
