@@ -175,18 +175,24 @@ func (c logLines) next(t *testing.T) map[string]any {
 	}
 }
 
-func TestRunExitsToRestartThePodWhenTheTokenChanges(t *testing.T) {
-	log := make(logLines, 4)
-	v := newVolume(t)
-	token("v1:aaaa")(v)
+// runAsync runs the restarter and returns the channel its exit code comes on.
+func runAsync(ctx context.Context, t *testing.T, cfg Config) <-chan int {
 	done := make(chan int, 1)
 	go func() {
-		code, err := Run(t.Context(), Config{TokenFile: v.path(), Poll: time.Millisecond, Log: zerolog.New(log)})
+		code, err := Run(ctx, cfg)
 		if err != nil {
 			t.Error(err)
 		}
 		done <- code
 	}()
+	return done
+}
+
+func TestRunExitsToRestartThePodWhenTheTokenChanges(t *testing.T) {
+	log := make(logLines, 4)
+	v := newVolume(t)
+	token("v1:aaaa")(v)
+	done := runAsync(t.Context(), t, Config{TokenFile: v.path(), Poll: time.Millisecond, Log: zerolog.New(log)})
 	if start := log.next(t); start["token"] != "v1:aaaa" {
 		t.Fatalf("first logged %v, want the start with the token v1:aaaa", start)
 	}
@@ -217,14 +223,7 @@ func TestRunSeesTheKubeletsSwapAtOnce(t *testing.T) {
 	v := newVolume(t)
 	token("v1:aaaa")(v)
 	log := make(logLines, 4)
-	done := make(chan int, 1)
-	go func() {
-		code, err := Run(t.Context(), Config{TokenFile: v.path(), Poll: time.Hour, Log: zerolog.New(log)})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- code
-	}()
+	done := runAsync(t.Context(), t, Config{TokenFile: v.path(), Poll: time.Hour, Log: zerolog.New(log)})
 	if start := log.next(t); start["watched"] != true {
 		t.Fatalf("first logged %v, want the start, watching the token's directory", start)
 	}
@@ -245,14 +244,7 @@ func TestRunReturnsZeroAtOnceWhenStopped(t *testing.T) {
 	v := newVolume(t)
 	token("a")(v)
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int)
-	go func() {
-		code, err := Run(ctx, Config{TokenFile: v.path(), Poll: time.Hour})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- code
-	}()
+	done := runAsync(ctx, t, Config{TokenFile: v.path(), Poll: time.Hour})
 	cancel()
 	token("b")(v) // a change after a SIGTERM restarts nothing
 	select {

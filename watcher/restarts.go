@@ -184,17 +184,28 @@ type restart struct {
 	want confighash.Restart
 }
 
-// restart writes the pod's new token: its restarter restarts its containers. The
-// write names the pod's UID, not its version, which the kubelet moves on at each
-// status update: writing the same token again restarts nothing.
+// annotate writes one annotation of the pod, the only write of a pod the watcher's
+// policy allows it (confighash-watcher-restarts-pods-only); written is false for a pod
+// gone. The write names the pod's UID, not its version, which the kubelet moves on at
+// each status update.
+func (r *restarts) annotate(ctx context.Context, p *podView, name, value string) (written bool, err error) {
+	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:%q}}}`, p.UID, name, value)
+	_, err = r.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// restart writes the pod's new token: its restarter restarts its containers. Writing
+// the same token again restarts nothing.
 func (r *restarts) restart(ctx context.Context, p *podView, token string) error {
-	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:%q}}}`, p.UID, confighash.AnnotationRestartToken, tokenOf(token, p.Restarts))
-	_, err := r.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	written, err := r.annotate(ctx, p, confighash.AnnotationRestartToken, tokenOf(token, p.Restarts))
 	switch {
-	case apierrors.IsNotFound(err):
-		return nil // gone: its replacement starts with the current data
 	case err != nil:
 		return fmt.Errorf("restart pod %s/%s in place: %w", p.Namespace, p.Name, err)
+	case !written:
+		return nil // gone: its replacement starts with the current data
 	}
 	if p.Reloads {
 		r.metrics.RestartedInPlace(confighash.RestartReload)
@@ -245,14 +256,12 @@ func (r *restarts) nudgeDue(p *podView, now time.Time) time.Duration {
 // again and writes the token for the restarter. Once per token: the token is not
 // written again, so no restart comes of it.
 func (r *restarts) nudge(ctx context.Context, p *podView) error {
-	token := tokenOf(p.Token, p.RestartsAt)
-	patch := fmt.Appendf(nil, `{"metadata":{"uid":%q,"annotations":{%q:%q}}}`, p.UID, confighash.AnnotationRestartNudge, token)
-	_, err := r.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	written, err := r.annotate(ctx, p, confighash.AnnotationRestartNudge, tokenOf(p.Token, p.RestartsAt))
 	switch {
-	case apierrors.IsNotFound(err):
-		return nil
 	case err != nil:
 		return fmt.Errorf("nudge the kubelet for pod %s/%s: %w", p.Namespace, p.Name, err)
+	case !written:
+		return nil // gone
 	}
 	r.report.Eventf(p.ref(), corev1.EventTypeNormal, "RestartNudged", "its restart (or its app's reload) had not begun %v after its token (%s): written again as %s, for the kubelet to look at the pod again", nudgeAfter, p.Token, confighash.AnnotationRestartNudge)
 	return nil
