@@ -147,11 +147,11 @@ func decide(in Input, sources Sources) (Decision, error) {
 		prev = s.Record.returnedTo(s.Pins)
 	}
 	first := !s.met() && !in.Pods.Fresh
-	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, proven: in.Pods.Proven}
+	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, proven: in.Pods.Proven, lifecycle: in.Lifecycle}
 	next, unproven := st.next(prev, d.Observations)
 	if !st.rolling && next.Hash(in.Key) != prev.Hash(in.Key) {
 		// A rollout is due: the new pods will hold every source's current data.
-		rolling := step{rolling: true, proven: in.Pods.Proven}
+		rolling := step{rolling: true, proven: in.Pods.Proven, lifecycle: in.Lifecycle}
 		rolled, rolledUnproven := rolling.next(prev, d.Observations)
 		rolled, rolledObservations, rolledForm := in.namespaced(rolled, d.Observations, form, current)
 		if release := rolled.Hash(in.Key); prev != nil && in.State.Release != release && d.gated(current, s.Flapping) {

@@ -37,7 +37,7 @@ func Explain(in ExplainInput) (e Explanation) {
 		}
 	}
 	// As an install restarts in place by default (the watcher's --restart-in-place).
-	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing, InPlace: !in.InPlaceOff}, listedSources(in.Sources))
+	d, err := Decide(Input{Key: key, Namespace: w.Namespace, State: state, Mode: in.Mode, Pods: Pods{Fresh: in.New && in.Old == nil}, Pacing: in.Pacing, InPlace: !in.InPlaceOff, Lifecycle: in.Lifecycle}, listedSources(in.Sources))
 	e.Pacing = d.Pacing.String()
 	if d.RollsInstead != "" {
 		e.Problems = append(e.Problems, AnnotationRestart+": "+d.RollsInstead)

@@ -99,7 +99,9 @@ type ExplainInput struct {
 	HaveKey bool
 	// Pacing is the namespace's; Now, the time rollout windows are read at.
 	Pacing Pacing
-	Now    time.Time
+	// Lifecycle is the components' (--reload-on-create, --reload-on-delete).
+	Lifecycle Lifecycle
+	Now       time.Time
 	// Flapping is what the watcher last said when it held the workload because a
 	// source whose change is due keeps changing (its FlappingHeld Event); "" for none.
 	Flapping string

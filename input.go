@@ -163,6 +163,8 @@ type Input struct {
 	// InPlace is set where pods can be restarted in place (AnnotationRestart):
 	// elsewhere, a workload that asks for it rolls.
 	InPlace bool
+	// Lifecycle is what a source's creation and deletion roll.
+	Lifecycle Lifecycle
 	// Writes is the newest form a record may be written in: a due rollout switches a
 	// record to it, and a new record starts in it. FormShared while a component that
 	// reads no other may still run (rule 12); a record is never switched back.

@@ -69,6 +69,21 @@ type Observation struct {
 	Digest Digest
 }
 
+// Lifecycle is what the creation and the deletion of a source roll, where they differ
+// from confighash's rules (rule 2) as Reloader's users may ask: the zero Lifecycle is
+// confighash's. The webhook and the watcher must be given the same.
+type Lifecycle struct {
+	// RecordCreated records a source created after the workload's pods started,
+	// which they ran without (an optional or a named one, recorded absent until
+	// then), as a baseline: it rolls nothing until its data changes. Reloader's
+	// --reload-on-create=false; confighash rolls such a workload once.
+	RecordCreated bool
+	// RollDeleted rolls the workloads of a source deleted, once, as the pods would
+	// start without it; its return rolls them again. Reloader's
+	// --reload-on-delete; confighash keeps the last digest and rolls nothing.
+	RollDeleted bool
+}
+
 // step says how the record is rewritten at this admission.
 type step struct {
 	// rolling: the pods are about to be replaced (a new workload, a changed pod
@@ -77,6 +92,8 @@ type step struct {
 	// proven tells, for a source new to the record, whether the running pods hold its
 	// current data; a source it does not name is unproven.
 	proven map[SourceRef]bool
+	// lifecycle says what a source's creation and deletion roll.
+	lifecycle Lifecycle
 }
 
 // next returns the record after observing the sources, from the previous record
@@ -84,8 +101,9 @@ type step struct {
 // pods are known to hold their data. Both inputs are sorted by kind and name. The
 // rules, for a source that:
 //   - counts and does not exist: enters as absent; one recorded keeps its last digest,
-//     marked absent, so deleting it rolls nothing; when rolling, it is recorded as
-//     never seen, since the new pods start without it or wait for it;
+//     marked absent, so deleting it rolls nothing; when rolling, or when lifecycle
+//     rolls a deletion and it was present, it is recorded as never seen, since the
+//     new pods start without it or wait for it;
 //   - counts and exists with its recorded digest: unchanged, counted again if it was not;
 //   - counts and exists with another recorded digest, also recreated or changed while
 //     it did not count: enters with the new digest, hashed;
@@ -93,7 +111,8 @@ type step struct {
 //     it, never seen, or an uncounted baseline whose data changed): enters with its
 //     digest when rolling; otherwise as a baseline if the running pods hold its data
 //     (a required source that appears after its pods: they waited for it), hashed if
-//     they may not (an optional one: they ran without it), and as it was while that is
+//     they may not (an optional one: they ran without it; a baseline instead where
+//     lifecycle records creations and it was recorded absent), and as it was while that is
 //     unknown (rules 2 and 8);
 //   - does not count (ignored, unmatched, excluded, no longer used): when rolling, one
 //     that exists is recorded afresh as an uncounted baseline, the others are
@@ -142,7 +161,7 @@ func (s step) next(prev Record, observations []Observation) (Record, []SourceRef
 					e.Absent = !o.Present
 				}
 			}
-		case !o.Present && (p == nil || s.rolling):
+		case !o.Present && (p == nil || s.rolling || s.lifecycle.RollDeleted && !p.Absent):
 			e = RecordEntry{SourceRef: ref, Absent: true}
 		case !o.Present:
 			e = *p
@@ -154,7 +173,7 @@ func (s step) next(prev Record, observations []Observation) (Record, []SourceRef
 		case p != nil && p.Seen && p.Digest == o.Digest:
 			e = *p
 			e.Absent, e.Uncounted, e.Declining, e.Declined = false, false, false, Digest{}
-		case s.rolling || known && !proven || p != nil && p.Seen && !(p.Uncounted && p.Baseline):
+		case s.rolling || known && !proven && !(s.lifecycle.RecordCreated && p != nil && !p.Seen) || p != nil && p.Seen && !(p.Uncounted && p.Baseline):
 			e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true}
 		case known:
 			e = RecordEntry{SourceRef: ref, Digest: o.Digest, Seen: true, Baseline: true}

@@ -59,6 +59,16 @@ func TestNext(t *testing.T) {
 			entry(RecordEntry{Digest: d1, Seen: true}), true,
 		},
 		{
+			"an optional source never seen appears, created ones recorded: a baseline, no rollout", step{proven: stale, lifecycle: Lifecycle{RecordCreated: true}},
+			entry(RecordEntry{Absent: true}), present(d1, true),
+			entry(RecordEntry{Digest: d1, Seen: true, Baseline: true}), false,
+		},
+		{
+			"a recreated source with other data, created ones recorded: still rolls, the pods held the old data", step{proven: stale, lifecycle: Lifecycle{RecordCreated: true}},
+			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), present(d2, true),
+			entry(RecordEntry{Digest: d2, Seen: true}), true,
+		},
+		{
 			"a source is deleted: no rollout, last digest kept", step{},
 			entry(RecordEntry{Digest: d1, Seen: true}), absent(false),
 			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), false,
@@ -67,6 +77,21 @@ func TestNext(t *testing.T) {
 			"an optional source is deleted: no rollout either", step{},
 			entry(RecordEntry{Digest: d1, Seen: true}), absent(true),
 			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), false,
+		},
+		{
+			"a source is deleted, deletions rolled: rolls once, recorded as never seen", step{lifecycle: Lifecycle{RollDeleted: true}},
+			entry(RecordEntry{Digest: d1, Seen: true}), absent(false),
+			entry(RecordEntry{Absent: true}), true,
+		},
+		{
+			"a source deleted before deletions were rolled stays as it was: turning it on rolls nothing", step{lifecycle: Lifecycle{RollDeleted: true}},
+			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), absent(false),
+			entry(RecordEntry{Digest: d1, Seen: true, Absent: true}), false,
+		},
+		{
+			"a deleted source comes back with the same data, deletions rolled: rolls again, the pods ran without it", step{proven: stale, lifecycle: Lifecycle{RollDeleted: true}},
+			entry(RecordEntry{Absent: true}), present(d1, false),
+			entry(RecordEntry{Digest: d1, Seen: true}), true,
 		},
 		{
 			"a deleted source stays deleted: nothing changes", step{},

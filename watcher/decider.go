@@ -15,13 +15,14 @@ import (
 // (confighash.Decide) with the install's pacing and the namespace's, and what changed
 // since a later release wrote a workload's record. It tells bad settings it reads.
 type decider struct {
-	key     confighash.Key
-	pacing  confighash.Pacing
-	inPlace bool
-	gate    namespaces.Gate
-	sources *sourcecache.Cache
-	later   *laterRecords
-	report  *reporter
+	key       confighash.Key
+	pacing    confighash.Pacing
+	lifecycle confighash.Lifecycle
+	inPlace   bool
+	gate      namespaces.Gate
+	sources   *sourcecache.Cache
+	later     *laterRecords
+	report    *reporter
 }
 
 // decide decides for the workload from the cache, as the webhook would under this
@@ -35,7 +36,7 @@ func (d *decider) decideWriting(v *view, pods confighash.Pods, writes confighash
 	pacing, err := d.gate.Pacing(v.Namespace)
 	d.report.badSetting(namespaceRef(v.Namespace), errText(err))
 	return confighash.Decide(confighash.Input{Key: d.key, Namespace: v.Namespace, State: v.State, Mode: d.gate.Mode(v.Namespace), Pods: pods,
-		Pacing: pacing.Over(d.pacing), Writes: writes, Touched: d.later.of(v), InPlace: d.inPlace}, cachedSources{d.sources, v.Namespace})
+		Pacing: pacing.Over(d.pacing), Writes: writes, Touched: d.later.of(v), InPlace: d.inPlace, Lifecycle: d.lifecycle}, cachedSources{d.sources, v.Namespace})
 }
 
 // failurePacing is the workload's pacing for a failed rollout of a change of the

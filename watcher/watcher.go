@@ -81,6 +81,9 @@ type Config struct {
 	Sources sourcecache.Filter
 	// Kinds are the workload kinds handled; empty: the built-in kinds.
 	Kinds confighash.Kinds
+	// Lifecycle is what a source's creation and deletion roll; the webhook must be
+	// given the same.
+	Lifecycle confighash.Lifecycle
 	// RecreateFinishedJobs recreates a Job whose data changed even once it has
 	// finished, as Reloader does; otherwise only one that asks to be.
 	RecreateFinishedJobs bool
@@ -217,7 +220,7 @@ func New(cfg Config) (*Watcher, error) {
 	w.report = newReporter(cfg.Events, cfg.Alerts, w.workloads, cfg.Log)
 	revisions := &revisionReader{client: cfg.Client, workloads: w.workloads, reads: cfg.Reads}
 	w.proofs = &proofs{sources: w.sources, written: newDataWrites(), revisions: revisions, reads: cfg.Reads}
-	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
+	w.decider = &decider{key: cfg.Key, pacing: cfg.Pacing, lifecycle: cfg.Lifecycle, inPlace: cfg.InPlace, gate: gate, sources: w.sources, later: newLaterRecords(), report: w.report}
 	w.pacer = &pacer{sources: w.sources, workloads: w.workloads, decider: w.decider, reads: cfg.Reads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		pauseEnd: w.tracking.pauseEnd, unreached: w.tracking.unreached,
 		threshold: cfg.WaveThreshold, waveTimeout: cfg.WaveTimeout, pendingTimeout: cfg.PendingTimeout, maxRolling: cfg.MaxRolling,

@@ -84,6 +84,8 @@ type Config struct {
 	// Pacing is how changes roll where neither the workload nor its namespace says:
 	// the same flags as the watcher's, so that both hold the same workloads.
 	Pacing confighash.Pacing
+	// Lifecycle is what a source's creation and deletion roll: the watcher's too.
+	Lifecycle confighash.Lifecycle
 	// Snapshots makes the snapshots of pinned workloads; nil: an admission that needs
 	// one is let through unchanged, with a warning.
 	Snapshots *Snapshots
@@ -239,7 +241,7 @@ func (m *Mutator) admit(ctx context.Context, ar *kwhmodel.AdmissionReview) (ops 
 	prev := previousOf(ar.OldObjectRaw, w.Kind)
 	sources := &admissionSources{ctx: ctx, reader: m.cfg.Reader, namespace: w.Namespace, triggers: touchTriggers(w.Annotations, prev)}
 	in := confighash.Input{Key: m.cfg.Key, Namespace: w.Namespace, State: state, Mode: m.mode, Pods: confighash.Pods{Fresh: prev == nil}, Pacing: m.cfg.Pacing,
-		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != "", Previous: prev, Template: w.Template, InPlace: m.cfg.RestarterImage != ""}
+		RemakeSnapshots: w.Annotations[confighash.AnnotationRemakeSnapshots] != "", Previous: prev, Template: w.Template, InPlace: m.cfg.RestarterImage != "", Lifecycle: m.cfg.Lifecycle}
 	if m.cfg.Writes != nil {
 		in.Writes = m.cfg.Writes()
 	}

@@ -40,6 +40,7 @@ type common struct {
 	logFormat, logLevel  string
 	shutdownTimeout      time.Duration
 	reloaderAnnotations  bool
+	lifecycle            lifecycleFlags
 	csiIntegration       bool
 	ignored              ignoredKinds
 	profiling            bool
@@ -78,6 +79,7 @@ func (c *common) flags(fs *flag.FlagSet, shutdownTimeout time.Duration) {
 	fs.IntVar(&c.waveSize, "wave-size", 0, "roll a change that reaches many workloads in waves of at most this many per namespace, each waiting for the one before to roll out and halting on a failure; 0: all at once unless annotations say; the webhook and the watcher must be given the same")
 	fs.BoolVar(&c.csiIntegration, "enable-csi-integration", false, "count the Secrets Store CSI SecretProviderClasses that pods mount, from the versions the driver reports (Reloader's flag of the same name); both components must be given the same, and may read secretproviderclasspodstatuses (the chart's enableCSIIntegration)")
 	fs.Var(&c.ignored, "resources-to-ignore", `"configMaps" or "secrets" (Reloader's flag of the same name): that kind never counts for any workload, and is never listed, cached or read (the chart's ignoreConfigMaps, ignoreSecrets); the webhook and the watcher must be given the same`)
+	c.lifecycle.flags(fs, "")
 	fs.BoolVar(&c.reloaderAnnotations, "reloader-annotations", true, "also read stakater/Reloader's annotations (reloader.stakater.com/auto and the others), as aliases of confighash's own; the webhook configuration's matchConditions must list them too (the chart's reloaderAnnotations)")
 }
 
@@ -107,6 +109,20 @@ type settings struct {
 	sources    sourcecache.Filter
 	pacing     confighash.Pacing
 	vocabulary confighash.Vocabulary
+	lifecycle  confighash.Lifecycle
+}
+
+// lifecycleFlags are Reloader's --reload-on-create and --reload-on-delete: what a
+// source's creation and deletion roll.
+type lifecycleFlags struct{ onCreate, onDelete bool }
+
+func (l *lifecycleFlags) flags(fs *flag.FlagSet, whose string) {
+	fs.BoolVar(&l.onCreate, "reload-on-create", true, whose+"roll once the workloads whose named or optional ConfigMap or Secret is created after their pods started, which ran without it (Reloader's flag of the same name, false by default there); false: it is recorded, and its next change rolls them; the webhook and the watcher must be given the same")
+	fs.BoolVar(&l.onDelete, "reload-on-delete", false, whose+"roll once the workloads of a ConfigMap or Secret that is deleted, and once more when it comes back (Reloader's flag of the same name); false: a delete rolls nothing, and a return rolls only with other data; the webhook and the watcher must be given the same")
+}
+
+func (l lifecycleFlags) domain() confighash.Lifecycle {
+	return confighash.Lifecycle{RecordCreated: !l.onCreate, RollDeleted: l.onDelete}
 }
 
 // settings parses the flags both components share.
@@ -138,6 +154,7 @@ func (c *common) settings() (settings, error) {
 		sources:    sourcecache.Filter{Labels: sourceLabels, Ignored: ignored},
 		pacing:     pacing,
 		vocabulary: confighash.Vocabulary{Reloader: c.reloaderAnnotations, CSI: c.csiIntegration, Ignored: ignored},
+		lifecycle:  c.lifecycle.domain(),
 	}, nil
 }
 

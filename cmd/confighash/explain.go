@@ -71,6 +71,7 @@ type explainConfig struct {
 	rolloutWindow                  string
 	waveSize                       int
 	pinByDefault                   bool
+	lifecycle                      lifecycleFlags
 	onFailure                      string
 }
 
@@ -95,6 +96,7 @@ func (c *explainConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.waveSize, "wave-size", 0, "the components' --wave-size, to tell which changes are held")
 	fs.BoolVar(&c.pinByDefault, "pin-by-default", false, "the components' --pin-by-default, to tell which workloads are pinned")
 	fs.StringVar(&c.onFailure, "on-failure", "halt", "the components' --on-failure, to tell what a failed rollout does")
+	c.lifecycle.flags(fs, "the components' ")
 	fs.Var(&c.extraKinds, "extra-kind", extraKindUsage)
 	fs.StringVar(&c.everySelector, "every-workload-namespace-selector", webhook.DefaultEveryNamespaceSelector, "label selector of the namespaces where every workload is acted on unless it opts out, as given to the components; empty: none")
 }
@@ -122,7 +124,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return badInput("%v", err)
 	}
-	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader, CSI: cfg.csi, Ignored: confighash.SourceKinds(cfg.ignored)}, Pacing: pacing}
+	in := confighash.ExplainInput{Vocabulary: confighash.Vocabulary{Reloader: cfg.reloader, CSI: cfg.csi, Ignored: confighash.SourceKinds(cfg.ignored)}, Pacing: pacing, Lifecycle: cfg.lifecycle.domain()}
 	var explanations []confighash.Explanation
 	if len(cfg.files) > 0 {
 		if target != "" {

@@ -216,7 +216,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		QuietPeriod: cfg.quietPeriod, Debounce: cfg.debounce, TouchRate: cfg.touchRate, Workers: cfg.workers, HealAfter: cfg.healAfter,
 		Watched: cfg.watched, NamespaceSelectors: set.selectors, Kinds: set.kinds, Sources: set.sources,
 		Pacing: set.pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
-		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, InPlace: cfg.restartInPlace && inPlaceServed(ctx, client, log),
+		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, Lifecycle: set.lifecycle, InPlace: cfg.restartInPlace && inPlaceServed(ctx, client, log),
 		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
 		PrometheusURL: cfg.prometheusURL, AnalysisQueries: cfg.analysisQueries,
 		Events: events, Metrics: recorder, Over: overs.Over, Log: log,

@@ -216,7 +216,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	reader := webhook.NewCachedReader(sources, webhook.NewLiveReader(client, door, set.sources, recorder, csi), webhook.NewVersions(meta, door, set.sources, webhook.Timeout, recorder), recorder)
 	mutator, err := webhook.New(webhook.Config{
-		Key: e.key, Vocabulary: set.vocabulary, Kinds: set.kinds, Reader: reader, Gate: gate, Pacing: set.pacing, Metrics: recorder, Log: log,
+		Key: e.key, Vocabulary: set.vocabulary, Kinds: set.kinds, Reader: reader, Gate: gate, Pacing: set.pacing, Lifecycle: set.lifecycle, Metrics: recorder, Log: log,
 		Snapshots: webhook.NewSnapshots(e.client, e.key, snapshotCap), Callers: callers, Writes: lease.Writes, MaxInFlight: cfg.maxInFlight, MaxInFlightBytes: cfg.maxInFlightBytes,
 		RestarterImage: restarterImage,
 	})

@@ -76,17 +76,19 @@ func flagsContexts(scoped string) []flagsContext {
 			{map[string]string{"env": "test"}, []compatRow{autoCM("should reload workloads in matching namespaces", reloaded)}},
 			{map[string]string{}, []compatRow{autoCM("should NOT reload workloads in non-matching namespaces", notReloaded)}},
 		}},
-		{name: "Reload On Create Flag Tests", places: []place{{enabled, []compatRow{
-			{spec: "with reloadOnCreate=true flag should reload when a new ConfigMap is created", kind: "Deployment", meta: cmNamed, absent: []string{"cm"}, change: createIt, changed: "cm"},
-			{spec: "with reloadOnCreate=true flag should reload when a new Secret is created", kind: "Deployment", meta: sNamed, absent: []string{"s"}, change: createIt, changed: "s"},
-			// Reloader's default leaves it; confighash rolls: the hash covers the
-			// named source's presence.
-			{spec: "with reloadOnCreate=false (default) should NOT reload when a new ConfigMap is created (default behavior)", kind: "Deployment", meta: cmNamed, absent: []string{"cm"}, change: createIt, changed: "cm", differs: diffOnCreate},
+		{name: "Reload On Create Flag Tests with reloadOnCreate=true flag", places: []place{{enabled, []compatRow{
+			{spec: "should reload when a new ConfigMap is created", kind: "Deployment", meta: cmNamed, absent: []string{"cm"}, change: createIt, changed: "cm"},
+			{spec: "should reload when a new Secret is created", kind: "Deployment", meta: sNamed, absent: []string{"s"}, change: createIt, changed: "s"},
 		}}}},
-		{name: "Reload On Delete Flag Tests", places: []place{{enabled, []compatRow{
-			{spec: "with reloadOnDelete=true flag should reload when a referenced ConfigMap is deleted", kind: "Deployment", meta: cmNamed, change: deleteIt, changed: "cm", want: notReloaded, differs: diffOnDelete},
-			{spec: "with reloadOnDelete=true flag should reload when a referenced Secret is deleted", kind: "Deployment", meta: sNamed, change: deleteIt, changed: "s", want: notReloaded, differs: diffOnDelete},
-			{spec: "with reloadOnDelete=false (default) should NOT reload when a referenced ConfigMap is deleted (default behavior)", kind: "Deployment", meta: cmNamed, change: deleteIt, changed: "cm", want: notReloaded},
+		{name: "Reload On Create Flag Tests with reloadOnCreate=false (default)", flags: []string{"--reload-on-create=false"}, places: []place{{enabled, []compatRow{
+			{spec: "should NOT reload when a new ConfigMap is created (default behavior)", kind: "Deployment", meta: cmNamed, absent: []string{"cm"}, change: createIt, changed: "cm", want: notReloaded},
+		}}}},
+		{name: "Reload On Delete Flag Tests with reloadOnDelete=true flag", flags: []string{"--reload-on-delete"}, places: []place{{enabled, []compatRow{
+			{spec: "should reload when a referenced ConfigMap is deleted", kind: "Deployment", meta: cmNamed, change: deleteIt, changed: "cm"},
+			{spec: "should reload when a referenced Secret is deleted", kind: "Deployment", meta: sNamed, change: deleteIt, changed: "s"},
+		}}}},
+		{name: "Reload On Delete Flag Tests with reloadOnDelete=false (default)", places: []place{{enabled, []compatRow{
+			{spec: "should NOT reload when a referenced ConfigMap is deleted (default behavior)", kind: "Deployment", meta: cmNamed, change: deleteIt, changed: "cm", want: notReloaded},
 		}}}},
 		{name: "Resource Label Selector Flag Tests with resourceLabelSelector flag", flags: []string{"--source-label-selector=reload=true"}, places: []place{{enabled, []compatRow{
 			{spec: "should reload when labeled ConfigMap changes", kind: "Deployment", meta: auto, sources: []source{cm}, sourceLabels: map[string]map[string]string{"cm": {"reload": "true"}}, changed: "cm"},

@@ -17,8 +17,6 @@ import (
 const (
 	diffPause        = "The pause period"
 	diffRestart      = "Argo Rollouts' restart strategy"
-	diffOnCreate     = "A named source that appears"
-	diffOnDelete     = "A deleted source"
 	diffOwnNamespace = "Its own namespace"
 )
 

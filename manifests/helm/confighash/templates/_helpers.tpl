@@ -325,6 +325,12 @@ has every workload counted. */ -}}
 {{- if .Values.enableCSIIntegration }}
 - --enable-csi-integration
 {{- end }}
+{{- if not .Values.reloadOnCreate }}
+- --reload-on-create=false
+{{- end }}
+{{- if .Values.reloadOnDelete }}
+- --reload-on-delete
+{{- end }}
 {{- if and .Values.ignoreConfigMaps .Values.ignoreSecrets }}
 {{- fail "ignoreConfigMaps and ignoreSecrets both: nothing would count" }}
 {{- else if .Values.ignoreConfigMaps }}
