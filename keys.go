@@ -36,9 +36,9 @@ var keys = [...][]string{
 		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken,
 		ReloaderAuto, ReloaderConfigMapAuto, ReloaderSecretAuto, ReloaderConfigMapReload, ReloaderSecretReload,
 		ReloaderConfigMapExclude, ReloaderSecretExclude, ReloaderSecretProviderClassExclude, ReloaderSearch,
-		ReloaderPausePeriod, ReloaderSecretProviderClassAuto, ReloaderSecretProviderClassReload,
+		ReloaderPausePeriod, ReloaderPausedAt, ReloaderSecretProviderClassAuto, ReloaderSecretProviderClassReload,
 		// Reloader writes these; read by no one here, they are no typo.
-		"reloader.stakater.com/last-reloaded-from", "deployment.reloader.stakater.com/paused-at",
+		"reloader.stakater.com/last-reloaded-from",
 		"reloader.stakater.com/rollout-strategy",
 	},
 	OnSource: {

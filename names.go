@@ -192,6 +192,9 @@ const (
 	ReloaderIgnore = "reloader.stakater.com/ignore"
 	// ReloaderPausePeriod is AnnotationPausePeriod.
 	ReloaderPausePeriod = "deployment.reloader.stakater.com/pause-period"
+	// ReloaderPausedAt marks a Deployment paused for its pause period, Reloader's way
+	// (the watcher's --pause-deployments): when, in RFC 3339.
+	ReloaderPausedAt = "deployment.reloader.stakater.com/paused-at"
 	// ReloaderSecretProviderClassAuto and ReloaderSecretProviderClassReload are the
 	// typed auto and the named list of Secrets Store CSI SecretProviderClasses; they
 	// count when Vocabulary.CSI is set.

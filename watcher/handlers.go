@@ -106,7 +106,7 @@ func (w *Watcher) resync() {
 	now := time.Now()
 	for _, v := range w.workloads.all() {
 		// The pause of the last leader's rollout, which its status tells.
-		if end := saidPauseEnd(v, now); !end.IsZero() {
+		if end := saidPauseEnd(v, now); !end.IsZero() && !w.pacer.pausesDeployment(v) {
 			w.tracking.pausedUntil(keyOf(v), end)
 		}
 		d, err := w.decider.decide(v, confighash.Pods{})
@@ -114,7 +114,8 @@ func (w *Watcher) resync() {
 		// A pinned one is checked too: its snapshots' owners are known in memory
 		// only, and the garbage collector may have taken one meanwhile. So is a
 		// CronJob whose Job is due and was not started.
-		if !drift && len(v.Pins) == 0 && !v.RunDue {
+		// And a Deployment paused for its pause period, to be resumed.
+		if !drift && len(v.Pins) == 0 && !v.RunDue && !(v.Paused && v.PausedAt != "") {
 			continue
 		}
 		w.enqueue(v, w.tracking.spread(queued))

@@ -46,6 +46,7 @@ type pacer struct {
 	reverter *reverter
 	baker    *baker
 	analyst  *analyst
+	pauses   *deploymentPauses
 }
 
 // canaryMark is the baking marker the workload's release writes: its grant's, for a

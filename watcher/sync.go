@@ -69,6 +69,13 @@ func (w *Watcher) sync(ctx context.Context, key workloadKey) error {
 		}
 		return nil
 	}
+	v, wait, err := w.pacer.resumeDeployment(ctx, v, time.Now())
+	switch {
+	case err != nil || v == nil:
+		return err
+	case wait > 0:
+		w.queue.AddAfter(key, wait) // to resume it
+	}
 	d, err := w.decider.decide(v, confighash.Pods{})
 	rollsInstead := d.RollsInstead
 	if d.Pacing.Pinned() {
@@ -138,22 +145,33 @@ func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error
 
 // converge touches the workload, so that the webhook writes its decision.
 func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
+	rolls, pausesIt := d.Hash != v.Hash, w.pacer.pausesDeployment(v)
 	// Queued before its pause was known: one a new leader learnt from its status.
-	if end := w.tracking.pauseEnd(key); d.Hash != v.Hash && time.Until(end) > 0 {
+	if end := w.tracking.pauseEnd(key); rolls && !pausesIt && time.Until(end) > 0 {
 		w.queue.AddAfter(key, time.Until(end))
 		return nil
 	}
 	// The pause starts before the touch: the touch's own update event, and changes
 	// that follow it at once, must already find the workload held.
-	if d.Hash != v.Hash {
+	if rolls && !pausesIt {
 		w.tracking.pause(key, d.Policy.PausePeriod)
 	}
 	trig := triggers(v, d.Record, w.sources)
 	others := w.jobs.runMark(v, d)
-	if d.Hash != v.Hash {
+	var spec map[string]any
+	switch {
+	case rolls && pausesIt:
+		said, pausing, mark := w.pacer.pauseDeployment(v, trig, time.Now())
+		others, spec = withStatus(others, said), pausing
+		maps.Copy(others, mark)
+	case rolls:
 		others = withStatus(others, rolled(trig, d.Policy.PausePeriod))
 	}
-	admitted, err := w.workloads.touch(ctx, v, trig, others)
+	patch := touchPatch(trig, others)
+	if spec != nil {
+		patch["spec"] = spec
+	}
+	admitted, err := w.workloads.patch(ctx, v, patch)
 	return w.verify(key, v, d, trig, nil, admitted, err)
 }
 

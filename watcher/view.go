@@ -45,6 +45,11 @@ type view struct {
 	// Of a Job: Owned when a controller, as a CronJob, made it; Finished once it
 	// completed or failed; RecreateFinished when it asks to be recreated even then.
 	Owned, Finished, RecreateFinished bool
+	// Of a Deployment: Paused as its spec says, and PausedAt, the time a pause of its
+	// pause period began, Reloader's way (ReloaderPausedAt): "" when none, or over its
+	// bound.
+	Paused   bool
+	PausedAt string
 	// Of a CronJob: RunOnChange when it asks for a Job at once when its data
 	// changes; RunDue while that Job is to be started.
 	RunOnChange, RunDue bool
@@ -108,6 +113,8 @@ func viewTransform(vocabulary confighash.Vocabulary, kinds confighash.Kinds) cac
 			RecreateFinished: meta.GetAnnotations()[confighash.AnnotationRecreateFinished] == "true",
 			RunOnChange:      meta.GetAnnotations()[confighash.AnnotationRunOnChange] == "true",
 			RunDue:           meta.GetAnnotations()[confighash.AnnotationRunDue] != "",
+			Paused:           paused(o),
+			PausedAt:         upTo(meta.GetAnnotations()[confighash.ReloaderPausedAt], maxPausedAtBytes),
 		}, nil
 	}
 }

@@ -84,6 +84,9 @@ type Config struct {
 	// Lifecycle is what a source's creation and deletion roll; the webhook must be
 	// given the same.
 	Lifecycle confighash.Lifecycle
+	// PauseDeployments keeps a Deployment's pause period Reloader's way: the write
+	// that rolls it pauses it (spec.paused) until the period ends.
+	PauseDeployments bool
 	// RecreateFinishedJobs recreates a Job whose data changed even once it has
 	// finished, as Reloader does; otherwise only one that asks to be.
 	RecreateFinishedJobs bool
@@ -227,7 +230,8 @@ func New(cfg Config) (*Watcher, error) {
 		waves: newWaves(), flapping: newFlapBreaker(cfg.FlapLimit, cfg.FlapWindow, cfg.Debounce, cfg.FlapQuiet),
 		reverter: &reverter{workloads: w.workloads, revisions: revisions, decider: w.decider, report: w.report, metrics: cfg.Metrics},
 		baker:    &baker{sources: w.sources, workloads: w.workloads, report: w.report},
-		analyst:  newAnalyst(cfg.PrometheusURL, cfg.AnalysisQueries, cfg.Metrics)}
+		analyst:  newAnalyst(cfg.PrometheusURL, cfg.AnalysisQueries, cfg.Metrics),
+		pauses:   &deploymentPauses{on: cfg.PauseDeployments, workloads: w.workloads, report: w.report}}
 	w.sources.Writes(w.pacer.wrote)
 	w.jobs = &jobs{client: cfg.Client, reads: cfg.Reads, key: cfg.Key, sources: w.sources, workloads: w.workloads, queue: w.queue, report: w.report, metrics: cfg.Metrics, log: cfg.Log,
 		recreateFinished: cfg.RecreateFinishedJobs, runOnChange: cfg.RunCronJobsOnChange, recreations: newRecreations()}

@@ -317,9 +317,14 @@ func made(v *view, p *podView) bool {
 // metadata, so the API server admits it again through the webhook, and returns the
 // admitted workload.
 func (w *workloads) touch(ctx context.Context, v *view, trig []confighash.Trigger, others map[string]any) (*view, error) {
+	return w.patch(ctx, v, touchPatch(trig, others))
+}
+
+// touchPatch is the merge patch of a touch: the trigger, and other annotations.
+func touchPatch(trig []confighash.Trigger, others map[string]any) map[string]any {
 	annotations := map[string]any{confighash.AnnotationTrigger: confighash.FormatTriggers(trig)}
 	maps.Copy(annotations, others)
-	return w.patch(ctx, v, annotationsPatch(annotations))
+	return annotationsPatch(annotations)
 }
 
 // patch writes a merge patch of the workload and returns it as admitted; nil when it

@@ -47,6 +47,7 @@ type watcherConfig struct {
 	recreateFinishedJobs        bool
 	restartInPlace              bool
 	runCronJobsOnChange         bool
+	pauseDeployments            bool
 	flapLimit                   int
 	flapWindow, flapQuiet       time.Duration
 	leaderElect                 bool
@@ -97,6 +98,7 @@ func (c *watcherConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxRolling, "max-rolling", 0, "at most this many workloads rolling in waves at once, across all namespaces; 0: no cap beyond the wave size")
 	fs.BoolVar(&c.restartInPlace, "restart-in-place", true, "restart in place the pods of the workloads annotated "+confighash.AnnotationRestart+`: "in-place"`+"; false: those workloads roll; the webhook and the watcher must be given the same")
 	fs.BoolVar(&c.recreateFinishedJobs, "recreate-finished-jobs", false, "recreate a Job whose data changed even once it has finished (Complete or Failed), as Reloader does; otherwise only a Job annotated "+confighash.AnnotationRecreateFinished+`: "true"`)
+	fs.BoolVar(&c.pauseDeployments, "pause-deployments", false, "keep a Deployment's pause period ("+confighash.AnnotationPausePeriod+" or "+confighash.ReloaderPausePeriod+") as Reloader does: the change that rolls it pauses it (spec.paused, and "+confighash.ReloaderPausedAt+"), so that its rollout waits out the period with every change made meanwhile, and it is resumed when the period ends; otherwise the first change rolls at once and those within the period after it are held")
 	fs.BoolVar(&c.runCronJobsOnChange, "run-cronjobs-on-change", false, "start a Job of a CronJob whose data changed at once, as Reloader does, besides its next run reading the new data; otherwise only for a CronJob annotated "+confighash.AnnotationRunOnChange+`: "true"`)
 	fs.DurationVar(&c.pendingTimeout, "pending-timeout", watcher.DefaultPendingTimeout, "how long the new pods of a workload a wave rolled may stay Pending before its --max-rolling slot goes to other workloads")
 	fs.IntVar(&c.flapLimit, "flap-limit", watcher.DefaultFlapLimit, "changes of one ConfigMap or Secret within --flap-window that roll the workloads using it; past it they are held at their current revision, with a Warning Event naming who writes it, until it has not changed for --flap-quiet, then roll once with its latest data; 0: no limit")
@@ -217,7 +219,7 @@ func runWatcher(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Watched: cfg.watched, NamespaceSelectors: set.selectors, Kinds: set.kinds, Sources: set.sources,
 		Pacing: set.pacing, WaveThreshold: cfg.waveThreshold, WaveTimeout: cfg.waveTimeout, MaxRolling: cfg.maxRolling,
 		PendingTimeout: cfg.pendingTimeout, RecreateFinishedJobs: cfg.recreateFinishedJobs, Lifecycle: set.lifecycle, InPlace: cfg.restartInPlace && inPlaceServed(ctx, client, log),
-		RunCronJobsOnChange: cfg.runCronJobsOnChange, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
+		RunCronJobsOnChange: cfg.runCronJobsOnChange, PauseDeployments: cfg.pauseDeployments, FlapLimit: cfg.flapLimit, FlapWindow: cfg.flapWindow, FlapQuiet: cfg.flapQuiet,
 		PrometheusURL: cfg.prometheusURL, AnalysisQueries: cfg.analysisQueries,
 		Events: events, Metrics: recorder, Over: overs.Over, Log: log,
 	}

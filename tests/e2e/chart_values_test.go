@@ -705,6 +705,8 @@ func chartValues(appVersion, other string) []chartValue {
 		{name: "reloadOnDelete", on: []string{"--set", "reloadOnDelete=true"},
 			whenOn:  allOf(switchIs("webhook", "--reload-on-delete", true), switchIs("watcher", "--reload-on-delete", true)),
 			whenOff: allOf(switchIs("webhook", "--reload-on-delete", false), switchIs("watcher", "--reload-on-delete", false))},
+		{name: "pauseDeployments", on: []string{"--set", "pauseDeployments=true"},
+			whenOn: switchIs("watcher", "--pause-deployments", true), whenOff: switchIs("watcher", "--pause-deployments", false)},
 		{name: "runCronJobsOnChange", on: []string{"--set", "runCronJobsOnChange=true"},
 			whenOn: switchIs("watcher", "--run-cronjobs-on-change", true), whenOff: switchIs("watcher", "--run-cronjobs-on-change", false)},
 		{name: "extraKinds", on: []string{"--set-json", `extraKinds=[{"apiVersion":"apps.example.com/v1","kind":"Web","resource":"webs","template":"spec.template"}]`},

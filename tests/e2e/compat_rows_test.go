@@ -15,7 +15,6 @@ import (
 // The names of the documented differences, as sections of
 // docs/migrating-from-reloader.md, "Behaviour that differs".
 const (
-	diffPause        = "The pause period"
 	diffRestart      = "Argo Rollouts' restart strategy"
 	diffOwnNamespace = "Its own namespace"
 )
@@ -139,11 +138,12 @@ func annotationRows() []compatRow {
 	add(compatRow{spec: ex + "Secret exclude annotation should NOT reload when excluded Secret changes", meta: excludeS, sources: []source{sec, sec2}, changed: "s", want: notReloaded})
 	add(compatRow{spec: ex + "Secret exclude annotation should reload when non-excluded Secret changes", meta: excludeS, sources: []source{sec, sec2}, changed: "s2"})
 
-	// Reloader pauses the Deployment in the same write as the reload, so the first
-	// rollout waits out the period; confighash rolls the first change at once and
-	// holds the changes within the period after it (TestReloaderPausePeriodRollsChangesMadeDuringItOnce).
+	// With --pause-deployments, as Reloader, the reload pauses the Deployment for its
+	// pause period (TestPauseDeploymentsPausesAsReloaderDoes); by default confighash
+	// rolls the first change at once and holds the changes within the period after it
+	// (TestReloaderPausePeriodRollsChangesMadeDuringItOnce).
 	const pp = "Pause Period Tests with pause-period annotation "
-	add(compatRow{spec: pp + "should pause Deployment after reload", meta: merged(cmNamed, map[string]string{confighash.ReloaderPausePeriod: "10s"}), sources: []source{cm}, changed: "cm", differs: diffPause})
+	add(compatRow{spec: pp + "should pause Deployment after reload", meta: merged(cmNamed, map[string]string{confighash.ReloaderPausePeriod: "10s"}), sources: []source{cm}, changed: "cm", pausedAt: true})
 	add(compatRow{spec: pp + "should NOT pause Deployment without pause-period annotation", meta: cmNamed, sources: []source{cm}, changed: "cm"})
 
 	const ri = "Resource Ignore Annotation Tests with reloader.stakater.com/ignore annotation on resource "
@@ -195,13 +195,14 @@ func advancedRows() []compatRow {
 // TestReloaderSuiteCompatibility runs the rows of Reloader's core, annotations,
 // advanced and argo suites against one install with the settings
 // docs/migrating-from-reloader.md gives for Reloader's: Reloader's annotations, Argo
-// Rollouts served, finished Jobs recreated (--recreate-finished-jobs) and a CronJob's
-// Job started at once (--run-cronjobs-on-change), as Reloader does.
+// Rollouts served, finished Jobs recreated (--recreate-finished-jobs), a CronJob's
+// Job started at once (--run-cronjobs-on-change) and a Deployment paused for its pause
+// period (--pause-deployments), as Reloader does.
 func TestReloaderSuiteCompatibility(t *testing.T) {
 	c := sharedCluster(t)
 	installRolloutCRD(t, c)
 	startWebhook(t, c)
-	w := startWatcher(t, c, "--recreate-finished-jobs", "--run-cronjobs-on-change")
+	w := startWatcher(t, c, "--recreate-finished-jobs", "--run-cronjobs-on-change", "--pause-deployments")
 	ns := labeledNamespace(t, c)
 	rows := append(append(coreRows(), annotationRows()...), advancedRows()...)
 	t.Logf("%d rows", len(rows))

@@ -97,6 +97,9 @@ type compatRow struct {
 	changed           string // the source changed
 	again             bool   // changed a second time once reloaded, and reloaded again
 	want              outcome
+	// pausedAt: a Deployment reloaded carries Reloader's paused-at mark, as its pause
+	// period tests check; any other reloaded does not.
+	pausedAt bool
 	// differs names the documented difference when want is not what Reloader's
 	// test expects.
 	differs string
@@ -184,6 +187,18 @@ func compatRun(t *testing.T, c *cluster.Cluster, w *component, ns string, rows [
 		wg.Wait()
 	}
 	waitReloaded(false)
+	for i, r := range rows {
+		if r.kind != "Deployment" || r.want != reloaded {
+			continue
+		}
+		u, err := dyn.Resource(compatGVR(r.kind)).Namespace(ns).Get(t.Context(), names(i)["w"], metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, marked := u.GetAnnotations()[confighash.ReloaderPausedAt]; marked != r.pausedAt {
+			t.Errorf("%s [%s]: Reloader's paused-at mark %v once reloaded, want %v", r.spec, r.kind, marked, r.pausedAt)
+		}
+	}
 	for i, r := range rows {
 		if r.again {
 			compatChange(t, c, ns, names(i)[r.changed], r.changed, updateAgain)

@@ -189,6 +189,14 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 	for _, in := range []string{off, home} {
 		createDeployment(t, c, in, fixtures.Deployment("web", 1, fixtures.EnvFromTemplate("cfg")))
 	}
+	// Paused for a pause period, Reloader's way, paused by its owner, and to be paused:
+	// the writes allowed are made, so each case of a pause writes its own Deployment,
+	// the one allowed last.
+	for name, mark := range map[string]map[string]string{"held": {confighash.ReloaderPausedAt: "2026-01-02T03:04:05Z"}, "stopped": nil, "pausable": nil} {
+		d := fixtures.AnnotatedDeployment(name, mark, fixtures.EnvFromTemplate("cfg"))
+		d.Spec.Paused = name != "pausable"
+		createDeployment(t, c, ns, d)
+	}
 	web, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -343,6 +351,22 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 
 		// Another field.
 		{"a Deployment's replicas set", false, patchDeployment(w, ns, "web", merge, `{"spec":{"replicas":5}}`)},
+		{"a Deployment paused without the mark", false, patchDeployment(w, ns, "pausable", merge, `{"spec":{"paused":true}}`)},
+		{"a Deployment paused with a mark that is no time", false,
+			patchDeployment(w, ns, "pausable", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":"soon"}},"spec":{"paused":true}}`)},
+		{"the paused-at mark written without a pause", false,
+			patchDeployment(w, ns, "pausable", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":"2026-11-29T22:00:00Z"}}}`)},
+		{"a pause with its replicas set", false,
+			patchDeployment(w, ns, "pausable", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":"2026-11-29T22:00:00Z"}},"spec":{"paused":true,"replicas":5}}`)},
+		{"a Deployment paused for its pause period with a touch, the time in its paused-at mark", true,
+			patchDeployment(w, ns, "pausable", merge, `{"metadata":{"annotations":{"confighash.dev/trigger":"ConfigMap/cfg@1","`+confighash.ReloaderPausedAt+`":"2026-11-29T22:00:00Z"}},"spec":{"paused":true}}`)},
+		{"a Deployment its pause period paused, resumed but still marked", false, patchDeployment(w, ns, "held", merge, `{"spec":{"paused":false}}`)},
+		{"a pause period's mark moved", false,
+			patchDeployment(w, ns, "held", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":"2030-01-01T00:00:00Z"}}}`)},
+		{"a Deployment its owner paused, resumed", false,
+			patchDeployment(w, ns, "stopped", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":null}},"spec":{"paused":false}}`)},
+		{"a Deployment its pause period paused, resumed and unmarked", true,
+			patchDeployment(w, ns, "held", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":null}},"spec":{"paused":false}}`)},
 		{"a pod template's image changed", false,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"example.com/evil:1"}]`)},
 		{"an annotation of another domain on the metadata", false,

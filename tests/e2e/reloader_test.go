@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/confighash/confighash"
 	"github.com/confighash/confighash/tests/fixtures"
@@ -160,4 +162,78 @@ func TestNamespaceLabelledAllLaterActsOnEveryWorkload(t *testing.T) {
 	}
 	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "cfg"}, "k", "1")
 	expectRollouts(t, c, ns, map[string]int{"opted": 2, "plain": 2})
+}
+
+// TestPauseDeploymentsPausesAsReloaderDoes: with --pause-deployments, the change that
+// rolls a Deployment with a pause period pauses it (spec.paused and Reloader's
+// paused-at), so that nothing rolls yet; a change within the period is written into its
+// pod template; a watcher started in the meantime resumes it when the period ends, and
+// it rolls once, with the latest data. One resumed by hand rolls then, and is left
+// alone.
+func TestPauseDeploymentsPausesAsReloaderDoes(t *testing.T) {
+	c := sharedCluster(t)
+	startWebhook(t, c)
+	w := startWatcher(t, c, "--pause-deployments")
+	ns := labeledNamespace(t, c)
+	const pause = 12 * time.Second
+	for _, name := range []string{"web", "manual"} {
+		createConfigMap(t, c, ns, name, map[string]string{"k": "v0"})
+		createDeployment(t, c, ns, fixtures.AnnotatedDeployment(name, map[string]string{
+			confighash.ReloaderAuto: "true", confighash.ReloaderPausePeriod: pause.String(),
+		}, fixtures.EnvFromTemplate(name)))
+	}
+	expectRollouts(t, c, ns, map[string]int{"web": 1, "manual": 1})
+	get := func(name string) *appsv1.Deployment {
+		t.Helper()
+		d, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	pausedByThePeriod := func(d *appsv1.Deployment) bool {
+		_, err := time.Parse(time.RFC3339, d.Annotations[confighash.ReloaderPausedAt])
+		return d.Spec.Paused && err == nil
+	}
+
+	changed := time.Now()
+	for _, name := range []string{"web", "manual"} {
+		setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: name}, "k", "v1")
+	}
+	for _, name := range []string{"web", "manual"} {
+		waitFor(t, 30*time.Second, name+" to be paused with its new hash", func() bool {
+			d := get(name)
+			return pausedByThePeriod(d) && d.Spec.Template.Annotations[confighash.AnnotationHash] != ""
+		})
+	}
+	first := templateHash(t, c, ns, "web")
+	if _, err := c.Client.AppsV1().Deployments(ns).Patch(t.Context(), "manual", types.MergePatchType, []byte(`{"spec":{"paused":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectReplicaSetsNoWait(t, c, ns, "manual", 2)
+	if n := replicaSets(t, c, ns, "web"); n != 1 {
+		t.Fatalf("web has %d ReplicaSets while paused, want 1", n)
+	}
+
+	w.stop(t)
+	w = startWatcher(t, c, "--pause-deployments")
+	setKey(t, c, ns, confighash.SourceRef{Kind: confighash.ConfigMap, Name: "web"}, "k", "v2")
+	waitFor(t, 30*time.Second, "the second change to be written into web's paused template", func() bool {
+		return templateHash(t, c, ns, "web") != first
+	})
+	if n := replicaSets(t, c, ns, "web"); n != 1 || !pausedByThePeriod(get("web")) {
+		t.Fatalf("web has %d ReplicaSets, paused %v, within its pause period; want 1, paused", n, pausedByThePeriod(get("web")))
+	}
+	waitFor(t, pause+30*time.Second, "web to be resumed", func() bool { return replicaSets(t, c, ns, "web") == 2 })
+	if held := time.Since(changed); held < pause-time.Second {
+		t.Fatalf("web rolled %v after the change, before its pause period of %v ended", held.Round(time.Second), pause)
+	}
+	if d := get("web"); d.Spec.Paused || d.Annotations[confighash.ReloaderPausedAt] != "" {
+		t.Fatalf("web after its pause period: paused %v, paused-at %q; want resumed, unmarked", d.Spec.Paused, d.Annotations[confighash.ReloaderPausedAt])
+	}
+	waitQuiet(t, w)
+	expectRollouts(t, c, ns, map[string]int{"web": 2, "manual": 2})
+	if get("manual").Spec.Paused {
+		t.Fatal("manual, resumed by hand, was paused again without a change")
+	}
 }

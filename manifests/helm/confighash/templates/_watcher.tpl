@@ -18,6 +18,9 @@ args:
 {{- if .Values.runCronJobsOnChange }}
 - --run-cronjobs-on-change
 {{- end }}
+{{- if .Values.pauseDeployments }}
+- --pause-deployments
+{{- end }}
 {{- with .Values.pacing.waveTimeout }}
 {{- if ne (toString .) "10m" }}
 - {{ printf "--wave-timeout=%s" . | quote }}
