@@ -33,6 +33,10 @@ type Decision struct {
 	Record  Record
 	Hash    string
 	Adopted string
+	// Restart is the hash of the data an Argo Rollout's pods are to run, restarted for
+	// it where they do not (Policy.RolloutRestart); "" when they roll: its pod
+	// template keeps Hash, the one it rolled with.
+	Restart string
 	// Form is the form of Record's digests: the state's, until a rollout is due.
 	Form Form
 	// Unproven are the sources that started to count, left out of Record until the
@@ -148,6 +152,8 @@ func decide(in Input, sources Sources) (Decision, error) {
 	}
 	first := !s.met() && !in.Pods.Fresh
 	st := step{rolling: in.Pods.Fresh || s.RecordErr != nil, proven: in.Pods.Proven, lifecycle: in.Lifecycle}
+	// A new workload or pod template rolls by itself, a due change only by its hash.
+	templateRolls := st.rolling
 	next, unproven := st.next(prev, d.Observations)
 	if !st.rolling && next.Hash(in.Key) != prev.Hash(in.Key) {
 		// A rollout is due: the new pods will hold every source's current data.
@@ -173,9 +179,13 @@ func decide(in Input, sources Sources) (Decision, error) {
 		return d, nil
 	}
 	hash := next.Hash(in.Key)
-	if s.Hash == "" && !st.rolling && (first || s.Adopted == hash) {
+	switch {
+	case s.Hash == "" && !st.rolling && (first || s.Adopted == hash):
 		d.Record, d.Adopted = next, hash
-	} else {
+	case d.Policy.RolloutRestart && s.Hash != "" && !templateRolls && d.Held == nil && !d.Pacing.Pinned():
+		// Its pods are restarted for a change: its pod template rolls for nothing.
+		d.Record, d.Hash, d.Restart = next, s.Hash, hash
+	default:
 		d.Record, d.Hash = next, hash
 	}
 	// Pinned, and no longer, from a rollout on, never by adoption: pinning changes the
@@ -197,7 +207,7 @@ func decide(in Input, sources Sources) (Decision, error) {
 // decision writes, pins aside, which the webhook leaves out past the snapshot cap.
 func (d Decision) Carried(s State) bool {
 	return s.RecordErr == nil && s.Record != nil && slices.Equal(d.Record, s.Record) && d.Form == s.Form &&
-		Settled(s.Hash, s.Adopted, cmp.Or(d.Hash, d.Adopted))
+		Settled(s.Hash, s.Adopted, cmp.Or(d.Hash, d.Adopted)) && (d.Restart == "" || s.Runs() == d.Restart)
 }
 
 // gated reports whether only the watcher releases the workload's changes: waves or

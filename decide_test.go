@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -240,5 +241,68 @@ func TestDecideRefusesMoreThanMaxSources(t *testing.T) {
 	}
 	if err := decide(envFrom(names...)); !errors.Is(err, ErrTooManySources) {
 		t.Fatalf("%d sources: error %v, want ErrTooManySources", len(names), err)
+	}
+}
+
+// TestAnArgoRolloutThatRestartsIsRestartedForEachChangeNeverRolled: an Argo Rollout
+// with Reloader's restart strategy keeps the hash its pod template was created with;
+// each change of its data asks for its pods to be restarted for the new hash, once the
+// watcher's mark says so it is converged, and a return to earlier data asks again. A
+// Deployment with the annotation is told it rolls, and rolls.
+func TestAnArgoRolloutThatRestartsIsRestartedForEachChangeNeverRolled(t *testing.T) {
+	cfg := SourceRef{ConfigMap, "cfg"}
+	sources := map[SourceRef]Source{cfg: cmSource("cfg", "1")}
+	annotations := map[string]string{ReloaderAuto: "true", ReloaderRolloutStrategy: "restart"}
+	tmpl := envFrom("cfg")
+	decide := func(kind Kind, fresh bool) (Decision, State) {
+		t.Helper()
+		state := Vocabulary{Reloader: true}.Read(&Workload{Kind: kind, Annotations: annotations, Template: tmpl})
+		d, err := Decide(Input{Key: testKey, State: state, Mode: ModeOptedIn, Pods: Pods{Fresh: fresh}}, listedSources(sources))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, state
+	}
+	write := func(d Decision) {
+		annotations[AnnotationSources] = d.Record.Text(d.Form)
+		tmpl.Annotations = map[string]string{AnnotationHash: d.Hash}
+	}
+	created, _ := decide(Rollout, true)
+	write(created)
+	first := created.Hash
+	for i, value := range []string{"2", "1"} {
+		sources[cfg] = cmSource("cfg", value)
+		d, _ := decide(Rollout, false)
+		if d.Hash != first || d.Restart == "" || d.Restart == d.Hash && i == 0 || d.Converged {
+			t.Fatalf("change %d: hash %s, restart %s, converged %v; want the template's hash kept, a restart due", i+1, d.Hash, d.Restart, d.Converged)
+		}
+		write(d)
+		if again, _ := decide(Rollout, false); again.Converged {
+			t.Fatalf("change %d: converged with its record written but its pods not restarted", i+1)
+		}
+		e := Explain(ExplainInput{Vocabulary: Vocabulary{Reloader: true}, Workload: &Workload{Kind: Rollout, Annotations: annotations, Template: tmpl},
+			Mode: ModeOptedIn, Sources: sources, Key: testKey, HaveKey: true})
+		if e.Verdict != VerdictRollout || !strings.Contains(e.Why, "restarts its pods") {
+			t.Fatalf("change %d: explain says %s: %s; want its pods to be restarted", i+1, e.Verdict, e.Why)
+		}
+		annotations[AnnotationRestartedHash] = RestartedMark(d.Restart, first)
+		if again, state := decide(Rollout, false); !again.Converged || state.Runs() != d.Restart {
+			t.Fatalf("change %d: not converged once restarted for %s (runs %s)", i+1, d.Restart, state.Runs())
+		}
+	}
+	if _, state := decide(Rollout, false); state.Restarted == "" {
+		t.Fatal("the mark of the last restart was not read")
+	}
+	tmpl.Annotations[AnnotationHash] = "v1:" + strings.Repeat("0", 64)
+	if _, state := decide(Rollout, false); state.Restarted != "" {
+		t.Fatal("a mark from another pod template was read: a rollout since restarted every pod")
+	}
+
+	delete(annotations, AnnotationRestartedHash)
+	write(created)
+	sources[cfg] = cmSource("cfg", "3")
+	d, state := decide(Deployment, false)
+	if d.Restart != "" || d.Hash == first || len(state.Problems) != 1 {
+		t.Fatalf("a Deployment: restart %q, hash %s, problems %v; want it rolled, and told why", d.Restart, d.Hash, state.Problems)
 	}
 }

@@ -103,6 +103,8 @@ func Explain(in ExplainInput) (e Explanation) {
 		e.Verdict, e.Why = VerdictNoRollout, ListRefs(d.Unproven)+" started to count: a Job's pods read their data when they start, so it is not recreated for that"
 	case len(d.Unproven) > 0:
 		e.Verdict, e.Why = VerdictPending, ListRefs(d.Unproven)+" started to count: the watcher records them without a rollout if the running pods hold their current data, and rolls it once otherwise"
+	case d.Restart != "" && state.Runs() != d.Restart:
+		e.Verdict, e.Why = VerdictRollout, changedEntries(state.Record, d.Record)+": the watcher restarts its pods (spec.restartAt, "+ReloaderRolloutStrategy+` "restart"), its pod template unchanged`
 	case d.Hash == e.TemplateHash:
 		e.Verdict, e.Why = VerdictUpToDate, "the hash is current; only the record will be rewritten ("+changedEntries(state.Record, d.Record)+")"
 	case w.Kind.Recreated():

@@ -1,7 +1,9 @@
 package confighash
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -33,9 +35,12 @@ type State struct {
 	// Form is the form of Record's digests.
 	Form Form
 	// Hash is the hash on the pod template; Adopted, the hash the workload was adopted
-	// at while its pod template carries none.
-	Hash    string
-	Adopted string
+	// at while its pod template carries none; Restarted, the hash an Argo Rollout's
+	// pods were last restarted for from this pod template (AnnotationRestartedHash),
+	// "" for none, one made stale by a later template, or one that cannot be read.
+	Hash      string
+	Adopted   string
+	Restarted string
 	// Pins are the snapshots its pod template names (AnnotationPinned).
 	Pins Pins
 	// Release is the hash the watcher last released a gated workload to roll to
@@ -69,6 +74,13 @@ func (v Vocabulary) Read(w *Workload) State {
 	s.Reverted, _ = ParseMarker(w.Annotations[AnnotationReverted])
 	s.Baking, _ = ParseBaking(w.Annotations[AnnotationBaking])
 	s.Policy, s.Problems = v.ParsePolicy(w.Annotations, w.Template.Annotations)
+	if s.Policy.RolloutRestart && w.Kind.GroupVersionKind != Rollout.GroupVersionKind {
+		s.Policy.RolloutRestart = false
+		s.Problems = append(s.Problems, Problem{ReloaderRolloutStrategy, "restart", "restarts the pods of an Argo Rollout alone; a " + w.Kind.Kind + " rolls through its pod template"})
+	}
+	if restarted, from, ok := strings.Cut(w.Annotations[AnnotationRestartedHash], " "); s.Policy.RolloutRestart && ok && validHash(restarted) && from == s.Hash {
+		s.Restarted = restarted
+	}
 	s.Pins = TemplatePins(w.Template)
 	if !s.Policy.OptOut {
 		s.References = References(w.Template)
@@ -79,6 +91,14 @@ func (v Vocabulary) Read(w *Workload) State {
 	}
 	return s
 }
+
+// RestartedMark is AnnotationRestartedHash for pods restarted for the hash restart
+// from the pod template of hash template.
+func RestartedMark(restart, template string) string { return restart + " " + template }
+
+// Runs returns the hash of the data the workload's pods were last started with: the
+// one an Argo Rollout's were restarted for, or its pod template's.
+func (s State) Runs() string { return cmp.Or(s.Restarted, s.Hash) }
 
 // PolicyIn returns the workload's policy as it applies in a namespace of this mode,
 // and whether confighash acts on the workload there.
@@ -104,7 +124,7 @@ func (s State) Equal(o State) bool {
 	return s.Policy.Equal(o.Policy) && slices.Equal(s.Problems, o.Problems) &&
 		slices.EqualFunc(s.References, o.References, Reference.Equal) &&
 		slices.Equal(s.Record, o.Record) && (s.Record == nil) == (o.Record == nil) && s.Form == o.Form &&
-		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && slices.Equal(s.Pins, o.Pins) &&
+		errorText(s.RecordErr) == errorText(o.RecordErr) && s.Hash == o.Hash && s.Adopted == o.Adopted && s.Restarted == o.Restarted && slices.Equal(s.Pins, o.Pins) &&
 		s.Release == o.Release && s.Held == o.Held && s.Failed == o.Failed &&
 		slices.Equal(s.Flapping, o.Flapping) && s.Reverted == o.Reverted && s.Baking.Equal(o.Baking) && s.Others == o.Others
 }

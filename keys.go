@@ -33,13 +33,13 @@ var keys = [...][]string{
 		AnnotationCanary, AnnotationBake, AnnotationAnalysis, AnnotationBaking,
 		AnnotationPinned, AnnotationRemakeSnapshots, AnnotationNotPinned, AnnotationRecreatedFrom,
 		AnnotationRecreateFinished, LabelRecreationOf, AnnotationReplaces, AnnotationRunOnChange, AnnotationRunDue,
-		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken,
+		AnnotationSeal, AnnotationSealedAt, AnnotationSealedAtSeal, AnnotationRestart, AnnotationRestartToken, AnnotationRestartedHash,
 		ReloaderAuto, ReloaderConfigMapAuto, ReloaderSecretAuto, ReloaderConfigMapReload, ReloaderSecretReload,
 		ReloaderConfigMapExclude, ReloaderSecretExclude, ReloaderSecretProviderClassExclude, ReloaderSearch,
 		ReloaderPausePeriod, ReloaderPausedAt, ReloaderSecretProviderClassAuto, ReloaderSecretProviderClassReload,
-		// Reloader writes these; read by no one here, they are no typo.
+		ReloaderRolloutStrategy,
+		// Reloader writes it; read by no one here, it is no typo.
 		"reloader.stakater.com/last-reloaded-from",
-		"reloader.stakater.com/rollout-strategy",
 	},
 	OnSource: {
 		AnnotationMatch, AnnotationIgnore, AnnotationWaveSize, AnnotationOnFailure, AnnotationCanary, AnnotationBake, AnnotationAnalysis, LabelSnapshotOf, ReloaderMatch, ReloaderIgnore,

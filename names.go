@@ -192,6 +192,9 @@ const (
 	ReloaderIgnore = "reloader.stakater.com/ignore"
 	// ReloaderPausePeriod is AnnotationPausePeriod.
 	ReloaderPausePeriod = "deployment.reloader.stakater.com/pause-period"
+	// ReloaderRolloutStrategy "restart" on an Argo Rollout has its pods restarted for
+	// a change (spec.restartAt) rather than rolled (Policy.RolloutRestart).
+	ReloaderRolloutStrategy = "reloader.stakater.com/rollout-strategy"
 	// ReloaderPausedAt marks a Deployment paused for its pause period, Reloader's way
 	// (the watcher's --pause-deployments): when, in RFC 3339.
 	ReloaderPausedAt = "deployment.reloader.stakater.com/paused-at"
@@ -207,6 +210,11 @@ const (
 	// AnnotationRestart, on a workload, its pod template or a pod, says how a change of
 	// its data reaches its pods (see RestartMode).
 	AnnotationRestart = Domain + "/restart"
+	// AnnotationRestartedHash is written by the watcher on an Argo Rollout whose pods
+	// it restarts (Policy.RolloutRestart), with spec.restartAt: the hash of the data
+	// they were restarted for, and the hash of the pod template they were restarted
+	// from (RestartedMark); a later template rolls them and makes the mark stale.
+	AnnotationRestartedHash = Domain + "/restarted-hash"
 	// AnnotationRestartToken is written on a pod restarted in place: the hash of the
 	// data its containers are to start with. A change of it restarts them.
 	AnnotationRestartToken = Domain + "/restart-token"

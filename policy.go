@@ -26,6 +26,10 @@ type Policy struct {
 	// PausePeriod holds further touches of the workload for this long after one, so
 	// that the changes made meanwhile roll it once.
 	PausePeriod time.Duration
+	// RolloutRestart has an Argo Rollout's pods restarted for a change of its data
+	// (spec.restartAt), its pod template left as it is (ReloaderRolloutStrategy
+	// "restart"). Of a Rollout alone: State.Policy never has it for another kind.
+	RolloutRestart bool
 	// Pacing is how the workload's changes roll, as its own annotations say; its
 	// namespace and the install's flags say the rest (Pacing.Over).
 	Pacing Pacing
@@ -77,7 +81,7 @@ func (p NamePattern) Matches(ref SourceRef) bool {
 
 // Equal reports whether two policies are the same, and so make the same decisions.
 func (p Policy) Equal(q Policy) bool {
-	return p.OptOut == q.OptOut && p.Search == q.Search && p.Restart == q.Restart && p.Reload == q.Reload && p.PausePeriod == q.PausePeriod && p.Pacing.Equal(q.Pacing) &&
+	return p.OptOut == q.OptOut && p.Search == q.Search && p.Restart == q.Restart && p.Reload == q.Reload && p.PausePeriod == q.PausePeriod && p.RolloutRestart == q.RolloutRestart && p.Pacing.Equal(q.Pacing) &&
 		p.reloader == q.reloader && p.only == q.only && p.kinds == q.kinds && p.over == q.over &&
 		p.Discover == q.Discover && p.decided == q.decided && slices.Equal(p.Exclude, q.Exclude) &&
 		slices.Equal(p.Include, q.Include) &&

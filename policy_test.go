@@ -209,9 +209,14 @@ func TestReloaderAliases(t *testing.T) {
 			Policy{Discover: both, PausePeriod: 5 * time.Minute}, nil,
 		},
 		{
-			"an annotation without equivalent is a problem, the rest applies",
-			map[string]string{ReloaderAuto: "true", "reloader.stakater.com/rollout-strategy": "restart"}, nil,
-			Policy{Discover: both}, []string{"rollout-strategy=\"restart\": has no confighash equivalent"},
+			"Argo Rollouts' restart strategy",
+			map[string]string{ReloaderAuto: "true", ReloaderRolloutStrategy: "restart"}, nil,
+			Policy{Discover: both, RolloutRestart: true}, nil,
+		},
+		{
+			"an unknown rollout strategy is a problem, the rest applies",
+			map[string]string{ReloaderAuto: "true", ReloaderRolloutStrategy: "recreate"}, nil,
+			Policy{Discover: both}, []string{"rollout-strategy=\"recreate\": want \"restart\" or \"rollout\""},
 		},
 		{
 			"only narrows a typed auto",

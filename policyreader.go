@@ -317,16 +317,27 @@ func (r *policyReader) reloader(p *Policy, v Vocabulary) (all bool) {
 			if p.PausePeriod == 0 {
 				p.PausePeriod = r.duration(a.annotation)
 			}
+		case strategy:
+			p.RolloutRestart = r.rolloutStrategy(a.annotation)
 		}
 	}
 	// As in Reloader, auto wins over search: every used source counts.
 	p.Search = p.Search || search && !auto
-	for _, u := range reloaderUnsupported {
-		if value, ok := r.get(u.annotation); ok {
-			r.problem(u.annotation, value, "has no confighash equivalent and is ignored: "+u.reason)
-		}
-	}
 	return all
+}
+
+// rolloutStrategy reads ReloaderRolloutStrategy: whether an Argo Rollout's pods are
+// restarted rather than rolled.
+func (r *policyReader) rolloutStrategy(name string) bool {
+	v, ok := r.get(name)
+	switch s := strings.ToLower(strings.TrimSpace(v)); {
+	case !ok || s == "rollout":
+		return false
+	case s == "restart":
+		return true
+	}
+	r.problem(name, v, `want "restart" or "rollout"; it rolls through its pod template`)
+	return false
 }
 
 // restart reads AnnotationRestart, from the pod template alone: the pods must carry

@@ -382,6 +382,13 @@ const MaxSources = 256
 // hashPrefix versions the workload hash written on pod templates.
 const hashPrefix = "v1:"
 
+// validHash reports whether s is a workload hash, as Record.Hash writes it.
+func validHash(s string) bool {
+	digits, ok := strings.CutPrefix(s, hashPrefix)
+	_, err := hex.DecodeString(digits)
+	return ok && len(digits) == 2*sha256.Size && err == nil
+}
+
 // workloadHash is the keyed hash over the sorted (kind, name, digest) list of the
 // entries that count.
 func workloadHash(key Key, entries []RecordEntry) string {

@@ -11,6 +11,7 @@ const (
 	named                   // names sources to hash, used or not: regular expressions on whole names
 	excluded                // names sources never to hash
 	pause                   // AnnotationPausePeriod, unless that is set
+	strategy                // "restart": an Argo Rollout's pods are restarted (Policy.RolloutRestart)
 )
 
 // reloaderWorkload is Reloader's vocabulary on a workload: each annotation, what it
@@ -30,16 +31,10 @@ var reloaderWorkload = []struct {
 	{ReloaderConfigMapExclude, excluded, ConfigMap},
 	{ReloaderSecretExclude, excluded, Secret},
 	{ReloaderPausePeriod, pause, ""},
+	{ReloaderRolloutStrategy, strategy, ""},
 	{ReloaderSecretProviderClassAuto, optIn, SecretProviderClass},
 	{ReloaderSecretProviderClassReload, named, SecretProviderClass},
 	{ReloaderSecretProviderClassExclude, excluded, SecretProviderClass},
-}
-
-// reloaderUnsupported are Reloader's annotations that have no confighash equivalent,
-// with the reason a user is told once per workload.
-var reloaderUnsupported = []struct{ annotation, reason string }{
-	{"reloader.stakater.com/rollout-strategy", "confighash rolls through the pod template, " +
-		"so an Argo Rollout rolls with its own strategy; the restart strategy has no equivalent"},
 }
 
 // Vocabulary is which annotations confighash reads, and which kinds of sources.

@@ -145,7 +145,9 @@ func (w *Watcher) converged(ctx context.Context, key workloadKey, v *view) error
 
 // converge touches the workload, so that the webhook writes its decision.
 func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d confighash.Decision) error {
-	rolls, pausesIt := d.Hash != v.Hash, w.pacer.pausesDeployment(v)
+	now := time.Now()
+	restart, restartMark := rolloutRestart(v, d, now)
+	rolls, pausesIt := d.Hash != v.Hash || restart != nil, w.pacer.pausesDeployment(v)
 	// Queued before its pause was known: one a new leader learnt from its status.
 	if end := w.tracking.pauseEnd(key); rolls && !pausesIt && time.Until(end) > 0 {
 		w.queue.AddAfter(key, time.Until(end))
@@ -158,14 +160,15 @@ func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d conf
 	}
 	trig := triggers(v, d.Record, w.sources)
 	others := w.jobs.runMark(v, d)
-	var spec map[string]any
+	spec := restart
 	switch {
 	case rolls && pausesIt:
-		said, pausing, mark := w.pacer.pauseDeployment(v, trig, time.Now())
+		said, pausing, mark := w.pacer.pauseDeployment(v, trig, now)
 		others, spec = withStatus(others, said), pausing
 		maps.Copy(others, mark)
 	case rolls:
 		others = withStatus(others, rolled(trig, d.Policy.PausePeriod))
+		maps.Copy(others, restartMark)
 	}
 	patch := touchPatch(trig, others)
 	if spec != nil {
@@ -197,9 +200,13 @@ func (w *Watcher) verify(key workloadKey, v *view, d confighash.Decision, trig [
 	}
 	ref := objectRef(v)
 	switch {
-	case admitted.Hash != v.Hash:
+	case admitted.Runs() != v.Runs():
+		how := "rolling: "
+		if admitted.Hash == v.Hash {
+			how = "restarting its pods (spec.restartAt): "
+		}
 		w.cfg.Metrics.Touch(TouchConverged)
-		w.report.Event(ref, corev1.EventTypeNormal, "ConfigChanged", "rolling: "+confighash.ChangedData(v.Record, d.Record)+" (touched for "+confighash.FormatTriggers(trig)+")")
+		w.report.Event(ref, corev1.EventTypeNormal, "ConfigChanged", how+confighash.ChangedData(v.Record, d.Record)+" (touched for "+confighash.FormatTriggers(trig)+")")
 		w.report.alert(alert.Rolled, v, trig, "")
 	case v.Record == nil && v.Hash == "" && v.Adopted == "":
 		w.cfg.Metrics.Touch(TouchAdopted)

@@ -40,6 +40,7 @@ const (
 	reloaded    outcome = iota // the pod template's hash changed (a Job: recreated)
 	notReloaded                // nothing changed
 	jobStarted                 // a CronJob: its hash changed, and it started a Job at once
+	restarted                  // an Argo Rollout: its spec.restartAt set, its pod template unchanged
 )
 
 // How a row's change is made.
@@ -116,7 +117,7 @@ func compatRun(t *testing.T, c *cluster.Cluster, w *component, ns string, rows [
 	if err != nil {
 		t.Fatal(err)
 	}
-	type state struct{ hash, uid string }
+	type state struct{ hash, uid, restartAt string }
 	read := func(i int, r compatRow) state {
 		u, err := dyn.Resource(compatGVR(r.kind)).Namespace(ns).Get(t.Context(), names(i)["w"], metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -127,7 +128,8 @@ func compatRun(t *testing.T, c *cluster.Cluster, w *component, ns string, rows [
 		}
 		path := append(compatTemplatePath(r.kind), "metadata", "annotations", confighash.AnnotationHash)
 		hash, _, _ := unstructured.NestedString(u.Object, path...)
-		return state{hash, string(u.GetUID())}
+		restartAt, _, _ := unstructured.NestedString(u.Object, "spec", "restartAt")
+		return state{hash, string(u.GetUID()), restartAt}
 	}
 	// started reports whether the CronJob started a Job, as Reloader's suite checks it.
 	started := func(cronJob string) bool {
@@ -175,7 +177,10 @@ func compatRun(t *testing.T, c *cluster.Cluster, w *component, ns string, rows [
 				// Reloader's suite waits 15 s; the rows here all change at once.
 				deadline := time.Now().Add(30 * time.Second)
 				for time.Now().Before(deadline) && t.Context().Err() == nil {
-					if now := read(i, r); (now.hash != before[i].hash || now.uid != before[i].uid && now.uid != "") && (r.want != jobStarted || started(names(i)["w"])) {
+					now := read(i, r)
+					switch {
+					case r.want == restarted && now.restartAt != before[i].restartAt && now.hash == before[i].hash,
+						r.want != restarted && (now.hash != before[i].hash || now.uid != before[i].uid && now.uid != "") && (r.want != jobStarted || started(names(i)["w"])):
 						before[i] = now
 						return
 					}
@@ -229,7 +234,7 @@ func compatDelete(c *cluster.Cluster, dyn dynamic.Interface, ns string, rows []c
 }
 
 func (o outcome) String() string {
-	return [...]string{"reloaded", "not reloaded", "a Job started"}[o]
+	return [...]string{"reloaded", "not reloaded", "a Job started", "restarted (spec.restartAt)"}[o]
 }
 
 func compatDiffers(r compatRow) string {

@@ -209,6 +209,18 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := impersonate(t, c, home, "confighash-watcher")
+	// An Argo Rollout restarted for its data, Reloader's way.
+	createRollout(t, c, ns, "canary", fixtures.EnvFromTemplate("cfg"))
+	patchRollout := func(patch string) func(context.Context, []string) error {
+		return func(ctx context.Context, dryRun []string) error {
+			req := w.CoreV1().RESTClient().Patch(types.MergePatchType).AbsPath("/apis/argoproj.io/v1alpha1/namespaces", ns, "rollouts", "canary").Body([]byte(patch))
+			for _, d := range dryRun {
+				req = req.Param("dryRun", d)
+			}
+			return req.Do(ctx).Error()
+		}
+	}
+	restartedHash := confighash.RestartedMark("v1:"+strings.Repeat("1", 64), "v1:"+strings.Repeat("0", 64))
 	hashedTemplate := fixtures.EnvFromTemplate("cfg")
 	hashedTemplate.Annotations = map[string]string{confighash.AnnotationHash: "v1:00"}
 	for _, in := range []string{ns, off} {
@@ -367,6 +379,15 @@ func TestWatcherServiceAccountMakesOnlyTheWatchersWrites(t *testing.T) {
 			patchDeployment(w, ns, "stopped", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":null}},"spec":{"paused":false}}`)},
 		{"a Deployment its pause period paused, resumed and unmarked", true,
 			patchDeployment(w, ns, "held", merge, `{"metadata":{"annotations":{"`+confighash.ReloaderPausedAt+`":null}},"spec":{"paused":false}}`)},
+		{"an Argo Rollout's restartAt set without the mark", false, patchRollout(`{"spec":{"restartAt":"2026-11-29T22:00:00Z"}}`)},
+		{"an Argo Rollout's restartAt set to no time", false,
+			patchRollout(`{"metadata":{"annotations":{"` + confighash.AnnotationRestartedHash + `":"` + restartedHash + `"}},"spec":{"restartAt":"soon"}}`)},
+		{"an Argo Rollout restarted, its replicas set", false,
+			patchRollout(`{"metadata":{"annotations":{"` + confighash.AnnotationRestartedHash + `":"` + restartedHash + `"}},"spec":{"restartAt":"2026-11-29T22:00:00Z","replicas":5}}`)},
+		{"an Argo Rollout's pods restarted (spec.restartAt), with the mark of their hash", true,
+			patchRollout(`{"metadata":{"annotations":{"` + confighash.AnnotationRestartedHash + `":"` + restartedHash + `"}},"spec":{"restartAt":"2026-11-29T22:00:00Z"}}`)},
+		{"an Argo Rollout's restartAt removed", false,
+			patchRollout(`{"metadata":{"annotations":{"` + confighash.AnnotationRestartedHash + `":null}},"spec":{"restartAt":null}}`)},
 		{"a pod template's image changed", false,
 			patchDeployment(w, ns, "web", jsonPatch, `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"example.com/evil:1"}]`)},
 		{"an annotation of another domain on the metadata", false,

@@ -1,0 +1,22 @@
+package watcher
+
+import (
+	"time"
+
+	"github.com/confighash/confighash"
+)
+
+// rolloutRestart returns what restarts the pods of an Argo Rollout with Reloader's
+// restart strategy (Policy.RolloutRestart) in the write that converges it: its
+// spec.restartAt, which has Argo restart each pod made before then, and the mark of
+// the hash they are restarted for; nil when they already run the decision's data. The
+// mark names the pod template too, so that a rollout since, which started every pod
+// afresh, makes it stale. Written once per change: a touch the webhook left
+// unconverged is retried without a second restart.
+func rolloutRestart(v *view, d confighash.Decision, now time.Time) (spec, mark map[string]any) {
+	if d.Restart == "" || v.Runs() == d.Restart {
+		return nil, nil
+	}
+	return map[string]any{"restartAt": now.UTC().Format(time.RFC3339)},
+		map[string]any{confighash.AnnotationRestartedHash: confighash.RestartedMark(d.Restart, v.Hash)}
+}
