@@ -37,7 +37,7 @@ image: ## build the image without a Docker engine (ko): bin/image/confighash.tar
 	VERSION=$(VERSION) tests/image/build.sh bin/image
 
 .PHONY: release
-release: ## build release VERSION=vX.Y.Z into dist/VERSION: binaries and kubectl plugin for linux and darwin, image, chart, confighash.yaml, checksums, notes from CHANGELOG.md
+release: ## build release VERSION=vX.Y.Z into dist/VERSION: binaries and kubectl plugin for linux and darwin with their krew manifest, the image index for amd64 and arm64 with SBOMs, the chart, confighash.yaml, provenance, checksums, notes from CHANGELOG.md
 	tests/release/release.sh "$(VERSION)"
 
 .PHONY: docker-image

@@ -26,7 +26,10 @@ import (
 // confighash's misspelt in the docs does not pass for one of theirs.
 var otherPrograms = map[string][]string{
 	"kubectl":                 {"dry-run", "field-manager", "field-selector", "force", "from", "from-file", "from-literal", "replicas", "server-side", "show-labels"},
-	"helm":                    {"create-namespace", "set"},
+	"helm":                    {"create-namespace", "set", "version"},
+	"skopeo":                  {"all"},
+	"ctr":                     {"platform"},
+	"kubectl krew":            {"manifest-url"},
 	"gcloud":                  {"format"},
 	"sha256sum, shasum":       {"check"},
 	"k3s":                     {"kube-apiserver-arg"},

@@ -15,6 +15,10 @@
 # Environment: VERSION (the image tag and `confighash version`), REPO (default
 # ghcr.io/confighash), ARCH (the image's architecture; default this machine's), KO (a
 # ko binary; default: ko KO_VERSION, installed once into the cache), CONFIGHASH_CACHE.
+# With OCI_LAYOUT, a directory: each package's image for every architecture ARCH lists
+# (comma-separated, amd64 and arm64 at most) is written there as one OCI image index,
+# OCI_LAYOUT/NAME, with each platform's SBOM in OUTDIR/sbom-NAME/ (ko's names), rather
+# than a tarball.
 set -euo pipefail
 
 out="$(mkdir -p "$1" && cd "$1" && pwd)"
@@ -29,6 +33,7 @@ VERSION="${VERSION:-dev}"
 KO="${KO:-}"
 CACHE="${CONFIGHASH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confighash}"
 arch="${ARCH:-$(go env GOARCH)}"
+platforms="linux/${arch//,/,linux/}"
 KO_VERSION=v0.19.1
 
 if [[ -z "$KO" ]]; then
@@ -47,8 +52,9 @@ fi
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
 # local_base: assembles the base as an OCI layout in $CACHE/image-base/img (the
-# directory ko reads as its cache) and prints its name by digest. The layer is
-# reproducible: sorted, fixed times and owners.
+# directory ko reads as its cache), an image index for amd64 and arm64 whose images
+# share their one layer, and prints its name by digest. The layout is reproducible
+# (sorted, fixed times and owners), so builds that assemble it at once write the same.
 local_base() {
 	local layout="$CACHE/image-base/img" stage tmp
 	tmp="$(mktemp -d)"
@@ -64,26 +70,33 @@ local_base() {
 	tar "${tarflags[@]}" --owner=0 --group=0 --exclude=./home/nonroot -cf "$tmp/layer.tar" .
 	tar "${tarflags[@]}" --owner=65532 --group=65532 -rf "$tmp/layer.tar" ./home/nonroot
 	gzip -n -9 <"$tmp/layer.tar" >"$tmp/layer.tar.gz"
-	local diff_id layer layer_size config config_size manifest
+	local diff_id layer layer_size a config manifest entries="" listed="" index
 	diff_id="$(sha "$tmp/layer.tar")"
 	layer="$(sha "$tmp/layer.tar.gz")"
 	layer_size="$(stat -c %s "$tmp/layer.tar.gz")"
-	printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],"User":"65532","WorkingDir":"/home/nonroot"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-		"$arch" "$diff_id" >"$tmp/config.json"
-	config="$(sha "$tmp/config.json")"
-	config_size="$(stat -c %s "$tmp/config.json")"
-	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
-		"$config" "$config_size" "$layer" "$layer_size" >"$tmp/manifest.json"
-	manifest="$(sha "$tmp/manifest.json")"
 	mkdir -p "$layout/blobs/sha256"
 	mv "$tmp/layer.tar.gz" "$layout/blobs/sha256/$layer"
-	mv "$tmp/config.json" "$layout/blobs/sha256/$config"
-	printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s}]}' \
-		"$manifest" "$(stat -c %s "$tmp/manifest.json")" >"$layout/index.json"
-	mv "$tmp/manifest.json" "$layout/blobs/sha256/$manifest"
+	for a in amd64 arm64; do
+		printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],"User":"65532","WorkingDir":"/home/nonroot"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+			"$a" "$diff_id" >"$tmp/config.json"
+		config="$(sha "$tmp/config.json")"
+		printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
+			"$config" "$(stat -c %s "$tmp/config.json")" "$layer" "$layer_size" >"$tmp/manifest.json"
+		manifest="$(sha "$tmp/manifest.json")"
+		entries+="${entries:+,}{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:$manifest\",\"size\":$(stat -c %s "$tmp/manifest.json"),\"platform\":{\"architecture\":\"$a\",\"os\":\"linux\"}}"
+		mv "$tmp/config.json" "$layout/blobs/sha256/$config"
+		mv "$tmp/manifest.json" "$layout/blobs/sha256/$manifest"
+	done
+	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$entries" >"$tmp/index.json"
+	index="$(sha "$tmp/index.json")"
+	# ko looks up the index and each of its images by digest among the layout's entries.
+	listed="{\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"digest\":\"sha256:$index\",\"size\":$(stat -c %s "$tmp/index.json")},$entries"
+	mv "$tmp/index.json" "$layout/blobs/sha256/$index"
+	printf '{"schemaVersion":2,"manifests":[%s]}' "$listed" >"$tmp/layout-index.json"
+	mv "$tmp/layout-index.json" "$layout/index.json"
 	echo '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
 	rm -rf "$tmp"
-	echo "confighash.local/static-nonroot@sha256:$manifest"
+	echo "confighash.local/static-nonroot@sha256:$index"
 }
 
 registry="${BASE_IMAGE%%/*}"
@@ -103,14 +116,24 @@ fi
 
 for pkg in "${packages[@]}"; do
 	name="$(basename "$pkg")"
+	if [[ -n "${OCI_LAYOUT:-}" ]]; then
+		rm -rf "${OCI_LAYOUT:?}/$name"
+		target=(--oci-layout-path="$OCI_LAYOUT/$name")
+	else
+		target=(--tarball="$out/$name.tar")
+	fi
 	# ko's progress goes to a log, shown if it fails.
 	if ! KO_DEFAULTBASEIMAGE="$base" KO_DOCKER_REPO="$REPO/$name" CGO_ENABLED=0 GOFLAGS=-trimpath VERSION="$VERSION" \
-		"$KO" build --bare --push=false --platform="linux/$arch" --image-user=65532:65532 \
-		--tags="$VERSION" --tarball="$out/$name.tar" --sbom=spdx --sbom-dir="$out/sbom-$name" "$pkg" >"$out/$name.log" 2>&1; then
+		"$KO" build --bare --push=false --platform="$platforms" --image-user=65532:65532 \
+		--tags="$VERSION" "${target[@]}" --sbom=spdx --sbom-dir="$out/sbom-$name" "$pkg" >"$out/$name.log" 2>&1; then
 		cat "$out/$name.log" >&2
 		exit 1
 	fi
 	rm "$out/$name.log"
+	if [[ -n "${OCI_LAYOUT:-}" ]]; then
+		echo "$name=$OCI_LAYOUT/$name $(du -sh "$OCI_LAYOUT/$name" | cut -f1)"
+		continue
+	fi
 	mv "$out/sbom-$name"/*.spdx.json "$out/$name.spdx.json"
 	rmdir "$out/sbom-$name"
 	echo "$name=$out/$name.tar $(du -h "$out/$name.tar" | cut -f1)"

@@ -73,26 +73,29 @@ func Up(ctx context.Context, logf func(format string, args ...any)) (e *Env, err
 	return e, e.loadImages(ctx, logf)
 }
 
-// loadImages builds confighash's and the demo app's images as make image does, and
-// imports them into the node.
+// loadImages builds confighash's image as a release does, one index for amd64 and
+// arm64, and the demo app's as make image does, and imports them into the node:
+// confighash's as docs/install.md says, the node's own platform from the index.
 func (e *Env) loadImages(ctx context.Context, logf func(format string, args ...any)) error {
 	start := time.Now()
 	dir := filepath.Join(e.dir, "images")
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(), "tests/image/build.sh"), dir, "./cmd/confighash", "./tests/node/demoapp")
-	cmd.Dir = repoRoot()
-	cmd.Env = append(os.Environ(), "VERSION="+imageTag)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("build images: %w", err)
-	}
-	logf("images built in %s: %s", time.Since(start).Round(time.Second), strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", ", "))
-	for _, name := range []string{"confighash", "demoapp"} {
-		if err := e.Node.Import(ctx, filepath.Join(dir, name+".tar")); err != nil {
-			return err
+	var said []string
+	for _, script := range [][]string{{"tests/image/index.sh", dir}, {"tests/image/build.sh", dir, "./tests/node/demoapp"}} {
+		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(), script[0]), script[1:]...)
+		cmd.Dir = repoRoot()
+		cmd.Env = append(os.Environ(), "VERSION="+imageTag)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("%s: %w", script[0], err)
 		}
+		said = append(said, strings.Fields(string(out))...)
 	}
-	return nil
+	logf("images built in %s: %s", time.Since(start).Round(time.Second), strings.Join(said, ", "))
+	if err := e.Node.Import(ctx, filepath.Join(dir, "confighash.oci.tar"), "--platform", "linux/"+runtime.GOARCH); err != nil {
+		return err
+	}
+	return e.Node.Import(ctx, filepath.Join(dir, "demoapp.tar"))
 }
 
 // Down stops the node, the control plane and the network, removes their directory,

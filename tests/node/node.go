@@ -199,8 +199,9 @@ func (n *Node) poll(ctx context.Context, component string, timeout time.Duration
 
 // Import loads an image archive (docker save or OCI layout) into the node's
 // containerd, where kubelet finds it without pulling.
-func (n *Node) Import(ctx context.Context, archive string) error {
-	cmd := exec.CommandContext(ctx, "ctr", "--address", n.socket(), "--namespace", "k8s.io", "images", "import", "--no-unpack=false", archive)
+func (n *Node) Import(ctx context.Context, archive string, flags ...string) error {
+	args := append([]string{"--address", n.socket(), "--namespace", "k8s.io", "images", "import", "--no-unpack=false"}, flags...)
+	cmd := exec.CommandContext(ctx, "ctr", append(args, archive)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("import %s: %w: %s", archive, err, out)
 	}

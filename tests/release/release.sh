@@ -4,16 +4,24 @@
 # Builds release VERSION (semver with a leading v: v0.1.0, v1.2.0-rc.1) into OUTDIR
 # (default dist/VERSION), what its release page carries:
 #
-#   confighash_X.Y.Z_OS_ARCH.tar.gz   confighash and kubectl-confighash, per platform
-#   confighash-image_X.Y.Z_linux_ARCH.tar, .spdx.json
-#                                     the image ghcr.io/confighash/confighash:X.Y.Z, per
-#                                     linux architecture of PLATFORMS, for docker load or
-#                                     crane push, and its SBOM (tests/image/build.sh)
-#   confighash-X.Y.Z.tgz              the Helm chart, version and appVersion X.Y.Z
+#   confighash_X.Y.Z_OS_ARCH.tar.gz   confighash and kubectl-confighash, per platform, and
+#                                     the LICENSE
+#   confighash.krew.yaml              the krew plugin manifest of those archives
+#   confighash-image_X.Y.Z.oci.tar    the image ghcr.io/confighash/confighash:X.Y.Z, one
+#                                     OCI image index for every linux architecture of
+#                                     PLATFORMS, each image's SBOM attached, as an OCI
+#                                     layout (tests/image/index.sh)
+#   confighash-image_X.Y.Z_linux_ARCH.spdx.json
+#                                     each image's SBOM
+#   confighash-X.Y.Z.tgz              the Helm chart, version and appVersion X.Y.Z, with
+#                                     Artifact Hub's annotations: what helm push sends
 #   confighash.yaml                   manifests/ rendered (TLS from cert-manager), with
 #                                     the image of this release
+#   release-notes.md                  VERSION's section of CHANGELOG.md, and the image's
+#                                     digest
+#   provenance.intoto.json            what was built, from which commit, with what (an
+#                                     in-toto statement, SLSA provenance v1)
 #   checksums.txt                     sha256 of each of the above
-#   release-notes.md                  VERSION's section of CHANGELOG.md
 #
 # It refuses a VERSION that is not semver, or that CHANGELOG.md has no section for,
 # before building anything.
@@ -48,6 +56,7 @@ notes="$(awk -v head="## [$plain]" '
 	found && (NF || text) { text = 1; print }' CHANGELOG.md)"
 [[ -n "$notes" ]] || fail "CHANGELOG.md has no section \"## [$plain] - YYYY-MM-DD\" with what changes in $version; write one first"
 
+started="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 start=$SECONDS
 # step MESSAGE: says what runs now, and how long the release has taken so far.
 step() { printf '==> %s (%ds)\n' "$1" $((SECONDS - start)) >&2; }
@@ -67,7 +76,8 @@ tool() {
 	echo "$bin"
 }
 
-revision="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+revision="${commit:0:12}"
 if [[ "$revision" != unknown && -n "$(git status --porcelain --untracked-files=no)" ]]; then
 	revision+="-dirty"
 fi
@@ -89,24 +99,35 @@ for platform in $PLATFORMS; do
 		-ldflags "-s -w -X main.version=$version -X main.revision=$revision" -o "$dir/confighash" ./cmd/confighash
 	# A copy, not a link: tar cannot extract a hard link alone, and kubectl needs a file.
 	cp "$dir/confighash" "$dir/kubectl-confighash"
-	targz "$dir" "$out/${dir##*/}.tar.gz" confighash kubectl-confighash
+	cp LICENSE "$dir/"
+	targz "$dir" "$out/${dir##*/}.tar.gz" confighash kubectl-confighash LICENSE
 done
 
+go build -o "$tmp/assemble" ./tests/release/assemble
+page="https://github.com/confighash/confighash/releases/download/"
+step "the krew plugin manifest"
+"$tmp/assemble" krew "$out" "$version" "$page"
+
+linux=""
 for platform in $PLATFORMS; do
-	[[ "${platform%/*}" == linux ]] || continue
-	arch="${platform#*/}"
-	step "the image ghcr.io/confighash/confighash:$tag for linux/$arch"
-	# One at a time: build.sh's base, assembled where no registry answers, is per architecture.
-	ARCH="$arch" VERSION="$tag" tests/image/build.sh "$tmp/image" >/dev/null
-	mv "$tmp/image/confighash.tar" "$out/confighash-image_${plain}_linux_${arch}.tar"
-	mv "$tmp/image/confighash.spdx.json" "$out/confighash-image_${plain}_linux_${arch}.spdx.json"
+	[[ "${platform%/*}" == linux ]] && linux+="${linux:+,}${platform#*/}"
 done
+[[ -n "$linux" ]] || fail "PLATFORMS=\"$PLATFORMS\" names no linux platform for the image"
+step "the image ghcr.io/confighash/confighash:$tag, one index for linux/${linux//,/, linux/}"
+digest="$(ARCH="$linux" VERSION="$tag" tests/image/index.sh "$tmp/image")"
+mv "$tmp/image/confighash.oci.tar" "$out/confighash-image_${plain}.oci.tar"
+for arch in ${linux//,/ }; do
+	mv "$tmp/image/confighash_linux_$arch.spdx.json" "$out/confighash-image_${plain}_linux_${arch}.spdx.json"
+done
+printf '# confighash %s\n\n%s\n\nThe image: `ghcr.io/confighash/confighash:%s`, `%s` (linux/%s), with each platform'"'"'s SBOM.\n' \
+	"$version" "$notes" "$tag" "$digest" "${linux//,/, linux/}" >"$out/release-notes.md"
 
 step "the Helm chart $plain"
 helm="$(tests/cluster/build-binaries.sh helm | sed -n 's/^helm=//p')/helm"
 # A copy: the chart in the repository keeps its own version.
 mkdir "$tmp/chart"
 cp -R manifests/helm/confighash "$tmp/chart/"
+"$tmp/assemble" chart "$tmp/chart/confighash/Chart.yaml" "$out/release-notes.md" "ghcr.io/confighash/confighash:$tag" "linux/${linux//,/,linux/}"
 "$helm" package --version "$plain" --app-version "$plain" --destination "$out" "$tmp/chart/confighash" >/dev/null
 
 step "confighash.yaml, kustomize $KUSTOMIZE_VERSION"
@@ -130,10 +151,11 @@ EOF
 images="$(sed -n 's/^ *image: //p' "$out/confighash.yaml" | sort -u)"
 [[ "$images" == "ghcr.io/confighash/confighash:$tag" ]] || fail "confighash.yaml names other images than ghcr.io/confighash/confighash:$tag: $images"
 
-step "checksums.txt and release-notes.md"
+step "provenance.intoto.json and checksums.txt"
+"$tmp/assemble" provenance "$out" "$version" "$commit" "ghcr.io/confighash/confighash:$tag" "$digest" "$started" \
+	"ko=$(sed -n 's/^KO_VERSION=//p' tests/image/build.sh)" "kustomize=$KUSTOMIZE_VERSION" "helm=$("$helm" version --template '{{.Version}}')"
 (cd "$out" && sha256sum -- * >"$tmp/checksums.txt")
 mv "$tmp/checksums.txt" "$out/"
-printf '# confighash %s\n\n%s\n' "$version" "$notes" >"$out/release-notes.md"
 
 step "done: $out"
 (cd "$out" && ls -lh -- *) >&2

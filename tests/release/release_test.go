@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -75,16 +75,29 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 	dist := filepath.Join(page, version)
 	start := time.Now()
 	build := exec.CommandContext(t.Context(), "./release.sh", version, dist)
-	build.Env = append(os.Environ(), "PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH)
+	// This machine's binaries, and the image for both architectures, as released.
+	platforms := []string{runtime.GOOS + "/" + runtime.GOARCH}
+	for _, arch := range []string{"amd64", "arm64"} {
+		if p := "linux/" + arch; p != platforms[0] {
+			platforms = append(platforms, p)
+		}
+	}
+	build.Env = append(os.Environ(), "PLATFORMS="+strings.Join(platforms, " "))
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("release.sh %s: %v\n%s", version, err, out)
 	}
 	t.Logf("release %s for %s/%s built in %s", version, runtime.GOOS, runtime.GOARCH, time.Since(start).Round(time.Second))
 
 	binaries := fmt.Sprintf("confighash_%s_%s_%s.tar.gz", plain, runtime.GOOS, runtime.GOARCH)
-	imageFile := fmt.Sprintf("confighash-image_%s_linux_%s", plain, runtime.GOARCH)
+	imageFile := fmt.Sprintf("confighash-image_%s.oci.tar", plain)
 	chart := fmt.Sprintf("confighash-%s.tgz", plain)
-	artifacts := []string{binaries, imageFile + ".tar", imageFile + ".spdx.json", chart, "confighash.yaml"}
+	artifacts := []string{imageFile, chart, "confighash.yaml", "confighash.krew.yaml", "release-notes.md", "provenance.intoto.json"}
+	for _, p := range platforms {
+		artifacts = append(artifacts, fmt.Sprintf("confighash_%s_%s.tar.gz", plain, strings.ReplaceAll(p, "/", "_")))
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		artifacts = append(artifacts, fmt.Sprintf("confighash-image_%s_linux_%s.spdx.json", plain, arch))
+	}
 
 	t.Run("every artifact is there, with its checksum", func(t *testing.T) {
 		entries, err := os.ReadDir(dist)
@@ -95,7 +108,7 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 		for _, e := range entries {
 			files = append(files, e.Name())
 		}
-		want := append([]string{"checksums.txt", "release-notes.md"}, artifacts...)
+		want := append([]string{"checksums.txt"}, artifacts...)
 		slices.Sort(files)
 		slices.Sort(want)
 		if !slices.Equal(files, want) {
@@ -114,15 +127,15 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 
 	t.Run("both binaries say the version", func(t *testing.T) {
 		files := untar(t, filepath.Join(dist, binaries))
-		if len(files) != 2 || files["confighash"] == nil || !bytes.Equal(files["confighash"], files["kubectl-confighash"]) {
-			t.Fatalf("%s holds %d files, want confighash and kubectl-confighash, the same binary", binaries, len(files))
+		if len(files) != 3 || files["confighash"] == nil || !bytes.Equal(files["confighash"], files["kubectl-confighash"]) || files["LICENSE"] == nil {
+			t.Fatalf("%s holds %d files, want confighash and kubectl-confighash, the same binary, and the LICENSE", binaries, len(files))
 		}
 		// Extracted as users do, so that the archive's modes are what runs.
 		dir := t.TempDir()
 		if out, err := exec.Command("tar", "-xzf", filepath.Join(dist, binaries), "-C", dir).CombinedOutput(); err != nil {
 			t.Fatalf("tar: %v\n%s", err, out)
 		}
-		for name := range files {
+		for _, name := range []string{"confighash", "kubectl-confighash"} {
 			out, err := exec.Command(filepath.Join(dir, name), "version").CombinedOutput()
 			if want := "confighash " + version + " (revision "; err != nil || !strings.HasPrefix(string(out), want) {
 				t.Errorf("%s version: %v, %q; want it to begin %q", name, err, out, want)
@@ -140,18 +153,9 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 		}
 	})
 
-	t.Run("the image is tagged with the version, with its SBOM", func(t *testing.T) {
-		var manifest []struct{ RepoTags []string }
-		if err := json.Unmarshal(untar(t, filepath.Join(dist, imageFile+".tar"))["manifest.json"], &manifest); err != nil {
-			t.Fatal(err)
-		}
-		if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{tag}) {
-			t.Errorf("the image tarball's manifest: %+v, want one image tagged %s", manifest, tag)
-		}
-		var sbom struct{ SPDXVersion string }
-		if b, err := os.ReadFile(filepath.Join(dist, imageFile+".spdx.json")); err != nil || json.Unmarshal(b, &sbom) != nil || sbom.SPDXVersion == "" {
-			t.Errorf("the SBOM is not SPDX: %v", err)
-		}
+	var index ociIndex
+	t.Run("the image is one index for amd64 and arm64, each image with its SBOM, named by the version", func(t *testing.T) {
+		index = checkImageIndex(t, untar(t, filepath.Join(dist, imageFile)), tag, plain)
 	})
 
 	t.Run("the notes are the changelog's section", func(t *testing.T) {
@@ -163,11 +167,23 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		title, body, _ := strings.Cut(string(notes), "\n\n")
-		if title != "# confighash "+version || len(body) < 100 || !strings.Contains(string(changelog), "## ["+plain+"]") ||
-			!strings.Contains(string(changelog), body) {
+		title, body, _ := strings.Cut(strings.TrimSuffix(string(notes), "\n"), "\n\n")
+		section, image, _ := strings.Cut(body, "\n\nThe image: ")
+		if title != "# confighash "+version || len(section) < 100 || !strings.Contains(string(changelog), "## ["+plain+"]") ||
+			!strings.Contains(string(changelog), section) {
 			t.Errorf("release-notes.md is not CHANGELOG.md's section of %s under its title:\n%s", version, notes)
 		}
+		if want := fmt.Sprintf("`%s`, `%s` (linux/amd64, linux/arm64)", tag, index.digest); !strings.HasPrefix(image, want) {
+			t.Errorf("release-notes.md says of the image %q, want %q", image, want)
+		}
+	})
+
+	t.Run("the chart carries Artifact Hub's annotations", func(t *testing.T) {
+		checkArtifactHub(t, untar(t, filepath.Join(dist, chart))["confighash/Chart.yaml"], tag)
+	})
+
+	t.Run("the provenance names every file, and the image index, with the commit and the Go they were built from", func(t *testing.T) {
+		checkProvenance(t, dist, version, tag, index.digest)
 	})
 
 	pageURL := serve(t, page)
@@ -175,6 +191,51 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 		out := runBlock(t, c, blocks["plugin"], pageURL)
 		if want := "confighash " + version + " ("; !strings.Contains(out, want) {
 			t.Errorf("kubectl confighash version printed %q, want %q", out, want)
+		}
+	})
+
+	t.Run("the krew manifest validates as krew-index's and installs the plugin with kubectl krew as the docs say", func(t *testing.T) {
+		// krew as users install it: kubectl-krew on the PATH.
+		bin := t.TempDir()
+		if err := os.Symlink(goTool(t, "krew", "sigs.k8s.io/krew/cmd/krew", krewVersion), filepath.Join(bin, "kubectl-krew")); err != nil {
+			t.Fatal(err)
+		}
+		checkKrewManifest(t, dist, version, pageURL, bin, filepath.Dir(c.KubectlPath))
+		// A user's krew has its default index, cloned from GitHub at its first run and
+		// fetched again at each install, which an install from a manifest does not
+		// read: here, a clone of an empty one on this machine.
+		root, remote := t.TempDir(), filepath.Join(t.TempDir(), "krew-index.git")
+		work := filepath.Join(t.TempDir(), "work")
+		for _, args := range [][]string{
+			{"init", "-q", "--bare", remote}, {"clone", "-q", remote, work},
+			{"-C", work, "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-q", "--allow-empty", "-m", "index"},
+			{"-C", work, "push", "-q", "origin", "HEAD"}, {"clone", "-q", remote, filepath.Join(root, "index", "default")},
+		} {
+			if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+				t.Fatalf("git %s: %v\n%s", args, err, out)
+			}
+		}
+		out := runBlockWith(t, c, blocks["krew"], pageURL, []string{"KREW_ROOT=" + root}, bin)
+		if want := "confighash " + version + " ("; !strings.Contains(out, want) {
+			t.Errorf("kubectl confighash version printed %q, want %q", out, want)
+		}
+	})
+
+	reg, host := serveRegistry(t)
+	t.Run("the image index is pushed as it is, and resolves for amd64 and arm64", func(t *testing.T) {
+		bin := t.TempDir()
+		if err := os.Symlink(goTool(t, "crane", "github.com/google/go-containerregistry/cmd/crane", craneVersion), filepath.Join(bin, "crane")); err != nil {
+			t.Fatal(err)
+		}
+		runBlock(t, c, strings.ReplaceAll(blocks["image"], "registry.example.com", host), pageURL, bin)
+		pushed, ok := reg.manifest("confighash/confighash", plain)
+		if !ok || digestOf(pushed.body) != index.digest {
+			t.Fatalf("the registry holds %s of tag %s, want the index %s", digestOf(pushed.body), plain, index.digest)
+		}
+		for _, m := range index.Manifests {
+			if _, ok := reg.manifest("confighash/confighash", m.Digest); !ok {
+				t.Errorf("the registry lacks %s of the index", m.Digest)
+			}
 		}
 	})
 
@@ -197,15 +258,32 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 		expectImage(t, c, tag)
 	})
 
+	uninstall := func() {
+		helm, err := cluster.Helm(context.Background())
+		if err == nil {
+			_, _ = exec.Command(helm, "uninstall", "confighash", "--namespace", "confighash", "--wait", "--kubeconfig", c.Kubeconfig).CombinedOutput()
+		}
+		_ = c.DeleteNamespace(context.Background(), "confighash")
+	}
 	t.Run("the chart installs as the docs say", func(t *testing.T) {
-		t.Cleanup(func() {
-			helm, err := cluster.Helm(context.Background())
-			if err == nil {
-				_, _ = exec.Command(helm, "uninstall", "confighash", "--namespace", "confighash", "--wait", "--kubeconfig", c.Kubeconfig).CombinedOutput()
-			}
-			_ = c.DeleteNamespace(context.Background(), "confighash")
-		})
+		t.Cleanup(uninstall)
 		runBlock(t, c, blocks["helm"], pageURL)
+		expectImage(t, c, tag)
+	})
+
+	t.Run("the chart installs from an OCI registry as the docs say, once helm push sent it", func(t *testing.T) {
+		t.Cleanup(uninstall)
+		waitNamespaceGone(t, c, "confighash")
+		helm, err := cluster.Helm(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(helm, "push", filepath.Join(dist, chart), "oci://"+host+"/confighash/charts", "--plain-http").CombinedOutput(); err != nil {
+			t.Fatalf("helm push: %v\n%s", err, out)
+		}
+		// The registry here speaks plain HTTP, which helm is told.
+		block := strings.ReplaceAll(blocks["helm-oci"], "oci://ghcr.io/", "oci://"+host+"/")
+		runBlock(t, c, strings.Replace(block, "helm install ", "helm install --plain-http ", 1), pageURL)
 		expectImage(t, c, tag)
 	})
 }
@@ -219,13 +297,16 @@ func releaseBlocks(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	blocks := map[string]string{}
-	for _, m := range regexp.MustCompile("(?s)<!-- release-install: (\\w+) -->\n+```sh\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
+	for _, m := range regexp.MustCompile("(?s)<!-- release-install: ([\\w-]+) -->\n+```sh\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
 		blocks[m[1]] = m[2]
 	}
-	for _, name := range []string{"kubectl", "helm", "plugin"} {
+	for _, name := range []string{"kubectl", "helm", "plugin", "krew", "image"} {
 		if !strings.Contains(blocks[name], releasePage) {
 			t.Fatalf("docs/install.md has no block marked <!-- release-install: %s --> that downloads from %s", name, releasePage)
 		}
+	}
+	if !strings.Contains(blocks["helm-oci"], "oci://ghcr.io/confighash/charts/confighash") {
+		t.Fatal("docs/install.md has no block marked <!-- release-install: helm-oci --> that installs oci://ghcr.io/confighash/charts/confighash")
 	}
 	return blocks
 }
@@ -246,18 +327,40 @@ func docsVersion(t *testing.T, blocks map[string]string) string {
 	return versions[0]
 }
 
-// serve serves dir over HTTP until the test ends, and returns its URL.
+// serve serves dir over HTTP until the test ends, and returns its URL. The krew
+// manifest is served with its downloads from the release page served from here too.
 func serve(t *testing.T, dir string) string {
 	t.Helper()
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	files := http.FileServer(http.Dir(dir))
+	var url string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, ".krew.yaml") {
+			files.ServeHTTP(w, r)
+			return
+		}
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(r.URL.Path)))
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(bytes.ReplaceAll(b, []byte(releasePage), []byte(url)))
+	}))
 	t.Cleanup(srv.Close)
-	return srv.URL + "/"
+	url = srv.URL + "/"
+	return url
 }
 
 // runBlock runs a block of the docs with bash, downloading from page instead of the
 // release page, as a user with an empty home directory whose PATH has the control
-// plane's kubectl and the helm the tests build first, and returns its output.
-func runBlock(t *testing.T, c *cluster.Cluster, block, page string) string {
+// plane's kubectl, the helm the tests build and the directories bins, and returns its
+// output.
+func runBlock(t *testing.T, c *cluster.Cluster, block, page string, bins ...string) string {
+	t.Helper()
+	return runBlockWith(t, c, block, page, nil, bins...)
+}
+
+// runBlockWith runs a block as runBlock does, with the environment variables env too.
+func runBlockWith(t *testing.T, c *cluster.Cluster, block, page string, env []string, bins ...string) string {
 	t.Helper()
 	helm, err := cluster.Helm(t.Context())
 	if err != nil {
@@ -272,14 +375,26 @@ func runBlock(t *testing.T, c *cluster.Cluster, block, page string) string {
 	cmd.Env = []string{
 		"HOME=" + home,
 		"KUBECONFIG=" + c.Kubeconfig,
-		"PATH=" + strings.Join([]string{filepath.Join(home, ".local", "bin"), filepath.Dir(c.KubectlPath), filepath.Dir(helm), os.Getenv("PATH")}, string(os.PathListSeparator)),
+		"PATH=" + strings.Join(append(append([]string{filepath.Join(home, ".local", "bin")}, bins...), filepath.Dir(c.KubectlPath), filepath.Dir(helm), os.Getenv("PATH")), string(os.PathListSeparator)),
 	}
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the docs' block failed: %v\n%s\n%s", err, block, out)
 	}
 	t.Logf("the docs' block said:\n%s", out)
 	return string(out)
+}
+
+// waitNamespaceGone waits, two minutes at most, until the namespace is deleted.
+func waitNamespaceGone(t *testing.T, c *cluster.Cluster, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if _, err := c.Client.CoreV1().Namespaces().Get(t.Context(), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+	}
+	t.Fatalf("namespace %s is still there 2 minutes after its deletion", name)
 }
 
 // expectImage checks that both components' Deployments run tag.
