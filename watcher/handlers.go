@@ -115,7 +115,7 @@ func (w *Watcher) resync() {
 		// only, and the garbage collector may have taken one meanwhile. So is a
 		// CronJob whose Job is due and was not started.
 		// And a Deployment paused for its pause period, to be resumed.
-		if !drift && len(v.Pins) == 0 && !v.RunDue && !(v.Paused && v.PausedAt != "") {
+		if !drift && len(v.Pins) == 0 && !v.RunDue && !v.pausedForPeriod() {
 			continue
 		}
 		w.enqueue(v, w.tracking.spread(queued))

@@ -31,6 +31,12 @@ var deploymentKind = appsv1.SchemeGroupVersion.WithKind("Deployment")
 // UTC, 25 with an offset.
 const maxPausedAtBytes = 64
 
+// pausedForPeriod reports whether v is a Deployment paused for a pause period: paused,
+// with the mark of when, which says it is to be resumed.
+func (v *view) pausedForPeriod() bool {
+	return v.Kind.GroupVersionKind == deploymentKind && v.Paused && v.PausedAt != ""
+}
+
 // keeps reports whether the watcher pauses v for its pause period, rather than holding
 // its changes in the meantime (tracking.pause).
 func (p *deploymentPauses) keeps(v *view) bool {
@@ -42,9 +48,9 @@ func (p *deploymentPauses) keeps(v *view) bool {
 // already, by a pause period under way, or by someone else, whose pause is theirs to
 // end.
 func (p *deploymentPauses) pause(v *view, trig []confighash.Trigger, now time.Time) (s confighash.Status, spec, mark map[string]any) {
-	s = confighash.Status{Act: confighash.ActRolled, At: now, Why: confighash.FormatTriggers(trig) + " changed"}
+	s = rolled(trig, 0)
 	switch {
-	case v.Paused && v.PausedAt != "":
+	case v.pausedForPeriod():
 		s.Why += "; its rollout waits for the pause period under way (" + confighash.ReloaderPausedAt + ")"
 	case v.Paused:
 		s.Why += "; the Deployment is paused (spec.paused): it rolls when it is resumed"
@@ -61,7 +67,7 @@ func (p *deploymentPauses) pause(v *view, trig []confighash.Trigger, now time.Ti
 // with --pause-deployments off: its mark says it is to end. A mark that cannot be
 // read, or a pause period no longer asked for, ends at once.
 func (p *deploymentPauses) resume(ctx context.Context, v *view, now time.Time) (*view, time.Duration, error) {
-	if v.Kind.GroupVersionKind != deploymentKind || !v.Paused || v.PausedAt == "" {
+	if !v.pausedForPeriod() {
 		return v, 0, nil
 	}
 	at, err := time.Parse(time.RFC3339, v.PausedAt)

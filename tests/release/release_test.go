@@ -9,8 +9,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -465,8 +463,7 @@ func sha256File(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return strings.TrimPrefix(digestOf(b), "sha256:")
 }
 
 // untar reads the regular files of a tar archive, gzipped or not.
