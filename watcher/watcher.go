@@ -213,7 +213,7 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	door := watches.Door{Namespaces: cfg.Watched, Gate: gate, Over: cfg.Over}
+	door := watches.Door{Namespaces: cfg.Watched, Gate: gate, Over: cfg.Over, Turns: watches.NewTurns(watches.ListsAtOnce)}
 	if w.sources, err = sourcecache.New(cfg.Client, door, cfg.Sources, csi); err != nil {
 		return nil, err
 	}

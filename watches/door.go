@@ -2,8 +2,8 @@
 // (ARCHITECTURE.md, rule 13). Every informer either of them runs is opened here, from a
 // Kind registered in Kinds: a tenant's kinds only for the namespaces confighash acts in
 // (the objects of the others are kept as their key alone), every object bounded in
-// bytes before the code reads it, and the whole read set in one list, which the flood
-// test reads. A layout test refuses an informer made anywhere else.
+// bytes before the code reads it, a component's informers listing a few at a time
+// (Turns), and the whole read set in one list, which the flood test reads. A layout test refuses an informer made anywhere else.
 package watches
 
 import (
@@ -36,6 +36,9 @@ type Door struct {
 	// Over, when set, is told of an object over its kind's bound as it is read, once
 	// for as long as it stays over.
 	Over func(kind Kind, namespace, name string, bytes int)
+	// Turns bounds the informers that list at once, across every kind opened through
+	// the door (NewTurns(ListsAtOnce)); nil, no bound.
+	Turns *Turns
 }
 
 // Open returns the informers of a tenant's kind, one for each namespace watched or one
@@ -51,7 +54,7 @@ func (d Door) Open(kind Kind, newInformer func(namespace string) cache.SharedInd
 	}
 	return newInformers(d.Namespaces, newInformer, func(inf *informer) cache.TransformFunc {
 		return d.admit(kind, inf, transform)
-	}, d.Gate.HasSynced)
+	}, d.Gate.HasSynced, d.Turns)
 }
 
 // Informer returns inf, an informer of a kind no tenant writes (Cluster, Install or

@@ -22,7 +22,10 @@ type Informers struct {
 	// keys alone on it.
 	transform func(*informer) cache.TransformFunc
 	// ready tells when the informers may start: once the gate knows the namespaces.
-	ready    func() bool
+	ready func() bool
+	// turns bounds the informers listing at once, with those of the component's other
+	// kinds.
+	turns    *Turns
 	handlers []cache.ResourceEventHandler
 	// runCtx is Run's, which informers started later run under too.
 	runCtx context.Context
@@ -38,7 +41,11 @@ type informer struct {
 	// or the namespace is gone). Until it can be listed, it counts as synced and is
 	// not served, so that one of them does not keep the others from being served.
 	refused *atomic.Bool
-	stop    context.CancelFunc
+	// failed is closed once a list or watch of the informer failed: it gives its turn
+	// back.
+	failed   chan struct{}
+	failOnce sync.Once
+	stop     context.CancelFunc
 
 	mu sync.Mutex
 	// keyed are the namespaces it keeps objects of as their key alone, since
@@ -58,11 +65,31 @@ func (inf *informer) keeps(namespace string) bool {
 	return inf.keyed[namespace]
 }
 
+// start runs the informer under ctx once it has a turn, and gives the turn back once
+// its first list is done, or failed: one that cannot list, a kind whose CRD went, lists
+// again without a turn, and does not hold the others back.
+func (inf *informer) start(ctx context.Context, turns *Turns) {
+	ctx, inf.stop = context.WithCancel(ctx)
+	go func() {
+		give, ok := turns.take(ctx)
+		if !ok {
+			return
+		}
+		defer give()
+		go inf.RunWithContext(ctx)
+		select {
+		case <-inf.HasSyncedChecker().Done():
+		case <-inf.failed:
+		case <-ctx.Done():
+		}
+	}()
+}
+
 // newInformers calls newInformer for each namespace, or once with "" (all namespaces)
 // when there are none; each informer stores what the transform made for it makes of
-// each object, once ready.
-func newInformers(namespaces []string, newInformer func(namespace string) cache.SharedIndexInformer, transform func(*informer) cache.TransformFunc, ready func() bool) (*Informers, error) {
-	in := &Informers{newInformer: newInformer, transform: transform, ready: ready, byNamespace: map[string]*informer{}}
+// each object, once ready, and lists when turns gives it a turn.
+func newInformers(namespaces []string, newInformer func(namespace string) cache.SharedIndexInformer, transform func(*informer) cache.TransformFunc, ready func() bool, turns *Turns) (*Informers, error) {
+	in := &Informers{newInformer: newInformer, transform: transform, ready: ready, turns: turns, byNamespace: map[string]*informer{}}
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
@@ -78,19 +105,18 @@ func newInformers(namespaces []string, newInformer func(namespace string) cache.
 
 // build returns a new informer of the namespace, with the transform and the handlers.
 func (in *Informers) build(namespace string) (*informer, error) {
-	inf := &informer{SharedIndexInformer: in.newInformer(namespace), refused: &atomic.Bool{}, keyed: map[string]bool{}}
+	inf := &informer{SharedIndexInformer: in.newInformer(namespace), refused: &atomic.Bool{}, failed: make(chan struct{}), keyed: map[string]bool{}}
 	if err := inf.SetTransform(in.transform(inf)); err != nil {
 		return nil, err
 	}
-	if namespace != metav1.NamespaceAll {
-		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-				inf.refused.Store(true)
-			}
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-		}); err != nil {
-			return nil, err
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		inf.failOnce.Do(func() { close(inf.failed) })
+		if namespace != metav1.NamespaceAll && (apierrors.IsForbidden(err) || apierrors.IsNotFound(err)) {
+			inf.refused.Store(true)
 		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}); err != nil {
+		return nil, err
 	}
 	for _, h := range in.handlers {
 		if _, err := inf.AddEventHandler(h); err != nil {
@@ -151,7 +177,8 @@ func (in *Informers) AddEventHandler(h cache.ResourceEventHandler) error {
 	return nil
 }
 
-// Run starts every informer once they are ready; they stop when ctx is done.
+// Run starts every informer once they are ready, each listing in its turn; they stop
+// when ctx is done.
 func (in *Informers) Run(ctx context.Context) {
 	go func() {
 		if wait.PollUntilContextCancel(ctx, relistPoll, true, func(context.Context) (bool, error) { return in.ready(), nil }) != nil {
@@ -161,9 +188,7 @@ func (in *Informers) Run(ctx context.Context) {
 		defer in.mu.Unlock()
 		in.runCtx = ctx
 		for _, inf := range in.byNamespace {
-			var runCtx context.Context
-			runCtx, inf.stop = context.WithCancel(ctx)
-			go inf.RunWithContext(runCtx)
+			inf.start(ctx, in.turns)
 		}
 	}()
 }
@@ -204,8 +229,7 @@ func (in *Informers) Relist(ctx context.Context, namespace string) (bool, error)
 	if err != nil {
 		return false, fmt.Errorf("relist namespace %q: %w", namespace, err)
 	}
-	runCtx, next.stop = context.WithCancel(runCtx)
-	go next.RunWithContext(runCtx)
+	next.start(runCtx, in.turns)
 	err = wait.PollUntilContextCancel(ctx, relistPoll, true, func(context.Context) (bool, error) {
 		return next.HasSynced() || next.refused.Load(), nil
 	})

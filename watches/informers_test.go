@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -64,6 +65,68 @@ func TestInformersOfARefusedNamespaceDoNotHoldBackTheOthers(t *testing.T) {
 		t.Errorf("Relist(refused) = %v, %v; want the refused namespace left as it was", swapped, err)
 	}
 }
+
+// TestInformersListInTurns: with one turn, one informer lists at a time, across the
+// sets that share the turns, relists too; one whose list fails gives its turn back.
+func TestInformersListInTurns(t *testing.T) {
+	var listing, most atomic.Int32
+	failing := make(chan struct{}, 1)
+	newInformer := func(ns string) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(listsFirst{&cache.ListWatch{
+			ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+				if ns == "failing" {
+					select {
+					case failing <- struct{}{}:
+					default:
+					}
+					return nil, apierrors.NewInternalError(errors.New("etcd is down"))
+				}
+				n := listing.Add(1)
+				defer listing.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(50 * time.Millisecond) // long enough for a list without a turn to overlap
+				return &corev1.ConfigMapList{Items: []corev1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg"}}}}, nil
+			},
+			WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+				return watch.NewFake(), nil
+			},
+		}}, &corev1.ConfigMap{}, 0, cache.Indexers{})
+	}
+	turns := NewTurns(1)
+	set := func(namespaces ...string) *Informers {
+		in, err := newInformers(namespaces, newInformer, func(*informer) cache.TransformFunc { return nil }, func() bool { return true }, turns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	fails, lists := set("failing"), set("a", "b", "c")
+	fails.Run(ctx)
+	select {
+	case <-failing: // it holds the one turn, and fails
+	case <-ctx.Done():
+		t.Fatal("the failing informer never listed")
+	}
+	lists.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), lists.HasSynced) {
+		t.Fatal("an informer whose list fails held its turn: the others never listed")
+	}
+	if swapped, err := lists.Relist(ctx, "a"); !swapped || err != nil {
+		t.Fatalf("Relist(a) = %v, %v; want swapped", swapped, err)
+	}
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d informers listed at once, want 1: the turns", got)
+	}
+}
+
+// listsFirst lists, then watches: the reflector streams the first list through a watch
+// only from a client that says it can.
+type listsFirst struct{ *cache.ListWatch }
+
+func (listsFirst) IsWatchListSemanticsUnSupported() bool { return true }
 
 // TestRelistPutsEveryObjectThroughTheTransformAgain: what the transform keeps may
 // depend on more than the object (the watcher's on the namespace's mode); a relist
@@ -135,5 +198,5 @@ func TestRelistPutsEveryObjectThroughTheTransformAgain(t *testing.T) {
 
 // testInformers are informers that start at once, with transform as it is.
 func testInformers(namespaces []string, newInformer func(string) cache.SharedIndexInformer, transform cache.TransformFunc) (*Informers, error) {
-	return newInformers(namespaces, newInformer, func(*informer) cache.TransformFunc { return transform }, func() bool { return true })
+	return newInformers(namespaces, newInformer, func(*informer) cache.TransformFunc { return transform }, func() bool { return true }, nil)
 }

@@ -175,7 +175,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	door := watches.Door{Namespaces: cfg.watched, Gate: gate, Over: overs.Over}
+	door := watches.Door{Namespaces: cfg.watched, Gate: gate, Over: overs.Over, Turns: watches.NewTurns(watches.ListsAtOnce)}
 	csi, cached, err := cfg.csi(e)
 	if err != nil {
 		return err
