@@ -12,7 +12,9 @@
 # 65532, CA certificates, /tmp), kept as an OCI layout in the cache and named by its
 # digest, which ko reads from its cache without asking a registry.
 #
-# Environment: VERSION (the image tag and `confighash version`), REPO (default
+# Environment: VERSION (what `confighash version` says), TAG (the image tag; default
+# VERSION), REVISION (the commit `confighash version` says; default this checkout's, as
+# make release stamps it), REPO (default
 # ghcr.io/confighash), ARCH (the image's architecture; default this machine's), KO (a
 # ko binary; default: ko KO_VERSION, installed once into the cache), CONFIGHASH_CACHE.
 # With OCI_LAYOUT, a directory: each package's image for every architecture ARCH lists
@@ -30,6 +32,11 @@ packages=("$@")
 BASE_IMAGE="${BASE_IMAGE:-gcr.io/distroless/static-debian12:nonroot@sha256:d093aa3e30dbadd3efe1310db061a14da60299baff8450a17fe0ccc514a16639}"
 REPO="${REPO:-ghcr.io/confighash}"
 VERSION="${VERSION:-dev}"
+TAG="${TAG:-$VERSION}"
+if [[ -z "${REVISION:-}" ]]; then
+	REVISION="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+	[[ "$REVISION" == unknown || -z "$(git status --porcelain --untracked-files=no)" ]] || REVISION+="-dirty"
+fi
 KO="${KO:-}"
 CACHE="${CONFIGHASH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confighash}"
 arch="${ARCH:-$(go env GOARCH)}"
@@ -123,9 +130,9 @@ for pkg in "${packages[@]}"; do
 		target=(--tarball="$out/$name.tar")
 	fi
 	# ko's progress goes to a log, shown if it fails.
-	if ! KO_DEFAULTBASEIMAGE="$base" KO_DOCKER_REPO="$REPO/$name" CGO_ENABLED=0 GOFLAGS=-trimpath VERSION="$VERSION" \
+	if ! KO_DEFAULTBASEIMAGE="$base" KO_DOCKER_REPO="$REPO/$name" CGO_ENABLED=0 GOFLAGS=-trimpath VERSION="$VERSION" REVISION="$REVISION" \
 		"$KO" build --bare --push=false --platform="$platforms" --image-user=65532:65532 \
-		--tags="$VERSION" "${target[@]}" --sbom=spdx --sbom-dir="$out/sbom-$name" "$pkg" >"$out/$name.log" 2>&1; then
+		--tags="$TAG" "${target[@]}" --sbom=spdx --sbom-dir="$out/sbom-$name" "$pkg" >"$out/$name.log" 2>&1; then
 		cat "$out/$name.log" >&2
 		exit 1
 	fi

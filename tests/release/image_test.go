@@ -44,7 +44,7 @@ type ociManifest struct {
 // an image for linux/amd64 and for linux/arm64, each with an attestation of its SPDX
 // SBOM; the arm64 image's binary an arm64 ELF stamped with the version. It returns
 // the index.
-func checkImageIndex(t *testing.T, files map[string][]byte, tag, plain string) ociIndex {
+func checkImageIndex(t *testing.T, files map[string][]byte, tag, plain, version, revision string) ociIndex {
 	t.Helper()
 	blobs := map[string][]byte{}
 	for name, b := range files {
@@ -90,7 +90,7 @@ func checkImageIndex(t *testing.T, files map[string][]byte, tag, plain string) o
 		if !attested[digest] {
 			t.Errorf("the %s image has no SBOM attestation", arch)
 		}
-		checkImageBinary(t, blobs, digest, arch, plain)
+		checkImageBinary(t, blobs, digest, arch, version, revision)
 	}
 	if slices.Sort(archs); !slices.Equal(archs, []string{"amd64", "arm64"}) || len(attested) != 2 {
 		t.Errorf("the index holds images for %q and %d attestations, want amd64 and arm64, and one each", archs, len(attested))
@@ -120,10 +120,11 @@ func checkSBOMAttestation(t *testing.T, blobs map[string][]byte, d ociDescriptor
 }
 
 // checkImageBinary checks that the image's /ko-app/confighash is an ELF of arch whose
-// build stamped version into it: on this machine's architecture, it says so; on the
-// other, whose binary cannot run here (and -trimpath keeps -ldflags out of its build
-// info), it holds the version's text, as the one built beside it with the same flags.
-func checkImageBinary(t *testing.T, blobs map[string][]byte, digest, arch, version string) {
+// build stamped version and revision into it, as the release's binaries: on this
+// machine's architecture, it says so; on the other, whose binary cannot run here (and
+// -trimpath keeps -ldflags out of its build info), it holds their text, as the one
+// built beside it with the same flags.
+func checkImageBinary(t *testing.T, blobs map[string][]byte, digest, arch, version, revision string) {
 	t.Helper()
 	var m ociManifest
 	if err := json.Unmarshal(blobs[digest], &m); err != nil {
@@ -146,8 +147,8 @@ func checkImageBinary(t *testing.T, blobs map[string][]byte, digest, arch, versi
 		t.Fatal(err)
 	}
 	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
-	if f.Machine != machines[arch] || !slices.Contains(info.Settings, debug.BuildSetting{Key: "GOARCH", Value: arch}) || !bytes.Contains(binary, []byte(version)) {
-		t.Errorf("the %s image's binary: machine %s, built with %v; want a %s ELF holding its version %s", arch, f.Machine, info.Settings, arch, version)
+	if f.Machine != machines[arch] || !slices.Contains(info.Settings, debug.BuildSetting{Key: "GOARCH", Value: arch}) || !bytes.Contains(binary, []byte(version)) || !bytes.Contains(binary, []byte(revision)) {
+		t.Errorf("the %s image's binary: machine %s, built with %v; want a %s ELF holding its version %s and revision %s", arch, f.Machine, info.Settings, arch, version, revision)
 	}
 	if arch != runtime.GOARCH {
 		return
@@ -156,8 +157,9 @@ func checkImageBinary(t *testing.T, blobs map[string][]byte, digest, arch, versi
 	if err := os.WriteFile(path, binary, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(path, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "confighash "+version+" ") {
-		t.Errorf("the %s image's confighash version: %v, %q; want it to say %s", arch, err, out, version)
+	out, err := exec.Command(path, "version").CombinedOutput()
+	if want := "confighash " + version + " (revision " + revision + ", "; err != nil || !strings.HasPrefix(string(out), want) {
+		t.Errorf("the %s image's confighash version: %v, %q; want it to begin %q, as the release's binaries", arch, err, out, want)
 	}
 }
 

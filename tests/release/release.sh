@@ -114,7 +114,7 @@ for platform in $PLATFORMS; do
 done
 [[ -n "$linux" ]] || fail "PLATFORMS=\"$PLATFORMS\" names no linux platform for the image"
 step "the image ghcr.io/confighash/confighash:$tag, one index for linux/${linux//,/, linux/}"
-digest="$(ARCH="$linux" VERSION="$tag" tests/image/index.sh "$tmp/image")"
+digest="$(ARCH="$linux" VERSION="$version" TAG="$tag" REVISION="$revision" tests/image/index.sh "$tmp/image")"
 mv "$tmp/image/confighash.oci.tar" "$out/confighash-image_${plain}.oci.tar"
 for arch in ${linux//,/ }; do
 	mv "$tmp/image/confighash_linux_$arch.spdx.json" "$out/confighash-image_${plain}_linux_${arch}.spdx.json"

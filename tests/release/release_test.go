@@ -67,6 +67,7 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 	version := docsVersion(t, blocks)
 	plain := strings.TrimPrefix(version, "v")
 	tag := image + ":" + plain
+	revision := checkoutRevision(t)
 
 	// The release page's layout: one directory per version.
 	page := t.TempDir()
@@ -135,7 +136,7 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 		}
 		for _, name := range []string{"confighash", "kubectl-confighash"} {
 			out, err := exec.Command(filepath.Join(dir, name), "version").CombinedOutput()
-			if want := "confighash " + version + " (revision "; err != nil || !strings.HasPrefix(string(out), want) {
+			if want := "confighash " + version + " (revision " + revision + ", "; err != nil || !strings.HasPrefix(string(out), want) {
 				t.Errorf("%s version: %v, %q; want it to begin %q", name, err, out, want)
 			}
 		}
@@ -153,7 +154,7 @@ func TestTheReleaseInstallsAsTheDocsSay(t *testing.T) {
 
 	var index ociIndex
 	t.Run("the image is one index for amd64 and arm64, each image with its SBOM, named by the version", func(t *testing.T) {
-		index = checkImageIndex(t, untar(t, filepath.Join(dist, imageFile)), tag, plain)
+		index = checkImageIndex(t, untar(t, filepath.Join(dist, imageFile)), tag, plain, version, revision)
 	})
 
 	t.Run("the notes are the changelog's section", func(t *testing.T) {
@@ -497,4 +498,22 @@ func untar(t *testing.T, path string) map[string][]byte {
 			t.Fatal(err)
 		}
 	}
+}
+
+// checkoutRevision is the commit release.sh stamps: 12 hex digits, "-dirty" when a
+// tracked file has changes.
+func checkoutRevision(t *testing.T) string {
+	t.Helper()
+	rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) > 0 {
+		return strings.TrimSpace(string(rev)) + "-dirty"
+	}
+	return strings.TrimSpace(string(rev))
 }
