@@ -3,7 +3,8 @@
 // Kind registered in Kinds: a tenant's kinds only for the namespaces confighash acts in
 // (the objects of the others are kept as their key alone), every object bounded in
 // bytes before the code reads it, a component's informers listing a few at a time
-// (Turns), and the whole read set in one list, which the flood test reads. A layout test refuses an informer made anywhere else.
+// (Turns), and the whole read set in one list, which the flood test reads. A layout
+// test refuses an informer made anywhere else.
 package watches
 
 import (
