@@ -148,6 +148,10 @@ func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d conf
 	now := time.Now()
 	restart, restartMark := rolloutRestart(v, d, now)
 	rolls, pausesIt := d.Hash != v.Hash || restart != nil, w.pacer.pausesDeployment(v)
+	touchFirst := restart != nil && restartWaits(v, d)
+	if touchFirst {
+		restart, restartMark = nil, nil
+	}
 	// Queued before its pause was known: one a new leader learnt from its status.
 	if end := w.tracking.pauseEnd(key); rolls && !pausesIt && time.Until(end) > 0 {
 		w.queue.AddAfter(key, time.Until(end))
@@ -175,6 +179,13 @@ func (w *Watcher) converge(ctx context.Context, key workloadKey, v *view, d conf
 		patch["spec"] = spec
 	}
 	admitted, err := w.workloads.patch(ctx, v, patch)
+	if touchFirst && err == nil && admitted != nil && !restartWaits(admitted, d) {
+		if restart, restartMark = rolloutRestart(admitted, d, now); restart != nil {
+			patch = annotationsPatch(restartMark)
+			patch["spec"] = restart
+			admitted, err = w.workloads.patch(ctx, admitted, patch)
+		}
+	}
 	return w.verify(key, v, d, trig, nil, admitted, err)
 }
 
