@@ -129,6 +129,7 @@ func secretsTenant(t testing.TB, c *cluster.Cluster, user string, namespaces ...
 		if _, err := c.Client.RbacV1().Roles(ns).Update(t.Context(), role, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		waitGranted(t, c, user, ns, "", "secrets")
 	}
 	return client
 }

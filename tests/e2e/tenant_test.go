@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -86,6 +88,19 @@ func tenantClient(t testing.TB, c *cluster.Cluster, user string, namespaces ...s
 		if _, err := c.Client.RbacV1().RoleBindings(ns).Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		waitGranted(t, c, user, ns, "apps", "deployments")
 	}
 	return warnedClient(t, c, rest.ImpersonationConfig{UserName: user})
+}
+
+// waitGranted waits until the API server lets user create the resource in ns: its
+// authorizer reads Roles and RoleBindings from a cache a moment behind their writes,
+// and a tenant's first create, right after its grant, was refused on a loaded machine.
+func waitGranted(t testing.TB, c *cluster.Cluster, user, ns, group, resource string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, user+" to be let create "+resource+" in "+ns, func() bool {
+		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Verb: "create"}}}, metav1.CreateOptions{})
+		return err == nil && review.Status.Allowed
+	})
 }
