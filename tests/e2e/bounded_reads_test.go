@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -129,7 +130,7 @@ func secretsTenant(t testing.TB, c *cluster.Cluster, user string, namespaces ...
 		if _, err := c.Client.RbacV1().Roles(ns).Update(t.Context(), role, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitGranted(t, c, user, ns, "", "secrets")
+		waitAuthorized(t, c, user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "secrets"}, true)
 	}
 	return client
 }

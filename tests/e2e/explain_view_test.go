@@ -53,11 +53,7 @@ func TestExplainWithTheNamespacesViewRoleSaysWhatItCouldNotSee(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "list", Resource: "secrets"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: installNamespace, Verb: "get", Resource: "secrets", Name: "confighash-hash-key"}, false},
 	} {
-		waitFor(t, 10*time.Second, "the view role to be aggregated", func() bool {
-			review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
-				Spec: authorizationv1.SubjectAccessReviewSpec{User: viewer, ResourceAttributes: &check.attrs}}, metav1.CreateOptions{})
-			return err == nil && review.Status.Allowed == check.want
-		})
+		waitAuthorized(t, c, viewer, check.attrs, check.want) // once the view role is aggregated
 	}
 
 	const password = "correct-horse-battery-staple"

@@ -88,19 +88,20 @@ func tenantClient(t testing.TB, c *cluster.Cluster, user string, namespaces ...s
 		if _, err := c.Client.RbacV1().RoleBindings(ns).Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitGranted(t, c, user, ns, "apps", "deployments")
+		waitAuthorized(t, c, user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "apps", Resource: "deployments"}, true)
 	}
 	return warnedClient(t, c, rest.ImpersonationConfig{UserName: user})
 }
 
-// waitGranted waits until the API server lets user create the resource in ns: its
-// authorizer reads Roles and RoleBindings from a cache a moment behind their writes,
-// and a tenant's first create, right after its grant, was refused on a loaded machine.
-func waitGranted(t testing.TB, c *cluster.Cluster, user, ns, group, resource string) {
+// waitAuthorized waits until the API server's authorizer answers want for user doing
+// attrs: it reads Roles, RoleBindings and aggregated ClusterRoles from a cache a moment
+// behind their writes, and a tenant's first create, right after its grant, was refused
+// on a loaded machine.
+func waitAuthorized(t testing.TB, c *cluster.Cluster, user string, attrs authorizationv1.ResourceAttributes, want bool) {
 	t.Helper()
-	waitFor(t, 10*time.Second, user+" to be let create "+resource+" in "+ns, func() bool {
-		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Verb: "create"}}}, metav1.CreateOptions{})
-		return err == nil && review.Status.Allowed
+	waitFor(t, 10*time.Second, fmt.Sprintf("%s to be allowed %+v: %v", user, attrs, want), func() bool {
+		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs}}, metav1.CreateOptions{})
+		return err == nil && review.Status.Allowed == want
 	})
 }

@@ -13,8 +13,8 @@
 # digest, which ko reads from its cache without asking a registry.
 #
 # Environment: VERSION (what `confighash version` says), TAG (the image tag; default
-# VERSION), REVISION (the commit `confighash version` says; default this checkout's, as
-# make release stamps it), REPO (default
+# VERSION), REVISION (the commit `confighash version` says; default this checkout's,
+# revision.sh), REPO (default
 # ghcr.io/confighash), ARCH (the image's architecture; default this machine's), KO (a
 # ko binary; default: ko KO_VERSION, installed once into the cache), CONFIGHASH_CACHE.
 # With OCI_LAYOUT, a directory: each package's image for every architecture ARCH lists
@@ -33,10 +33,7 @@ BASE_IMAGE="${BASE_IMAGE:-gcr.io/distroless/static-debian12:nonroot@sha256:d093a
 REPO="${REPO:-ghcr.io/confighash}"
 VERSION="${VERSION:-dev}"
 TAG="${TAG:-$VERSION}"
-if [[ -z "${REVISION:-}" ]]; then
-	REVISION="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-	[[ "$REVISION" == unknown || -z "$(git status --porcelain --untracked-files=no)" ]] || REVISION+="-dirty"
-fi
+REVISION="${REVISION:-$(tests/image/revision.sh)}"
 KO="${KO:-}"
 CACHE="${CONFIGHASH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confighash}"
 arch="${ARCH:-$(go env GOARCH)}"

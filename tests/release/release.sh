@@ -77,10 +77,7 @@ tool() {
 }
 
 commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-revision="${commit:0:12}"
-if [[ "$revision" != unknown && -n "$(git status --porcelain --untracked-files=no)" ]]; then
-	revision+="-dirty"
-fi
+revision="$(tests/image/revision.sh)"
 rm -rf "$out"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
